@@ -1,0 +1,32 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   runs a real sweep on embedded defaults
+#   make test   starts RabbitMQ and SecantusDB as needed and runs the tests
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test demo lint bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements-dev.txt
+	$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	bash scripts/test.sh $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(VENV)/bin/sweepstack validate configs/mcleod-digits.yaml
+	$(VENV)/bin/sweepstack generate configs/mcleod-digits.yaml --limit 20
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m bench
+
+clean:
+	rm -rf $(VENV) .services .pytest_cache

@@ -1,0 +1,4 @@
+"""Sweepstack core: the sweep spec, search space, settings, errors and (later) the store.
+
+Nothing here imports torch, Celery workers or Flask; every other package may import it.
+"""

@@ -1,0 +1,177 @@
+"""The concrete configuration of one trial: what a worker needs to train it.
+
+A sweep spec (`core.spec`) has the same sections, but any leaf may be a search dimension;
+expanding the spec gives one `TrialConfig` per trial. Each field's rule lives here once and
+serves both: the spec validates every candidate value of a dimension against the field it
+targets, and the worker validates the resolved config again before it trains.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePath
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+BUILTIN_DATASETS = (
+    "digits",
+    "iris",
+    "wine",
+    "breast_cancer",
+    "synthetic_classification",
+    "synthetic_regression",
+)
+REGRESSION_DATASETS = ("synthetic_regression",)
+DATASET_FILE_SUFFIXES = (".npz", ".csv", ".parquet")
+ACTIVATIONS = ("relu", "tanh", "sigmoid", "elu", "gelu", "leaky_relu", "selu")
+INITS = (
+    "default",
+    "xavier_uniform",
+    "xavier_normal",
+    "kaiming_uniform",
+    "kaiming_normal",
+    "orthogonal",
+)
+OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw", "rmsprop")
+SCHEDULES = ("none", "step", "cosine")
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+Fraction = Annotated[float, Field(gt=0, lt=1)]
+
+
+def _check_suffix(value: str | None) -> str | None:
+    if value is not None and PurePath(value).suffix.lower() not in DATASET_FILE_SUFFIXES:
+        raise ValueError(f"must end in one of {', '.join(DATASET_FILE_SUFFIXES)}")
+    return value
+
+
+def _check_device(value: str) -> str:
+    if not _DEVICE_RE.match(value):
+        raise ValueError("must be auto, cpu, cuda or cuda:N")
+    return value
+
+
+# Fields that take part in a rule across fields; expansion checks each distinct combination.
+CROSS_FIELDS: dict[str, tuple[str, ...]] = {
+    "dataset": ("name", "path"),
+    "model": ("hidden_layers", "hidden_units"),
+}
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+class DatasetConfig(_Section):
+    """Where the data comes from and how it is split.
+
+    Exactly one of `name` (a built-in set) or `path` (a .npz, .csv or .parquet file) is given.
+    """
+
+    name: Literal[BUILTIN_DATASETS] | None = None  # type: ignore[valid-type]
+    path: Annotated[str | None, AfterValidator(_check_suffix)] = None
+    target: str | None = None
+    task: Literal["auto", "classification", "regression"] = "auto"
+    validation_fraction: Fraction = 0.2
+    split_seed: NonNegativeInt = 0
+    samples: Annotated[int, Field(ge=10, le=10_000_000)] = 2000
+    features: Annotated[int, Field(ge=1, le=100_000)] = 20
+    classes: Annotated[int, Field(ge=2, le=1000)] = 2
+    noise: Annotated[float, Field(ge=0)] = 0.1
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetConfig:
+        if (self.name is None) == (self.path is None):
+            raise ValueError("give exactly one of dataset.name or dataset.path")
+        return self
+
+    @property
+    def resolved_task(self) -> str:
+        """classification or regression; `auto` is decided by the built-in name or the file."""
+        if self.task != "auto":
+            return self.task
+        if self.name is not None:
+            return "regression" if self.name in REGRESSION_DATASETS else "classification"
+        return "auto"
+
+
+class ModelConfig(_Section):
+    """A multilayer perceptron: depth, widths, activation and regularisation."""
+
+    kind: Literal["mlp"] = "mlp"
+    hidden_layers: Annotated[int, Field(ge=0, le=128)] = 2
+    hidden_units: (
+        Annotated[int, Field(gt=0, le=1_000_000)] | list[Annotated[int, Field(gt=0, le=1_000_000)]]
+    ) = 64
+    activation: Literal[ACTIVATIONS] = "relu"  # type: ignore[valid-type]
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    batch_norm: bool = False
+    init: Literal[INITS] = "default"  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _widths_match_depth(self) -> ModelConfig:
+        if isinstance(self.hidden_units, list) and len(self.hidden_units) != self.hidden_layers:
+            raise ValueError(
+                f"lists {len(self.hidden_units)} widths but model.hidden_layers is "
+                f"{self.hidden_layers}; they must match"
+            )
+        return self
+
+    @property
+    def widths(self) -> list[int]:
+        """One width per hidden layer."""
+        if isinstance(self.hidden_units, list):
+            return list(self.hidden_units)
+        return [self.hidden_units] * self.hidden_layers
+
+
+class TrainingConfig(_Section):
+    """Optimiser, learning rate schedule, batch size, epochs and the trial's seed."""
+
+    optimizer: Literal[OPTIMIZERS] = "adam"  # type: ignore[valid-type]
+    lr: Annotated[float, Field(gt=0, le=100)] = 1e-3
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9
+    beta2: Annotated[float, Field(ge=0, lt=1)] = 0.999
+    batch_size: Annotated[int, Field(gt=0, le=1_000_000)] = 64
+    epochs: Annotated[int, Field(ge=0, le=100_000)] = 10
+    lr_schedule: Literal[SCHEDULES] = "none"  # type: ignore[valid-type]
+    lr_step_size: PositiveInt = 10
+    lr_gamma: Annotated[float, Field(gt=0, le=1)] = 0.1
+    seed: NonNegativeInt | None = None
+
+
+class ExecutionConfig(_Section):
+    """Where and how a trial runs: THEANO_FLAGS' `device` and `floatX`, and a time limit."""
+
+    device: Annotated[str, AfterValidator(_check_device)] = "auto"
+    dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
+    time_limit: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 3600.0
+
+
+SECTIONS: dict[str, type[_Section]] = {
+    "dataset": DatasetConfig,
+    "model": ModelConfig,
+    "training": TrainingConfig,
+    "execution": ExecutionConfig,
+}
+
+
+class TrialConfig(BaseModel):
+    """The full resolved configuration of one trial."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: DatasetConfig
+    model: ModelConfig = ModelConfig()
+    training: TrainingConfig = TrainingConfig()
+    execution: ExecutionConfig = ExecutionConfig()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialConfig:
+        return cls.model_validate(data)

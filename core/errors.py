@@ -1,0 +1,59 @@
+"""The one exception family of Sweepstack.
+
+Every error a user can cause names the field, the rule and the value. Callers catch
+`SweepstackError` at entry points (CLI, API) and turn it into an exit code or an HTTP
+status; code in between lets it pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class SweepstackError(Exception):
+    """Base class of every error Sweepstack raises on purpose."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with an input: where it is (a dotted path) and which rule broke."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class SpecError(SweepstackError):
+    """A sweep spec broke one or more rules; `problems` lists every one of them."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class TooManyTrials(SpecError):
+    """A spec expands to more trials than its limit allows."""
+
+    def __init__(self, count: int, limit: int, path: str = "limits.max_trials") -> None:
+        self.count = count
+        self.limit = limit
+        super().__init__(
+            [Problem(path, f"the sweep expands to {count:,} trials, over the limit of {limit:,}")]
+        )
+
+
+class ConfigError(SweepstackError):
+    """A setting read from the environment is malformed."""
+
+
+class TrainingError(SweepstackError):
+    """Training could not go on (NaN loss, out of memory, an unbuildable shape).
+
+    This is a result, not a crash: the trial ends `failed` with `reason`, the worker goes on.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)

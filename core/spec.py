@@ -1,0 +1,347 @@
+"""The sweep spec: a YAML or JSON document describing a search space over trial configs.
+
+``load_spec`` parses and validates a document into a `SweepSpec`, or raises `SpecError`
+listing every problem with its dotted path and the rule it broke, e.g.
+``model.hidden_units[2]: must be > 0, got -5``. Nothing is expanded here; see
+``scheduler.expand``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+
+from core.config import SECTIONS, TrialConfig
+from core.errors import Problem, SpecError
+from core.space import Dimension, Fixed, dedupe, parse_dimension
+
+METRICS = ("val_accuracy", "val_loss", "val_rmse", "train_loss")
+_DIRECTION_ALIASES = {"min": "minimize", "max": "maximize"}
+DEFAULT_MAX_TRIALS = 100_000
+HARD_MAX_TRIALS = 1_000_000
+
+
+def _direction(value: Any) -> Any:
+    return _DIRECTION_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Objective(_Strict):
+    """Which metric ranks trials, and whether lower or higher is better."""
+
+    metric: Literal[METRICS] = "val_loss"  # type: ignore[valid-type]
+    direction: Annotated[Literal["minimize", "maximize"], BeforeValidator(_direction)] = "minimize"
+
+
+class Search(_Strict):
+    """How the space is explored: grid enumerates it, random draws `trials` points."""
+
+    algorithm: Literal["grid", "random"] = "grid"
+    trials: Annotated[int, Field(gt=0)] | None = None
+    seed: Annotated[int, Field(ge=0)] = 0
+
+
+class Limits(_Strict):
+    """Guards against accidental giant sweeps."""
+
+    max_trials: Annotated[int, Field(gt=0, le=HARD_MAX_TRIALS)] = DEFAULT_MAX_TRIALS
+
+
+class SweepSpec(_Strict):
+    """A validated sweep spec. `space` maps every given leaf path to its dimension."""
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    description: str = ""
+    space: dict[str, Dimension]
+    objective: Objective = Objective()
+    search: Search = Search()
+    limits: Limits = Limits()
+    document: dict[str, Any] = {}
+
+    @property
+    def dimensions(self) -> list[Dimension]:
+        """The leaves that vary from trial to trial, in the order the spec gives them."""
+        return [d for d in self.space.values() if d.varies]
+
+    def base_config(self) -> dict[str, dict[str, Any]]:
+        """Defaults overlaid with every unconditional fixed value, as nested dicts."""
+        base: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
+        for path, dim in self.space.items():
+            if isinstance(dim, Fixed) and not dim.when:
+                section, key = path.split(".", 1)
+                base[section][key] = dim.value
+        return base
+
+    def resolve(self, params: dict[str, Any], base: dict | None = None) -> dict[str, Any]:
+        """The full config of the trial with these params: fixed values, then params."""
+        config = copy.deepcopy(base if base is not None else self.base_config())
+        for path, value in params.items():
+            section, key = path.split(".", 1)
+            config[section][key] = value
+        return config
+
+    def trial_config(self, params: dict[str, Any]) -> TrialConfig:
+        """The typed config of one trial, every default filled in."""
+        return TrialConfig.model_validate(self.resolve(params))
+
+
+_ADAPTERS: dict[str, TypeAdapter] = {}
+
+
+def field_adapter(path: str) -> TypeAdapter | None:
+    """The validator of one leaf (``section.key``), or None if no such field exists."""
+    if path not in _ADAPTERS:
+        section, _, key = path.partition(".")
+        model = SECTIONS.get(section)
+        if model is None or key not in model.model_fields:
+            return None
+        info = model.model_fields[key]
+        annotation = (
+            Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        )
+        _ADAPTERS[path] = TypeAdapter(annotation)
+    return _ADAPTERS[path]
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    if isinstance(value, str):
+        return repr(value)
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+_RULES = {
+    "greater_than": "must be > {gt}",
+    "greater_than_equal": "must be >= {ge}",
+    "less_than": "must be < {lt}",
+    "less_than_equal": "must be <= {le}",
+    "literal_error": "must be one of {expected}",
+    "missing": "is required",
+    "extra_forbidden": "unknown key",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "string_too_short": "must not be empty",
+    "string_too_long": "must be at most {max_length} characters",
+    "too_short": "must have at least {min_length} items",
+    "finite_number": "must be a finite number",
+}
+
+
+def problems_from(error: ValidationError, prefix: str, value: Any = None) -> list[Problem]:
+    """Turn pydantic's errors into Problems: dotted path, rule, and the offending value."""
+    errors = error.errors()
+    # For a field typed `int | list[int]`, keep only the branch that matches the input's shape.
+    branches = {
+        e["loc"][0]
+        for e in errors
+        if e["loc"] and isinstance(e["loc"][0], str) and ("[" in e["loc"][0] or "-" in e["loc"][0])
+    }
+    if len(branches) > 1:
+        want_list = isinstance(value, list)
+        errors = [e for e in errors if str(e["loc"][0]).startswith("list[") == want_list]
+        errors = [{**e, "loc": e["loc"][1:]} for e in errors]
+    out = []
+    for e in errors:
+        path = prefix
+        for part in e["loc"]:
+            if isinstance(part, int):
+                path += f"[{part}]"
+            elif isinstance(part, str) and ("[" in part or "-" in part):
+                continue  # a union branch tag, not a location
+            else:
+                path = f"{path}.{part}" if path else str(part)
+        template = _RULES.get(e["type"])
+        if e["type"] == "value_error":
+            rule = str(e["ctx"]["error"]) if e.get("ctx") else e["msg"]
+        elif template:
+            ctx = {
+                k: _fmt(v) if isinstance(v, float) else v for k, v in (e.get("ctx") or {}).items()
+            }
+            rule = template.format(**ctx)
+        else:
+            rule = e["msg"][0].lower() + e["msg"][1:]
+        model_level = e["type"] == "value_error" and not e["loc"]
+        if e["type"] not in ("missing", "extra_forbidden") and not model_level:
+            rule += f", got {_fmt(e['input'])}"
+        out.append(Problem(path, rule))
+    return out
+
+
+def _parse_document(source: str | Path | dict[str, Any], filename: str) -> dict[str, Any]:
+    if isinstance(source, dict):
+        return source
+    if isinstance(source, Path):
+        filename = str(source)
+        try:
+            source = source.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SpecError([Problem("", f"{filename}: cannot read: {exc.strerror}")]) from exc
+    try:
+        data = yaml.safe_load(source)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{filename}:{mark.line + 1}:{mark.column + 1}" if mark else filename
+        what = exc.problem or exc.context or "invalid syntax"
+        raise SpecError([Problem("", f"{where}: YAML syntax error: {what}")]) from exc
+    except yaml.YAMLError as exc:
+        raise SpecError([Problem("", f"{filename}: YAML error: {exc}")]) from exc
+    if not isinstance(data, dict):
+        raise SpecError([Problem("", f"{filename}: a spec must be a mapping, got {_fmt(data)}")])
+    return data
+
+
+def _parse_section(section: str, raw: Any, problems: list[Problem]) -> dict[str, Dimension]:
+    space: dict[str, Dimension] = {}
+    if raw is None:
+        return space
+    if not isinstance(raw, dict):
+        problems.append(Problem(section, f"must be a mapping, got {_fmt(raw)}"))
+        return space
+    for key, leaf in raw.items():
+        path = f"{section}.{key}"
+        adapter = field_adapter(path)
+        if adapter is None:
+            known = ", ".join(SECTIONS[section].model_fields)
+            problems.append(Problem(path, f"unknown key (known: {known})"))
+            continue
+        dim, suffixes = parse_dimension(leaf, path, problems)
+        candidates = dim.values() if dim.finite else [dim.low, dim.high]  # type: ignore[attr-defined]
+        checked = []
+        for value, suffix in zip(candidates, suffixes, strict=False):
+            try:
+                checked.append(adapter.validate_python(value))
+            except ValidationError as exc:
+                problems.extend(problems_from(exc, path + suffix, value))
+        if dim.finite and isinstance(dim, Fixed):
+            dim = dim.model_copy(update={"value": checked[0] if checked else dim.value})
+        elif dim.finite:
+            dim = dim.model_copy(update={"choices": tuple(dedupe(checked))})
+        space[path] = dim
+    return space
+
+
+def _check_conditions(space: dict[str, Dimension], problems: list[Problem]) -> None:
+    for path, dim in space.items():
+        for target, accepted in dim.when.items():
+            adapter = field_adapter(target)
+            if adapter is None:
+                problems.append(Problem(f"{path}.when.{target}", "no such field"))
+                continue
+            if target == path:
+                problems.append(Problem(f"{path}.when", "a dimension cannot depend on itself"))
+            for value in accepted:
+                try:
+                    adapter.validate_python(value)
+                except ValidationError as exc:
+                    problems.extend(problems_from(exc, f"{path}.when.{target}", value))
+
+
+def _check_objective(
+    spec_space: dict[str, Dimension], objective: Objective, problems: list[Problem]
+) -> None:
+    tasks: set[str] = set()
+    names = spec_space.get("dataset.name")
+    task = spec_space.get("dataset.task")
+    task_values = task.values() if task is not None and task.finite else ["auto"]
+    for t in task_values:
+        if t != "auto":
+            tasks.add(t)
+        elif names is not None and names.finite:
+            for n in names.values():
+                tasks.add("regression" if n == "synthetic_regression" else "classification")
+    if objective.metric == "val_accuracy" and "regression" in tasks:
+        problems.append(
+            Problem(
+                "objective.metric",
+                "val_accuracy needs a classification "
+                "dataset, but the sweep includes a regression one",
+            )
+        )
+    if objective.metric == "val_rmse" and "classification" in tasks:
+        problems.append(
+            Problem(
+                "objective.metric",
+                "val_rmse needs a regression dataset, but the sweep includes a classification one",
+            )
+        )
+
+
+def load_spec(source: str | Path | dict[str, Any], filename: str = "<spec>") -> SweepSpec:
+    """Parse and validate a sweep spec from YAML/JSON text, a file path, or a dict."""
+    data = _parse_document(source, filename)
+    problems: list[Problem] = []
+    meta: dict[str, Any] = {}
+    space: dict[str, Dimension] = {}
+    for key, raw in data.items():
+        if key in SECTIONS:
+            space.update(_parse_section(key, raw, problems))
+        elif key in ("name", "description", "objective", "search", "limits"):
+            meta[key] = raw
+        else:
+            known = "name, description, " + ", ".join(SECTIONS) + ", objective, search, limits"
+            problems.append(Problem(str(key), f"unknown key (known: {known})"))
+    if "dataset" not in data:
+        problems.append(Problem("dataset", "is required"))
+
+    parts: dict[str, Any] = {}
+    for key, model in (("objective", Objective), ("search", Search), ("limits", Limits)):
+        if key in meta:
+            try:
+                parts[key] = model.model_validate(meta[key])
+            except ValidationError as exc:
+                problems.extend(problems_from(exc, key, meta[key]))
+    for key in ("name", "description"):
+        if key in meta:
+            parts[key] = meta[key]
+    if "name" not in meta:
+        problems.append(Problem("name", "is required"))
+    _check_conditions(space, problems)
+
+    search = parts.get("search", Search())
+    if search.algorithm == "random" and search.trials is None:
+        problems.append(Problem("search.trials", "is required when search.algorithm is random"))
+    if search.algorithm == "grid":
+        for dim in space.values():
+            if not dim.finite:
+                problems.append(
+                    Problem(
+                        dim.path,
+                        f"grid search cannot enumerate a {dim.kind} "
+                        "dimension; list the values or use search.algorithm: "
+                        "random",
+                    )
+                )
+    _check_objective(space, parts.get("objective", Objective()), problems)
+
+    if problems:
+        raise SpecError(problems)
+    try:
+        return SweepSpec(space=space, document=data, **parts)
+    except ValidationError as exc:
+        raise SpecError(problems_from(exc, "")) from exc
+
+
+def load_spec_file(path: str | Path) -> SweepSpec:
+    """Read a spec from a .yaml, .yml or .json file."""
+    return load_spec(Path(path))

@@ -1,0 +1,219 @@
+"""Expand a sweep spec into its trials.
+
+Grid search is the cartesian product of the varying dimensions, in the order the spec gives
+them (the first one outermost). Random search draws `search.trials` distinct points from a
+generator seeded by `search.seed`. Either way the same spec yields the same trials, with the
+same ids, in any process: a trial id is a hash of the sweep name and the canonical params.
+
+The count is computed before anything is expanded, so a 50-million-point grid is refused in
+microseconds with `TooManyTrials` naming the count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from core.config import CROSS_FIELDS, SECTIONS
+from core.errors import Problem, SpecError, TooManyTrials
+from core.space import Dimension
+from core.spec import SweepSpec, problems_from
+
+# Random search stops drawing after this many draws per requested trial, so a small finite
+# space cannot loop forever; it then returns the distinct points it found.
+_DRAWS_PER_TRIAL = 50
+
+
+@dataclass(frozen=True)
+class TrialPoint:
+    """One expanded trial: its position, stable id, varying params and seed."""
+
+    index: int
+    id: str
+    params: dict[str, Any]
+    seed: int
+    config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+def canonical(params: dict[str, Any]) -> str:
+    """The JSON text that identifies a point: sorted keys, no spaces."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+def trial_id(sweep_name: str, params: dict[str, Any]) -> str:
+    """A stable 16-hex-digit id from the sweep name and the canonical params."""
+    digest = hashlib.sha256(f"{sweep_name}\x00{canonical(params)}".encode()).hexdigest()
+    return digest[:16]
+
+
+def _ordered(spec: SweepSpec) -> list[Dimension]:
+    """Varying dimensions, each after those its `when` refers to (else spec order)."""
+    dims = spec.dimensions
+    placed: list[Dimension] = []
+    done: set[str] = set()
+    pending = list(dims)
+    varying = {d.path for d in dims}
+    while pending:
+        progress = False
+        for dim in list(pending):
+            needs = {p for p in dim.when if p in varying}
+            if needs <= done:
+                placed.append(dim)
+                done.add(dim.path)
+                pending.remove(dim)
+                progress = True
+        if not progress:
+            cycle = ", ".join(d.path for d in pending)
+            raise SpecError(
+                [Problem(pending[0].path + ".when", f"conditions form a cycle among {cycle}")]
+            )
+    return placed
+
+
+def _lookup(spec: SweepSpec) -> dict[str, Any]:
+    """Values that conditions may test besides params: fixed values, then defaults."""
+    out: dict[str, Any] = {}
+    for section, model in SECTIONS.items():
+        for key, info in model.model_fields.items():
+            if not info.is_required():
+                out[f"{section}.{key}"] = info.default
+    for path, dim in spec.space.items():
+        if not dim.varies:
+            out[path] = dim.value  # type: ignore[attr-defined]
+    return out
+
+
+def count_trials(spec: SweepSpec) -> int:
+    """How many trials the spec expands to, without expanding it."""
+    if spec.search.algorithm == "random":
+        return spec.search.trials or 0
+    dims = _ordered(spec)
+    controllers = {p for d in dims for p in d.when}
+    lookup = _lookup(spec)
+
+    def count(i: int) -> int:
+        if i == len(dims):
+            return 1
+        dim = dims[i]
+        if dim.when and not dim.active(lookup):
+            return count(i + 1)
+        if dim.path not in controllers:
+            return len(dim.values()) * count(i + 1)
+        total = 0
+        for value in dim.values():
+            lookup[dim.path] = value
+            total += count(i + 1)
+        del lookup[dim.path]
+        return total
+
+    return count(0)
+
+
+def _grid(spec: SweepSpec) -> Iterator[dict[str, Any]]:
+    dims = _ordered(spec)
+    if not any(d.when for d in dims):
+        paths = [d.path for d in dims]
+        for combo in itertools.product(*(d.values() for d in dims)):
+            yield dict(zip(paths, combo, strict=True))
+        return
+    lookup = _lookup(spec)
+
+    def walk(i: int, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        if i == len(dims):
+            yield dict(params)
+            return
+        dim = dims[i]
+        if dim.when and not dim.active(lookup):
+            yield from walk(i + 1, params)
+            return
+        for value in dim.values():
+            params[dim.path] = lookup[dim.path] = value
+            yield from walk(i + 1, params)
+        del params[dim.path]
+        lookup.pop(dim.path, None)
+
+    yield from walk(0, {})
+
+
+def _random(spec: SweepSpec) -> Iterator[dict[str, Any]]:
+    dims = _ordered(spec)
+    rng = random.Random(spec.search.seed)
+    wanted = spec.search.trials or 0
+    base_lookup = _lookup(spec)
+    seen: set[str] = set()
+    for _ in range(wanted * _DRAWS_PER_TRIAL):
+        lookup = dict(base_lookup)
+        params: dict[str, Any] = {}
+        for dim in dims:
+            if dim.when and not dim.active(lookup):
+                continue
+            params[dim.path] = lookup[dim.path] = dim.sample(rng)
+        key = canonical(params)
+        if key in seen:
+            continue
+        seen.add(key)
+        yield params
+        if len(seen) == wanted:
+            return
+
+
+def _check_cross_fields(spec: SweepSpec, points: list[dict[str, Any]]) -> None:
+    """Validate each distinct combination of fields that a rule spans (widths vs depth)."""
+    base = spec.base_config()
+    problems: list[Problem] = []
+    for section, fields in CROSS_FIELDS.items():
+        paths = [f"{section}.{f}" for f in fields]
+        seen: set[str] = set()
+        for params in points:
+            combo = {p: params[p] for p in paths if p in params}
+            key = canonical(combo)
+            if key in seen:
+                continue
+            seen.add(key)
+            values = dict(base[section])
+            values.update({p.split(".", 1)[1]: v for p, v in combo.items()})
+            try:
+                SECTIONS[section].model_validate(values)
+            except ValidationError as exc:
+                where = ", ".join(f"{p}={json.dumps(v)}" for p, v in combo.items())
+                for problem in problems_from(exc, section):
+                    suffix = f" (when {where})" if where else ""
+                    path = f"{section}.{fields[-1]}" if problem.path == section else problem.path
+                    problems.append(Problem(path, problem.message + suffix))
+            if len(problems) >= 10:
+                break
+    if problems:
+        raise SpecError(problems)
+
+
+def expand(spec: SweepSpec, *, with_config: bool = False) -> list[TrialPoint]:
+    """Every trial of the sweep, in a stable order.
+
+    Raises `TooManyTrials` before expanding if the count is over `limits.max_trials`, and
+    `SpecError` if a combination breaks a rule that spans fields.
+    """
+    total = count_trials(spec)
+    if total > spec.limits.max_trials:
+        raise TooManyTrials(total, spec.limits.max_trials)
+    points = list(_random(spec) if spec.search.algorithm == "random" else _grid(spec))
+    _check_cross_fields(spec, points)
+    fixed_seed = spec.base_config()["training"].get("seed")
+    base = spec.base_config() if with_config else None
+    out = []
+    for index, params in enumerate(points):
+        tid = trial_id(spec.name, params)
+        seed = params.get("training.seed", fixed_seed)
+        if seed is None:
+            seed = int(tid[:8], 16) % (2**31)
+        config = spec.resolve(params, base) if with_config else {}
+        if with_config:
+            config["training"]["seed"] = seed
+        out.append(TrialPoint(index=index, id=tid, params=params, seed=seed, config=config))
+    return out

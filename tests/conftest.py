@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.services import SecantusProcess, broker_url_or_fail, reachable
+
+
+def _store_backends() -> list[str]:
+    backends = ["secantus"]
+    if os.environ.get("SWEEPSTACK_TEST_MONGO_URL"):
+        backends.append("mongod")
+    return backends
+
+
+@pytest.fixture(scope="session")
+def secantus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The SecantusDB that `make test` started, or one started here."""
+    url = os.environ.get("SWEEPSTACK_TEST_SECANTUS_URL")
+    if url:
+        if not reachable(url):
+            pytest.fail(f"SWEEPSTACK_TEST_SECANTUS_URL={url} is not reachable", pytrace=False)
+        yield url
+        return
+    server = SecantusProcess(tmp_path_factory.mktemp("secantus") / "data")
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session", params=_store_backends())
+def mongo_url(request: pytest.FixtureRequest) -> str:
+    """A MongoDB wire-protocol server: SecantusDB always, a real mongod when one is named."""
+    if request.param == "mongod":
+        url = os.environ["SWEEPSTACK_TEST_MONGO_URL"]
+        if not reachable(url):
+            pytest.fail(f"SWEEPSTACK_TEST_MONGO_URL={url} is not reachable", pytrace=False)
+        return url
+    return request.getfixturevalue("secantus_url")
+
+
+@pytest.fixture
+def db_name() -> str:
+    """A database name of the test's own; the fixture that uses it drops it."""
+    return f"sweepstack_test_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def broker_url() -> str:
+    """The real RabbitMQ; fails (never skips) when it is not there."""
+    return broker_url_or_fail()
