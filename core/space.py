@@ -88,6 +88,9 @@ class Categorical(Dimension):
     def values(self) -> list[Any]:
         return list(self.choices)
 
+    def sample(self, rng: random.Random) -> Any:
+        return self.choices[rng.randrange(len(self.choices))]
+
 
 class Uniform(Dimension):
     """A float drawn uniformly (or log-uniformly) between low and high."""

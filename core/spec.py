@@ -8,7 +8,6 @@ listing every problem with its dotted path and the rule it broke, e.g.
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -82,7 +81,9 @@ class SweepSpec(_Strict):
 
     def resolve(self, params: dict[str, Any], base: dict | None = None) -> dict[str, Any]:
         """The full config of the trial with these params: fixed values, then params."""
-        config = copy.deepcopy(base if base is not None else self.base_config())
+        base = base if base is not None else self.base_config()
+        # Sections are copied one level deep: params replace values, they never mutate them.
+        config = {section: dict(values) for section, values in base.items()}
         for path, value in params.items():
             section, key = path.split(".", 1)
             config[section][key] = value
@@ -233,6 +234,8 @@ def _parse_section(section: str, raw: Any, problems: list[Problem]) -> dict[str,
                 checked.append(adapter.validate_python(value))
             except ValidationError as exc:
                 problems.extend(problems_from(exc, path + suffix, value))
+                if dim.kind in ("int", "range"):
+                    break  # the rest of a generated sequence fails the same way
         if dim.finite and isinstance(dim, Fixed):
             dim = dim.model_copy(update={"value": checked[0] if checked else dim.value})
         elif dim.finite:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -87,15 +88,15 @@ def write_table(trials: list[TrialPoint], out: TextIO, limit: int, title: str) -
     columns = _param_columns(trials)
     table = Table(title=title, header_style="bold")
     table.add_column("#", justify="right")
-    table.add_column("id")
+    table.add_column("id", no_wrap=True)
     for column in columns:
         table.add_column(column.split(".", 1)[1], justify="right")
     table.add_column("seed", justify="right")
     for t in trials[:limit]:
         table.add_row(
-            str(t.index), t.id, *(_short(t.params.get(c, "–")) for c in columns), str(t.seed)
+            str(t.index), t.id, *(_short(t.params.get(c, "-")) for c in columns), str(t.seed)
         )
-    console = Console(file=out, width=max(100, Console().width))
+    console = Console(file=out, width=max(100, shutil.get_terminal_size((160, 24)).columns))
     console.print(table)
     if len(trials) > limit:
         console.print(f"… {len(trials) - limit} more; use --limit, or --format csv|jsonl")

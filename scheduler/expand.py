@@ -42,15 +42,18 @@ class TrialPoint:
     config: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+
 def canonical(params: dict[str, Any]) -> str:
     """The JSON text that identifies a point: sorted keys, no spaces."""
-    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+    return _ENCODER.encode(params)
 
 
-def trial_id(sweep_name: str, params: dict[str, Any]) -> str:
+def trial_id(sweep_name: str, params: dict[str, Any], text: str | None = None) -> str:
     """A stable 16-hex-digit id from the sweep name and the canonical params."""
-    digest = hashlib.sha256(f"{sweep_name}\x00{canonical(params)}".encode()).hexdigest()
-    return digest[:16]
+    text = canonical(params) if text is None else text
+    return hashlib.sha256(f"{sweep_name}\x00{text}".encode()).hexdigest()[:16]
 
 
 def _ordered(spec: SweepSpec) -> list[Dimension]:
@@ -142,7 +145,7 @@ def _grid(spec: SweepSpec) -> Iterator[dict[str, Any]]:
     yield from walk(0, {})
 
 
-def _random(spec: SweepSpec) -> Iterator[dict[str, Any]]:
+def _random(spec: SweepSpec) -> Iterator[tuple[dict[str, Any], str]]:
     dims = _ordered(spec)
     rng = random.Random(spec.search.seed)
     wanted = spec.search.trials or 0
@@ -159,7 +162,7 @@ def _random(spec: SweepSpec) -> Iterator[dict[str, Any]]:
         if key in seen:
             continue
         seen.add(key)
-        yield params
+        yield params, key
         if len(seen) == wanted:
             return
 
@@ -168,12 +171,15 @@ def _check_cross_fields(spec: SweepSpec, points: list[dict[str, Any]]) -> None:
     """Validate each distinct combination of fields that a rule spans (widths vs depth)."""
     base = spec.base_config()
     problems: list[Problem] = []
+    varying = {d.path for d in spec.dimensions}
     for section, fields in CROSS_FIELDS.items():
         paths = [f"{section}.{f}" for f in fields]
+        # Without a varying field in the rule, every trial has the same combination.
+        rows = points if varying.intersection(paths) else (points[:1] or [{}])
         seen: set[str] = set()
-        for params in points:
+        for params in rows:
             combo = {p: params[p] for p in paths if p in params}
-            key = canonical(combo)
+            key = repr(list(combo.items()))
             if key in seen:
                 continue
             seen.add(key)
@@ -202,13 +208,19 @@ def expand(spec: SweepSpec, *, with_config: bool = False) -> list[TrialPoint]:
     total = count_trials(spec)
     if total > spec.limits.max_trials:
         raise TooManyTrials(total, spec.limits.max_trials)
-    points = list(_random(spec) if spec.search.algorithm == "random" else _grid(spec))
+    if spec.search.algorithm == "random":
+        pairs = list(_random(spec))
+        points = [p for p, _ in pairs]
+        keys = [k for _, k in pairs]
+    else:
+        points = list(_grid(spec))
+        keys = [canonical(p) for p in points]
     _check_cross_fields(spec, points)
     fixed_seed = spec.base_config()["training"].get("seed")
     base = spec.base_config() if with_config else None
     out = []
-    for index, params in enumerate(points):
-        tid = trial_id(spec.name, params)
+    for index, (params, key) in enumerate(zip(points, keys, strict=True)):
+        tid = trial_id(spec.name, params, key)
         seed = params.get("training.seed", fixed_seed)
         if seed is None:
             seed = int(tid[:8], 16) % (2**31)

@@ -1,0 +1,191 @@
+"""Spec validation: one test per rule, and the shape of every error message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.config import TrialConfig
+from core.errors import SpecError
+from core.space import Categorical, Fixed, Uniform
+from core.spec import load_spec, load_spec_file
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        load_spec(text)
+    return [str(p) for p in info.value.problems]
+
+
+def spec(body: str) -> str:
+    return "name: t\ndataset: {name: digits}\n" + body
+
+
+@pytest.mark.parametrize("name", ["mcleod-digits", "quickstart", "random-search"])
+def test_shipped_configs_are_valid(name: str) -> None:
+    loaded = load_spec_file(CONFIGS / f"{name}.yaml")
+    assert loaded.name == name
+
+
+def test_minimal_spec_fills_defaults() -> None:
+    loaded = load_spec("name: t\ndataset: {name: iris}\n")
+    assert loaded.dimensions == []
+    assert loaded.objective.metric == "val_loss"
+    assert loaded.limits.max_trials == 100_000
+    config = loaded.trial_config({})
+    assert isinstance(config, TrialConfig)
+    assert config.model.widths == [64, 64]
+
+
+def test_json_is_accepted() -> None:
+    loaded = load_spec('{"name": "j", "dataset": {"name": "wine"}, "model": {"dropout": [0, 0.5]}}')
+    assert loaded.space["model.dropout"].values() == [0.0, 0.5]
+
+
+def test_negative_width_and_unknown_activation_name_both_paths() -> None:
+    found = problems(spec("model:\n  hidden_units: [16, 32, -5]\n  activation: swish\n"))
+    assert "model.hidden_units[2]: must be > 0, got -5" in found
+    assert any(p.startswith("model.activation: must be one of 'relu'") and "got 'swish'" in p
+               for p in found)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("training:\n  lr: -0.1\n", "training.lr: must be > 0, got -0.1"),
+        ("training:\n  lr: {loguniform: [0, 1]}\nsearch: {algorithm: random, trials: 3}\n",
+         "training.lr.loguniform[0]: must be > 0 for loguniform, got 0.0"),
+        ("training:\n  lr: {uniform: [0.5, 0.1]}\nsearch: {algorithm: random, trials: 3}\n",
+         "training.lr.uniform: low < high must hold, got low=0.5, high=0.1"),
+        ("training:\n  batch_size: 0\n", "training.batch_size: must be > 0, got 0"),
+        ("training:\n  epochs: 2.5\n", "training.epochs: must be a whole number, got 2.5"),
+        ("training:\n  optimizer: lbfgs\n", "training.optimizer: must be one of"),
+        ("training:\n  momentum: 1.0\n", "training.momentum: must be < 1, got 1"),
+        ("training:\n  lr_schedule: linear\n", "training.lr_schedule: must be one of"),
+        ("training:\n  weight_decay: -1\n", "training.weight_decay: must be >= 0, got -1"),
+        ("model:\n  dropout: 1.0\n", "model.dropout: must be < 1, got 1"),
+        ("model:\n  hidden_layers: -1\n", "model.hidden_layers: must be >= 0, got -1"),
+        ("model:\n  batch_norm: maybe\n", "model.batch_norm: must be true or false, got 'maybe'"),
+        ("model:\n  init: he\n", "model.init: must be one of"),
+        ("model:\n  kind: cnn\n", "model.kind: must be one of 'mlp', got 'cnn'"),
+        ("model:\n  widths: 3\n", "model.widths: unknown key"),
+        ("execution:\n  device: tpu\n", "execution.device: must be auto, cpu, cuda or cuda:N"),
+        ("execution:\n  dtype: int8\n", "execution.dtype: must be one of"),
+        ("execution:\n  time_limit: 0\n", "execution.time_limit: must be > 0, got 0"),
+        ("objective: {metric: f1}\n", "objective.metric: must be one of"),
+        ("objective: {direction: up}\n", "objective.direction: must be one of"),
+        ("search: {algorithm: bayes}\n", "search.algorithm: must be one of 'grid' or 'random'"),
+        ("search: {algorithm: random}\n", "search.trials: is required when search.algorithm is random"),
+        ("limits: {max_trials: 0}\n", "limits.max_trials: must be > 0, got 0"),
+        ("extra: 1\n", "extra: unknown key"),
+        ("model:\n  hidden_units: []\n", "model.hidden_units: a grid list must hold at least one value"),
+        ("model:\n  hidden_units: {choice: 5}\n", "model.hidden_units.choice: must be a non-empty list"),
+        ("model:\n  hidden_units: {int: [1, 4], step: 0}\n", "model.hidden_units.step: must be an integer > 0, got 0"),
+        ("model:\n  hidden_units: {range: [10, 1, 2]}\n", "model.hidden_units.range: start < stop must hold"),
+        ("model:\n  hidden_units: {choice: [1], uniform: [0, 1]}\n", "model.hidden_units: use one of choice, uniform, not several"),
+        ("model:\n  dropout: {uniform: [0, 0.5]}\n", "model.dropout: grid search cannot enumerate a uniform dimension"),
+        ("training:\n  momentum: {value: 0.5, when: {nothing: 1}}\n", "training.momentum.when.training.nothing: no such field"),
+        ("training:\n  momentum: {value: 0.5, when: {optimizer: lbfgs}}\n", "training.momentum.when.training.optimizer: must be one of"),
+    ],
+)
+def test_each_rule_names_path_and_rule(body: str, expected: str) -> None:
+    found = problems(spec(body))
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_dataset_rules() -> None:
+    assert any(p.startswith("dataset.name: must be one of") for p in problems(
+        "name: t\ndataset: {name: mnist}\n"))
+    assert any("dataset.path: must end in one of .npz, .csv, .parquet" in p for p in problems(
+        "name: t\ndataset: {path: data.xlsx, target: y}\n"))
+    assert any(p.startswith("dataset.validation_fraction: must be < 1") for p in problems(
+        "name: t\ndataset: {name: iris, validation_fraction: 1.5}\n"))
+    assert "dataset: is required" in problems("name: t\n")
+    assert "name: is required" in problems("dataset: {name: iris}\n")
+
+
+def test_objective_must_fit_the_task() -> None:
+    found = problems("name: t\ndataset: {name: synthetic_regression}\n"
+                     "objective: {metric: val_accuracy, direction: max}\n")
+    assert any(p.startswith("objective.metric: val_accuracy needs a classification") for p in found)
+    found = problems("name: t\ndataset: {name: iris}\nobjective: {metric: val_rmse}\n")
+    assert any(p.startswith("objective.metric: val_rmse needs a regression") for p in found)
+
+
+def test_direction_aliases() -> None:
+    loaded = load_spec(spec("objective: {metric: val_accuracy, direction: max}\n"))
+    assert loaded.objective.direction == "maximize"
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    found = problems(spec("model:\n  hidden_units: -1\n  dropout: 2\ntraining:\n  lr: 0\n"))
+    assert len(found) == 3
+
+
+def test_yaml_syntax_error_gives_line_number() -> None:
+    found = problems("name: t\ndataset:\n  name: digits\n model: 3\n")
+    assert len(found) == 1
+    assert found[0].startswith("<spec>:4:") and "YAML syntax error" in found[0]
+
+
+def test_yaml_syntax_error_in_file_names_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError) as info:
+        load_spec_file(path)
+    assert str(info.value).startswith(f"{path}:")
+
+
+def test_spec_must_be_mapping() -> None:
+    assert problems("- a\n- b\n")[0].endswith('a spec must be a mapping, got ["a", "b"]')
+
+
+def test_dimension_forms() -> None:
+    loaded = load_spec(spec(
+        "model:\n"
+        "  hidden_layers: {int: [1, 5], step: 2}\n"
+        "  hidden_units: {range: [16, 64, 16]}\n"
+        "  activation: {choice: [relu, tanh]}\n"
+        "  dropout: {range: [0.0, 0.3, 0.1]}\n"
+        "training:\n"
+        "  lr: {loguniform: [0.0001, 0.1]}\n"
+        "search: {algorithm: random, trials: 5}\n"
+    ))
+    assert loaded.space["model.hidden_layers"].values() == [1, 3, 5]
+    assert loaded.space["model.hidden_units"].values() == [16, 32, 48]
+    assert loaded.space["model.dropout"].values() == [0.0, 0.1, 0.2]
+    assert isinstance(loaded.space["model.activation"], Categorical)
+    lr = loaded.space["training.lr"]
+    assert isinstance(lr, Uniform) and lr.log
+
+
+def test_value_escape_for_per_layer_widths() -> None:
+    loaded = load_spec(spec("model:\n  hidden_layers: 2\n  hidden_units: {value: [128, 64]}\n"))
+    dim = loaded.space["model.hidden_units"]
+    assert isinstance(dim, Fixed) and dim.value == [128, 64]
+    assert loaded.trial_config({}).model.widths == [128, 64]
+
+
+def test_grid_values_are_coerced_and_deduplicated() -> None:
+    loaded = load_spec(spec("training:\n  lr: [0.1, 0.1, 1, 1.0]\n"))
+    assert loaded.space["training.lr"].values() == [0.1, 1.0]
+
+
+def test_per_layer_width_lists_in_a_grid() -> None:
+    loaded = load_spec(spec("model:\n  hidden_layers: 2\n  hidden_units: [[64, 32], [128, 64]]\n"))
+    assert loaded.space["model.hidden_units"].values() == [[64, 32], [128, 64]]
+    found = problems(spec("model:\n  hidden_units: [[64, -1]]\n"))
+    assert found == ["model.hidden_units[0][1]: must be > 0, got -1"]
+
+
+def test_conditional_short_and_full_paths() -> None:
+    loaded = load_spec(spec(
+        "training:\n  optimizer: [sgd, adam]\n"
+        "  momentum: {choice: [0.5, 0.9], when: {optimizer: sgd}}\n"
+        "  beta1: {choice: [0.8, 0.9], when: {training.optimizer: [adam]}}\n"
+    ))
+    assert loaded.space["training.momentum"].when == {"training.optimizer": ("sgd",)}
+    assert loaded.space["training.beta1"].when == {"training.optimizer": ("adam",)}

@@ -1,0 +1,124 @@
+"""The `sweepstack` CLI: exit codes, formats and messages."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from scheduler.cli import main
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+MCLEOD = str(CONFIGS / "mcleod-digits.yaml")
+SWEEPSTACK = str(Path(sys.executable).parent / "sweepstack")
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def bad_spec(tmp_path: Path) -> str:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: bad\ndataset: {name: digits}\n"
+                    "model:\n  hidden_units: [16, 32, -5]\n  activation: swish\n")
+    return str(path)
+
+
+def test_count_of_mcleod_is_360(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["generate", MCLEOD, "--count"])
+    assert result.exit_code == 0
+    assert result.output == "360\n"
+
+
+def test_console_script_exit_codes(bad_spec: str) -> None:
+    ok = subprocess.run([SWEEPSTACK, "generate", MCLEOD, "--count"], capture_output=True, text=True)
+    assert (ok.returncode, ok.stdout) == (0, "360\n")
+    bad = subprocess.run([SWEEPSTACK, "validate", bad_spec], capture_output=True, text=True)
+    assert bad.returncode == 2
+    lines = bad.stderr.strip().splitlines()
+    assert lines[0] == "error: model.hidden_units[2]: must be > 0, got -5"
+    assert lines[1].startswith("error: model.activation: must be one of")
+    assert bad.stdout == ""
+
+
+def test_validate_ok(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["validate", MCLEOD])
+    assert result.exit_code == 0
+    assert "mcleod-digits: 360 trials over 4 dimensions (grid search)" in result.output
+
+
+def test_generate_bad_spec_exits_2(runner: CliRunner, bad_spec: str) -> None:
+    result = runner.invoke(main, ["generate", bad_spec])
+    assert result.exit_code == 2
+
+
+def test_missing_file_exits_2_with_its_name(runner: CliRunner, tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.yaml")
+    result = runner.invoke(main, ["validate", missing])
+    assert result.exit_code == 2
+    assert missing in result.output
+
+
+def test_yaml_syntax_error_exits_2_with_line(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: x\ndataset:\n  name: digits\n  model: [1,\n")
+    result = runner.invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert f"{path}:5:" in result.output and "YAML syntax error" in result.output
+
+
+def test_too_many_trials_exits_2(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("name: big\ndataset: {name: digits}\nmodel:\n  hidden_units: {int: [1, 1000]}\n"
+                    "  hidden_layers: {int: [1, 100]}\n  dropout: [0, 0.5]\n")
+    result = runner.invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert "limits.max_trials: the sweep expands to 200,000 trials" in result.output
+
+
+def test_jsonl_has_id_and_params(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["generate", MCLEOD, "--format", "jsonl"])
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    assert len(rows) == 360
+    assert set(rows[0]) == {"id", "index", "seed", "params"}
+    assert rows[0]["params"]["model.hidden_units"] == 16
+
+
+def test_csv_has_a_column_per_param(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["generate", str(CONFIGS / "random-search.yaml"), "--format", "csv"])
+    rows = list(csv.DictReader(io.StringIO(result.output)))
+    assert len(rows) == 40
+    assert "training.momentum" in rows[0] and "training.lr" in rows[0]
+    adam = [r for r in rows if r["training.optimizer"] == "adam"]
+    assert adam and all(r["training.momentum"] == "" for r in adam)
+
+
+def test_table_is_limited_and_says_so(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["generate", MCLEOD, "--limit", "5"])
+    assert result.exit_code == 0
+    assert "mcleod-digits: 360 trials" in result.output
+    assert "355 more" in result.output
+    assert "hidden_units" in result.output
+
+
+def test_out_writes_a_file(runner: CliRunner, tmp_path: Path) -> None:
+    out = tmp_path / "trials.jsonl"
+    result = runner.invoke(main, ["generate", MCLEOD, "--format", "jsonl", "--out", str(out)])
+    assert result.exit_code == 0
+    assert len(out.read_text().splitlines()) == 360
+
+
+def test_help_lists_commands(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["--help"])
+    assert result.exit_code == 0
+    assert "validate" in result.output and "generate" in result.output
+    result = runner.invoke(main, ["generate", "--help"])
+    assert "--format [table|jsonl|csv]" in result.output

@@ -1,0 +1,191 @@
+"""Expansion: grid counts, determinism, random bounds and spread, conditionals, limits."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.errors import SpecError, TooManyTrials
+from core.spec import load_spec, load_spec_file
+from scheduler.expand import count_trials, expand, trial_id
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def spec(body: str, name: str = "t") -> str:
+    return f"name: {name}\ndataset: {{name: digits}}\n" + body
+
+
+def test_mcleod_grid_has_360_trials_in_stable_order() -> None:
+    loaded = load_spec_file(CONFIGS / "mcleod-digits.yaml")
+    trials = expand(loaded)
+    assert count_trials(loaded) == len(trials) == 360
+    assert len({t.id for t in trials}) == 360
+    assert trials[0].params == {"model.hidden_layers": 1, "model.hidden_units": 16,
+                                "model.activation": "relu", "training.seed": 0}
+    assert trials[1].params["training.seed"] == 1  # last dimension varies fastest
+    assert trials[-1].params == {"model.hidden_layers": 5, "model.hidden_units": 1024,
+                                 "model.activation": "sigmoid", "training.seed": 2}
+    assert [t.index for t in trials] == list(range(360))
+
+
+def test_fixed_spec_is_one_trial() -> None:
+    trials = expand(load_spec(spec("")))
+    assert len(trials) == 1 and trials[0].params == {}
+
+
+def test_ids_are_a_hash_of_name_and_params() -> None:
+    a = expand(load_spec(spec("model:\n  hidden_units: [16, 32]\n", name="a")))
+    b = expand(load_spec(spec("model:\n  hidden_units: [32, 16]\n", name="a")))
+    c = expand(load_spec(spec("model:\n  hidden_units: [16, 32]\n", name="c")))
+    assert {t.id for t in a} == {t.id for t in b}  # same points, same ids, whatever the order
+    assert not {t.id for t in a} & {t.id for t in c}
+    assert a[0].id == trial_id("a", {"model.hidden_units": 16})
+
+
+def test_expansion_is_identical_in_other_processes() -> None:
+    path = CONFIGS / "random-search.yaml"
+    here = [json.dumps({"id": t.id, "index": t.index, "seed": t.seed, "params": t.params})
+            for t in expand(load_spec_file(path))]
+    for hash_seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-m", "scheduler.cli", "generate", str(path), "--format", "jsonl"],
+            capture_output=True, text=True, check=True,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+        ).stdout.splitlines()
+        assert out == here
+
+
+def test_random_draws_stay_in_bounds_and_are_distinct() -> None:
+    loaded = load_spec(spec(
+        "model:\n  hidden_layers: {int: [1, 4]}\n  dropout: {uniform: [0.1, 0.4]}\n"
+        "training:\n  lr: {loguniform: [0.0001, 0.1]}\n  batch_size: {choice: [16, 32]}\n"
+        "search: {algorithm: random, trials: 500, seed: 3}\n"
+    ))
+    trials = expand(loaded)
+    assert len(trials) == 500
+    assert len({json.dumps(t.params, sort_keys=True) for t in trials}) == 500
+    for t in trials:
+        assert 1 <= t.params["model.hidden_layers"] <= 4
+        assert 0.1 <= t.params["model.dropout"] <= 0.4
+        assert 1e-4 <= t.params["training.lr"] <= 0.1
+        assert t.params["training.batch_size"] in (16, 32)
+    assert {t.params["model.hidden_layers"] for t in trials} == {1, 2, 3, 4}
+
+
+def test_loguniform_spreads_evenly_over_decades() -> None:
+    loaded = load_spec(spec("training:\n  lr: {loguniform: [0.0001, 1]}\n"
+                            "search: {algorithm: random, trials: 4000, seed: 1}\n"))
+    decades = [0, 0, 0, 0]
+    for t in expand(loaded):
+        decades[min(3, int(math.log10(t.params["training.lr"]) + 4))] += 1
+    for n in decades:  # about 1,000 each; uniform sampling would put ~90% in the top decade
+        assert 850 < n < 1150, decades
+
+
+def test_random_seed_changes_the_draws() -> None:
+    body = "training:\n  lr: {uniform: [0.001, 0.1]}\nsearch: {algorithm: random, trials: 5, seed: %d}\n"
+    a = expand(load_spec(spec(body % 1)))
+    b = expand(load_spec(spec(body % 2)))
+    assert [t.params for t in a] != [t.params for t in b]
+    assert [t.params for t in a] == [t.params for t in expand(load_spec(spec(body % 1)))]
+
+
+def test_random_over_a_small_finite_space_collapses_duplicates() -> None:
+    loaded = load_spec(spec("model:\n  activation: {choice: [relu, tanh]}\n"
+                            "search: {algorithm: random, trials: 10}\n"))
+    assert sorted(t.params["model.activation"] for t in expand(loaded)) == ["relu", "tanh"]
+
+
+def test_conditional_grid() -> None:
+    loaded = load_spec(spec(
+        "training:\n  optimizer: [sgd, adam, rmsprop]\n"
+        "  momentum: {choice: [0.0, 0.5, 0.9], when: {optimizer: sgd}}\n"
+        "  beta2: {choice: [0.99, 0.999], when: {optimizer: adam}}\n"
+    ))
+    trials = expand(loaded)
+    assert count_trials(loaded) == len(trials) == 3 + 2 + 1
+    sgd = [t for t in trials if t.params["training.optimizer"] == "sgd"]
+    assert sorted(t.params["training.momentum"] for t in sgd) == [0.0, 0.5, 0.9]
+    rms = [t for t in trials if t.params["training.optimizer"] == "rmsprop"]
+    assert rms[0].params == {"training.optimizer": "rmsprop"}
+    config = loaded.trial_config(rms[0].params)
+    assert config.training.momentum == 0.9  # inactive: the field keeps its default
+
+
+def test_conditional_random_only_draws_when_active() -> None:
+    trials = expand(load_spec_file(CONFIGS / "random-search.yaml"))
+    for t in trials:
+        has = "training.momentum" in t.params
+        assert has == (t.params["training.optimizer"] in ("sgd", "nesterov"))
+    assert any("training.momentum" in t.params for t in trials)
+
+
+def test_condition_on_a_fixed_value() -> None:
+    on = expand(load_spec(spec("training:\n  optimizer: sgd\n"
+                               "  momentum: {choice: [0.1, 0.2], when: {optimizer: sgd}}\n")))
+    off = expand(load_spec(spec("training:\n  optimizer: adam\n"
+                                "  momentum: {choice: [0.1, 0.2], when: {optimizer: sgd}}\n")))
+    assert len(on) == 2 and len(off) == 1
+
+
+def test_conditional_cycle_is_an_error() -> None:
+    loaded = load_spec(spec(
+        "training:\n  optimizer: {choice: [sgd, adam], when: {momentum: 0.5}}\n"
+        "  momentum: {choice: [0.5, 0.9], when: {optimizer: sgd}}\n"
+    ))
+    with pytest.raises(SpecError, match="cycle"):
+        expand(loaded)
+
+
+def test_fifty_million_grid_is_refused_before_expanding() -> None:
+    loaded = load_spec(spec(
+        "model:\n  hidden_units: {int: [1, 1000]}\n  hidden_layers: {int: [0, 99]}\n"
+        "training:\n  lr: [0.1, 0.2, 0.3, 0.4, 0.5]\n  batch_size: {int: [1, 100]}\n"
+        "limits: {max_trials: 1000000}\n"
+    ))
+    assert count_trials(loaded) == 50_000_000
+    with pytest.raises(TooManyTrials) as info:
+        expand(loaded)
+    assert info.value.count == 50_000_000
+    assert "limits.max_trials: the sweep expands to 50,000,000 trials" in str(info.value)
+
+
+def test_default_limit_applies() -> None:
+    loaded = load_spec(spec("model:\n  hidden_units: {int: [1, 1000]}\n"
+                            "  hidden_layers: {int: [1, 101]}\n"))
+    with pytest.raises(TooManyTrials, match="101,000 trials, over the limit of 100,000"):
+        expand(loaded)
+
+
+def test_widths_must_match_depth_per_trial() -> None:
+    loaded = load_spec(spec("model:\n  hidden_layers: [2, 3]\n  hidden_units: {value: [64, 32]}\n"))
+    with pytest.raises(SpecError) as info:
+        expand(loaded)
+    (problem,) = info.value.problems
+    assert problem.path == "model.hidden_units"
+    assert "lists 2 widths but model.hidden_layers is 3" in problem.message
+
+
+def test_seeds_come_from_params_fixed_or_the_id() -> None:
+    from_params = expand(load_spec(spec("training:\n  seed: [4, 5]\n")))
+    assert [t.seed for t in from_params] == [4, 5]
+    fixed = expand(load_spec(spec("training:\n  seed: 9\n  lr: [0.1, 0.2]\n")))
+    assert [t.seed for t in fixed] == [9, 9]
+    derived = expand(load_spec(spec("training:\n  lr: [0.1, 0.2]\n")))
+    assert derived[0].seed != derived[1].seed
+    assert derived[0].seed == int(derived[0].id[:8], 16) % 2**31
+
+
+def test_with_config_resolves_every_trial() -> None:
+    trials = expand(load_spec_file(CONFIGS / "quickstart.yaml"), with_config=True)
+    config = trials[0].config
+    assert config["model"]["hidden_units"] == trials[0].params["model.hidden_units"]
+    assert config["training"]["epochs"] == 8 and config["training"]["seed"] == 0
+    assert config["dataset"] == {"name": "digits"}
