@@ -9,7 +9,9 @@ layer takes 1), and zeroes the biases. `default` keeps PyTorch's own initialisat
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -67,7 +69,7 @@ def _init_linear(layer: nn.Linear, scheme: str, nonlinearity: str) -> None:
 def layer_shapes(in_features: int, widths: list[int], out_features: int) -> list[tuple[int, int]]:
     """(in, out) of every Linear, hidden layers first, the output layer last."""
     sizes = [in_features, *widths, out_features]
-    return list(zip(sizes[:-1], sizes[1:], strict=True))
+    return list(itertools.pairwise(sizes))
 
 
 def _layer_name(index: int, count: int) -> str:
@@ -131,7 +133,7 @@ def expected_parameters(config: ModelConfig, in_features: int, out_features: int
 
 
 def available_memory(device: torch.device) -> int | None:
-    """Free bytes on `device`, or None where it cannot be told."""
+    """Free bytes on `device` (total memory where free cannot be told), or None if unknown."""
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
         return int(free)
@@ -140,8 +142,11 @@ def available_memory(device: torch.device) -> int | None:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
         return None
-    return None
 
 
 def check_fits(

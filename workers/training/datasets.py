@@ -1,0 +1,377 @@
+"""The data a trial trains on: built-in sets and user files, split and standardised.
+
+Built in: scikit-learn's bundled digits, iris, wine and breast_cancer (no network), and
+seeded synthetic sets (`make_classification`, `make_regression`, both seeded by
+`dataset.split_seed`). Files: `.npz` (arrays `X` and `y`; `dataset.target` names another key,
+and a key `target` is taken when there is no `y`), `.csv` and `.parquet` (a `target` column,
+or the column `dataset.target` names; every other column is a numeric feature).
+
+Split: `dataset.validation_fraction` goes to validation, drawn with `dataset.split_seed`,
+stratified by class for classification. Features are standardised with the training part's
+mean and standard deviation (constant features become 0). For regression the target is
+standardised the same way, so one learning rate suits targets of any scale; `val_loss` is
+the mean squared error on that scale, and `val_rmse` is reported in the target's own units.
+
+`task: auto` on a file: an integer-valued target with at most 100 distinct values, or one
+that is not numeric, is classification; anything else is regression.
+
+Loaded sets are cached in the process (a worker trains many trials on the same data); a
+file's cache entry is keyed by its path, size and modification time, so an edit reloads it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn import datasets as sk_datasets
+from sklearn.model_selection import train_test_split
+
+from core.config import DatasetConfig
+from core.errors import TrainingError
+
+logger = logging.getLogger(__name__)
+
+AUTO_CLASSIFICATION_MAX_CLASSES = 100
+_BUNDLED = {
+    "digits": sk_datasets.load_digits,
+    "iris": sk_datasets.load_iris,
+    "wine": sk_datasets.load_wine,
+    "breast_cancer": sk_datasets.load_breast_cancer,
+}
+_CACHE_SIZE = 8
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A split, standardised data set, ready to become tensors.
+
+    `y_*` holds class indices 0..n_classes-1 (int64) for classification, and the
+    standardised target (float64) for regression. Arrays are read-only: they are shared by
+    every trial that uses the cached set.
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    task: str
+    n_classes: int | None
+    feature_names: tuple[str, ...]
+    class_labels: tuple[Any, ...] | None
+    target_mean: float
+    target_std: float
+    source: str
+    fingerprint: str
+
+    @property
+    def n_features(self) -> int:
+        return int(self.x_train.shape[1])
+
+    @property
+    def out_features(self) -> int:
+        """Outputs the model needs: one logit per class, or one value for regression."""
+        return self.n_classes if self.n_classes is not None else 1
+
+    @property
+    def n_train(self) -> int:
+        return int(self.x_train.shape[0])
+
+    @property
+    def n_val(self) -> int:
+        return int(self.x_val.shape[0])
+
+    def summary(self) -> dict[str, Any]:
+        """What the trial record keeps about its data."""
+        return {
+            "source": self.source,
+            "task": self.task,
+            "n_train": self.n_train,
+            "n_val": self.n_val,
+            "n_features": self.n_features,
+            "n_classes": self.n_classes,
+            "fingerprint": self.fingerprint,
+        }
+
+
+def load_dataset(config: DatasetConfig, base_dir: Path | None = None) -> Dataset:
+    """Load, split and standardise the set `config` names; a relative path is under `base_dir`.
+
+    Raises `TrainingError` for a missing or unreadable file, a missing target, or a feature
+    that is not numeric.
+    """
+    if config.name is not None:
+        return _load_cached(config.model_dump_json(), None)
+    assert config.path is not None  # DatasetConfig guarantees exactly one source
+    path = Path(config.path).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    try:
+        stat = path.stat()
+    except OSError as err:
+        raise TrainingError(
+            f"dataset.path {config.path}: cannot open {path} ({err.strerror})"
+        ) from None
+    return _load_cached(config.model_dump_json(), (str(path), stat.st_mtime_ns, stat.st_size))
+
+
+def clear_dataset_cache() -> None:
+    """Forget every loaded set (tests, or a worker told to free memory)."""
+    _load_cached.cache_clear()
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _load_cached(config_json: str, file_key: tuple[str, int, int] | None) -> Dataset:
+    config = DatasetConfig.model_validate_json(config_json)
+    if file_key is None:
+        assert config.name is not None
+        x, y, names = _builtin(config)
+        source = config.name
+    else:
+        path = Path(file_key[0])
+        x, y, names = _read_file(path, config)
+        source = str(path)
+    logger.info("loaded dataset %s: %d rows, %d features", source, x.shape[0], x.shape[1])
+    return _prepare(config, x, y, names, source)
+
+
+def _builtin(config: DatasetConfig) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    name = config.name
+    if name in _BUNDLED:
+        bunch = _BUNDLED[name]()
+        names = [str(n) for n in getattr(bunch, "feature_names", [])]
+        return np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target), names
+    if name == "synthetic_classification":
+        x, y = _synthetic_classification(config)
+    elif name == "synthetic_regression":
+        x, y = sk_datasets.make_regression(
+            n_samples=config.samples,
+            n_features=config.features,
+            n_informative=min(config.features, 10),
+            noise=config.noise,
+            random_state=config.split_seed,
+        )
+    else:
+        raise TrainingError(f"dataset.name {name!r} is not a built-in dataset")
+    return x.astype(np.float64), y, [f"x{i}" for i in range(x.shape[1])]
+
+
+def _synthetic_classification(config: DatasetConfig) -> tuple[np.ndarray, np.ndarray]:
+    """`make_classification` with as many informative features as the classes need.
+
+    `noise` is the fraction of labels assigned at random (`flip_y`), capped at 1.
+    """
+    classes, features = config.classes, config.features
+    informative = min(features, max(2, math.ceil(math.log2(classes)) + 1))
+    clusters = 2 if 2**informative >= 2 * classes else 1
+    if 2**informative < classes:
+        needed = math.ceil(math.log2(classes))
+        raise TrainingError(
+            f"dataset.features {features} is too few for dataset.classes {classes} in "
+            f"synthetic_classification; it needs at least {needed}"
+        )
+    return sk_datasets.make_classification(
+        n_samples=config.samples,
+        n_features=features,
+        n_informative=informative,
+        n_redundant=min(2, features - informative),
+        n_repeated=0,
+        n_classes=classes,
+        n_clusters_per_class=clusters,
+        flip_y=min(config.noise, 1.0),
+        random_state=config.split_seed,
+    )
+
+
+def _read_file(path: Path, config: DatasetConfig) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        return _read_npz(path, config)
+    try:
+        frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
+    except (OSError, ValueError, pd.errors.ParserError, ImportError) as err:
+        raise TrainingError(f"dataset.path {path.name}: cannot read it: {err}") from None
+    return _split_frame(frame, path.name, config.target or "target")
+
+
+def _read_npz(path: Path, config: DatasetConfig) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {key: archive[key] for key in archive.files}
+    except (OSError, ValueError) as err:
+        raise TrainingError(f"dataset.path {path.name}: cannot read it: {err}") from None
+    keys = ", ".join(sorted(arrays)) or "none"
+    if "X" not in arrays:
+        raise TrainingError(f"dataset.path {path.name}: no array 'X' (arrays: {keys})")
+    target = config.target or ("y" if "y" in arrays else "target")
+    if target not in arrays:
+        raise TrainingError(f"dataset.target: no array {target!r} in {path.name} (arrays: {keys})")
+    x, y = arrays["X"], arrays[target]
+    if x.ndim == 1:
+        x = x.reshape(-1, 1)
+    if x.ndim != 2 or not np.issubdtype(x.dtype, np.number):
+        raise TrainingError(
+            f"dataset.path {path.name}: 'X' must be a 2-D numeric array, got shape "
+            f"{x.shape} and dtype {x.dtype}"
+        )
+    y = y.reshape(-1) if y.ndim == 2 and y.shape[1] == 1 else y
+    if y.ndim != 1 or y.shape[0] != x.shape[0]:
+        raise TrainingError(
+            f"dataset.target: {target!r} in {path.name} must be 1-D with one value per row of X "
+            f"({x.shape[0]}), got shape {y.shape}"
+        )
+    return x.astype(np.float64), y, [f"x{i}" for i in range(x.shape[1])]
+
+
+def _split_frame(
+    frame: pd.DataFrame, file_name: str, target: str
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    columns = [str(c) for c in frame.columns]
+    if target not in columns:
+        raise TrainingError(
+            f"dataset.target: column {target!r} not found in {file_name}; "
+            f"columns are: {', '.join(columns) or 'none'}"
+        )
+    frame.columns = columns
+    features = [c for c in columns if c != target]
+    if not features:
+        raise TrainingError(f"dataset.path {file_name}: no feature columns besides {target!r}")
+    for column in features:
+        dtype = frame[column].dtype
+        if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
+            raise TrainingError(
+                f"dataset.path {file_name}: feature column {column!r} is not numeric "
+                f"(dtype {dtype}); encode it as numbers or drop it"
+            )
+    x = frame[features].to_numpy(dtype=np.float64, na_value=np.nan)
+    missing = [c for c, bad in zip(features, np.isnan(x).any(axis=0), strict=True) if bad]
+    if missing:
+        raise TrainingError(
+            f"dataset.path {file_name}: feature column(s) {', '.join(map(repr, missing))} "
+            "have missing values"
+        )
+    y_series = frame[target]
+    if y_series.isna().any():
+        raise TrainingError(f"dataset.target: column {target!r} in {file_name} has missing values")
+    return x, y_series.to_numpy(), features
+
+
+def _infer_task(y: np.ndarray) -> str:
+    if not np.issubdtype(y.dtype, np.number) or y.dtype == np.bool_:
+        return "classification"
+    values = y.astype(np.float64)
+    integral = bool(np.all(np.isfinite(values)) and np.all(np.mod(values, 1) == 0))
+    if integral and np.unique(values).size <= AUTO_CLASSIFICATION_MAX_CLASSES:
+        return "classification"
+    return "regression"
+
+
+def _prepare(
+    config: DatasetConfig, x: np.ndarray, y: np.ndarray, names: list[str], source: str
+) -> Dataset:
+    if x.shape[0] < 2:
+        raise TrainingError(f"dataset {source}: needs at least 2 rows, got {x.shape[0]}")
+    if not np.all(np.isfinite(x)):
+        raise TrainingError(f"dataset {source}: features hold NaN or infinite values")
+    task = config.resolved_task
+    if task == "auto":
+        task = _infer_task(y)
+    numeric = np.issubdtype(y.dtype, np.number) or y.dtype == np.bool_
+    if numeric and not np.all(np.isfinite(y.astype(np.float64))):
+        raise TrainingError(f"dataset.target in {source} holds NaN or infinite values")
+    labels: tuple[Any, ...] | None = None
+    if task == "classification":
+        if numeric and y.dtype != np.bool_ and not np.all(np.mod(y.astype(np.float64), 1) == 0):
+            raise TrainingError(
+                f"dataset.task is classification but the target in {source} has "
+                "non-integer values; use task: regression"
+            )
+        unique, target = np.unique(y if numeric else y.astype(str), return_inverse=True)
+        if unique.size < 2:
+            raise TrainingError(f"dataset.target in {source} has a single class; it needs 2+")
+        labels = tuple(v.item() if hasattr(v, "item") else v for v in unique)
+        target = target.astype(np.int64)
+    else:
+        if not numeric:
+            raise TrainingError(
+                f"dataset.task is regression but the target in {source} is not numeric "
+                f"(dtype {y.dtype})"
+            )
+        target = y.astype(np.float64)
+
+    stratify = target if task == "classification" else None
+    train_idx, val_idx = _split(x.shape[0], stratify, config, source)
+    x_train, x_val = x[train_idx], x[val_idx]
+    mean, std = x_train.mean(axis=0), x_train.std(axis=0)
+    std[std == 0] = 1.0
+    x_train, x_val = (x_train - mean) / std, (x_val - mean) / std
+    y_train, y_val = target[train_idx], target[val_idx]
+    target_mean, target_std = 0.0, 1.0
+    if task == "regression":
+        target_mean, target_std = float(y_train.mean()), float(y_train.std()) or 1.0
+        y_train = (y_train - target_mean) / target_std
+        y_val = (y_val - target_mean) / target_std
+
+    arrays = [np.ascontiguousarray(a) for a in (x_train, y_train, x_val, y_val)]
+    for array in arrays:
+        array.flags.writeable = False
+    return Dataset(
+        x_train=arrays[0],
+        y_train=arrays[1],
+        x_val=arrays[2],
+        y_val=arrays[3],
+        task=task,
+        n_classes=len(labels) if labels is not None else None,
+        feature_names=tuple(names) if len(names) == x.shape[1] else (),
+        class_labels=labels,
+        target_mean=target_mean,
+        target_std=target_std,
+        source=source,
+        fingerprint=_fingerprint(config, task, arrays),
+    )
+
+
+def _split(
+    rows: int, classes: np.ndarray | None, config: DatasetConfig, source: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded train/validation row indices, stratified by `classes` when given."""
+    indices = np.arange(rows)
+    if classes is not None:
+        try:
+            return tuple(  # type: ignore[return-value]
+                train_test_split(
+                    indices,
+                    test_size=config.validation_fraction,
+                    random_state=config.split_seed,
+                    stratify=classes,
+                )
+            )
+        except ValueError as err:
+            # Too few rows of some class to stratify; a plain split is still a fair split.
+            logger.warning(
+                "dataset %s: cannot stratify the split (%s); splitting plainly", source, err
+            )
+    return tuple(  # type: ignore[return-value]
+        train_test_split(
+            indices, test_size=config.validation_fraction, random_state=config.split_seed
+        )
+    )
+
+
+def _fingerprint(config: DatasetConfig, task: str, arrays: list[np.ndarray]) -> str:
+    """sha256 of the config and the split arrays: equal data gives an equal fingerprint."""
+    digest = hashlib.sha256()
+    header = {"config": config.model_dump(mode="json"), "task": task}
+    digest.update(json.dumps(header, sort_keys=True).encode())
+    for array in arrays:
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
