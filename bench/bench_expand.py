@@ -1,6 +1,6 @@
 """How long does a 50,000-trial sweep take to expand? (grid and random, best of 3)
 
-    python -m bench.bench_expand
+python -m bench.bench_expand
 """
 
 from __future__ import annotations
@@ -53,8 +53,10 @@ def main() -> None:
         n = count_trials(spec)
         seconds = _best_of(lambda spec=spec: expand(spec))
         with_config = _best_of(lambda spec=spec: expand(spec, with_config=True), repeat=1)
-        print(f"expand {label:6s} {n:>7,} trials: {seconds:6.3f} s "
-              f"({n / seconds:,.0f} trials/s); with resolved configs: {with_config:.3f} s")
+        print(
+            f"expand {label:6s} {n:>7,} trials: {seconds:6.3f} s "
+            f"({n / seconds:,.0f} trials/s); with resolved configs: {with_config:.3f} s"
+        )
 
 
 if __name__ == "__main__":

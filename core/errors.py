@@ -57,3 +57,38 @@ class TrainingError(SweepstackError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class StoreUnavailable(SweepstackError):
+    """The store could not be reached or did not answer in time; callers retry with backoff."""
+
+
+class NotFound(SweepstackError):
+    """A sweep or trial does not exist (or is not visible to the owner asking)."""
+
+    def __init__(self, kind: str, ident: object) -> None:
+        self.kind = kind
+        self.ident = ident
+        super().__init__(f"{kind} {ident!r} not found")
+
+
+class InvalidTransition(SweepstackError):
+    """A trial was asked to move between states the lifecycle does not connect."""
+
+    def __init__(self, from_state: str, to_state: str, rule: str) -> None:
+        self.from_state = from_state
+        self.to_state = to_state
+        super().__init__(f"{from_state} -> {to_state}: {rule}")
+
+
+class InvalidQuery(SweepstackError):
+    """A store call got a field or value it refuses: an operator, an unknown field, a bad cursor.
+
+    `problems` holds one `Problem` naming the field and the rule, as `SpecError` does.
+    """
+
+    def __init__(self, field: str, rule: str) -> None:
+        self.field = field
+        self.rule = rule
+        self.problems = [Problem(field, rule)]
+        super().__init__(f"{field}: {rule}")

@@ -28,6 +28,21 @@ def _tokens(raw: str) -> dict[str, str]:
     return out
 
 
+_INT_FIELDS = frozenset(
+    {"api_max_body_bytes", "api_max_trials", "api_max_epochs", "api_page_size", "api_max_page_size"}
+)
+
+
+def _positive_int(name: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{PREFIX}{name.upper()}: must be an integer, got {raw!r}") from exc
+    if value <= 0:
+        raise ConfigError(f"{PREFIX}{name.upper()}: must be > 0, got {raw}")
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     """Where the broker and store are, and the knobs every process shares."""
@@ -41,6 +56,15 @@ class Settings:
     heartbeat_seconds: float = 10.0
     stale_after_seconds: float = 120.0
     log_level: str = "INFO"
+    # REST API limits (api/): request body bytes, trials per sweep, epochs per trial, page sizes.
+    api_max_body_bytes: int = 1_048_576
+    api_max_trials: int = 100_000
+    api_max_epochs: int = 10_000
+    api_page_size: int = 50
+    api_max_page_size: int = 500
+    # Seconds the API waits for the store or broker before answering 503.
+    api_timeout_seconds: float = 5.0
+    flower_url: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -55,7 +79,9 @@ class Settings:
                 values[f.name] = _tokens(raw)
             elif f.name == "data_dir":
                 values[f.name] = Path(raw).expanduser()
-            elif f.name in ("heartbeat_seconds", "stale_after_seconds"):
+            elif f.name in _INT_FIELDS:
+                values[f.name] = _positive_int(f.name, raw)
+            elif f.name in ("heartbeat_seconds", "stale_after_seconds", "api_timeout_seconds"):
                 try:
                     values[f.name] = float(raw)
                 except ValueError as exc:

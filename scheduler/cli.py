@@ -170,6 +170,16 @@ def generate(spec: str, count_only: bool, fmt: str, out_path: str | None, limit:
         click.echo(buffer.getvalue(), nl=False)
 
 
+def _register() -> None:
+    from scheduler import commands
+
+    for command in (commands.submit, commands.status, commands.worker, commands.scheduler):
+        main.add_command(command)
+
+
+_register()
+
+
 def run() -> None:
     """Console entry point that turns unexpected Sweepstack errors into exit code 1."""
     try:

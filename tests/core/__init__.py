@@ -1,0 +1,85 @@
+"""Helpers for the store tests: a store on a database of its own, a fake clock, small sweeps.
+
+Every store test runs against the real server the `mongo_url` fixture names (SecantusDB,
+and a real mongod when ``SWEEPSTACK_TEST_MONGO_URL`` is set) and drops its database after.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from core.spec import SweepSpec, load_spec
+from core.store import Store
+from scheduler.expand import TrialPoint, expand
+
+WORKER = {"host": "test-host", "pid": 4242, "name": "worker-1"}
+
+
+class FakeClock:
+    """A clock that moves only when told to; thread-safe."""
+
+    def __init__(self, start: datetime = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)) -> None:
+        self.now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += timedelta(seconds=seconds)
+
+
+def open_store(url: str, db_name: str, clock: FakeClock | None = None) -> Iterator[Store]:
+    """A store on `db_name` (indexes made), yielded; the database is dropped after."""
+    store = Store.connect(url, db_name, clock=clock or FakeClock(), change_lag=0)
+    try:
+        store.ensure_indexes()
+        yield store
+    finally:
+        store.client.drop_database(db_name)
+        store.close()
+
+
+def small_spec(**overrides: Any) -> SweepSpec:
+    """36 trials: depth x width x activation x optimizer, momentum only with sgd."""
+    document: dict[str, Any] = {
+        "name": "store-test",
+        "dataset": {"name": "digits"},
+        "model": {
+            "hidden_layers": [1, 2],
+            "hidden_units": [32, 64, 128],
+            "activation": ["relu", "tanh"],
+        },
+        "training": {
+            "optimizer": ["sgd", "adam"],
+            "momentum": {"choice": [0.5, 0.9], "when": {"optimizer": ["sgd"]}},
+        },
+        "objective": {"metric": "val_accuracy", "direction": "maximize"},
+    }
+    document.update(overrides)
+    return load_spec(document)
+
+
+def width_spec(n: int, name: str = "widths") -> SweepSpec:
+    """`n` trials, one per width 1..n."""
+    widths = list(range(1, n + 1))
+    return load_spec({"name": name, "dataset": {"name": "iris"}, "model": {"hidden_units": widths}})
+
+
+def make_sweep(
+    store: Store, spec: SweepSpec | None = None, **kwargs: Any
+) -> tuple[str, list[TrialPoint]]:
+    """Create a sweep of `spec` (default `small_spec`); its id and its points."""
+    spec = spec or small_spec()
+    points = expand(spec, with_config=True)
+    return store.create_sweep(spec, points, **kwargs), points
+
+
+def trial_ids(sweep_id: str, points: list[TrialPoint]) -> list[str]:
+    """The store ids of the points, in index order."""
+    return [f"{sweep_id}-{p.id}" for p in points]

@@ -48,18 +48,24 @@ def test_json_is_accepted() -> None:
 def test_negative_width_and_unknown_activation_name_both_paths() -> None:
     found = problems(spec("model:\n  hidden_units: [16, 32, -5]\n  activation: swish\n"))
     assert "model.hidden_units[2]: must be > 0, got -5" in found
-    assert any(p.startswith("model.activation: must be one of 'relu'") and "got 'swish'" in p
-               for p in found)
+    assert any(
+        p.startswith("model.activation: must be one of 'relu'") and "got 'swish'" in p
+        for p in found
+    )
 
 
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
         ("training:\n  lr: -0.1\n", "training.lr: must be > 0, got -0.1"),
-        ("training:\n  lr: {loguniform: [0, 1]}\nsearch: {algorithm: random, trials: 3}\n",
-         "training.lr.loguniform[0]: must be > 0 for loguniform, got 0.0"),
-        ("training:\n  lr: {uniform: [0.5, 0.1]}\nsearch: {algorithm: random, trials: 3}\n",
-         "training.lr.uniform: low < high must hold, got low=0.5, high=0.1"),
+        (
+            "training:\n  lr: {loguniform: [0, 1]}\nsearch: {algorithm: random, trials: 3}\n",
+            "training.lr.loguniform[0]: must be > 0 for loguniform, got 0.0",
+        ),
+        (
+            "training:\n  lr: {uniform: [0.5, 0.1]}\nsearch: {algorithm: random, trials: 3}\n",
+            "training.lr.uniform: low < high must hold, got low=0.5, high=0.1",
+        ),
         ("training:\n  batch_size: 0\n", "training.batch_size: must be > 0, got 0"),
         ("training:\n  epochs: 2.5\n", "training.epochs: must be a whole number, got 2.5"),
         ("training:\n  optimizer: lbfgs\n", "training.optimizer: must be one of"),
@@ -78,17 +84,44 @@ def test_negative_width_and_unknown_activation_name_both_paths() -> None:
         ("objective: {metric: f1}\n", "objective.metric: must be one of"),
         ("objective: {direction: up}\n", "objective.direction: must be one of"),
         ("search: {algorithm: bayes}\n", "search.algorithm: must be one of 'grid' or 'random'"),
-        ("search: {algorithm: random}\n", "search.trials: is required when search.algorithm is random"),
+        (
+            "search: {algorithm: random}\n",
+            "search.trials: is required when search.algorithm is random",
+        ),
         ("limits: {max_trials: 0}\n", "limits.max_trials: must be > 0, got 0"),
         ("extra: 1\n", "extra: unknown key"),
-        ("model:\n  hidden_units: []\n", "model.hidden_units: a grid list must hold at least one value"),
-        ("model:\n  hidden_units: {choice: 5}\n", "model.hidden_units.choice: must be a non-empty list"),
-        ("model:\n  hidden_units: {int: [1, 4], step: 0}\n", "model.hidden_units.step: must be an integer > 0, got 0"),
-        ("model:\n  hidden_units: {range: [10, 1, 2]}\n", "model.hidden_units.range: start < stop must hold"),
-        ("model:\n  hidden_units: {choice: [1], uniform: [0, 1]}\n", "model.hidden_units: use one of choice, uniform, not several"),
-        ("model:\n  dropout: {uniform: [0, 0.5]}\n", "model.dropout: grid search cannot enumerate a uniform dimension"),
-        ("training:\n  momentum: {value: 0.5, when: {nothing: 1}}\n", "training.momentum.when.training.nothing: no such field"),
-        ("training:\n  momentum: {value: 0.5, when: {optimizer: lbfgs}}\n", "training.momentum.when.training.optimizer: must be one of"),
+        (
+            "model:\n  hidden_units: []\n",
+            "model.hidden_units: a grid list must hold at least one value",
+        ),
+        (
+            "model:\n  hidden_units: {choice: 5}\n",
+            "model.hidden_units.choice: must be a non-empty list",
+        ),
+        (
+            "model:\n  hidden_units: {int: [1, 4], step: 0}\n",
+            "model.hidden_units.step: must be an integer > 0, got 0",
+        ),
+        (
+            "model:\n  hidden_units: {range: [10, 1, 2]}\n",
+            "model.hidden_units.range: start < stop must hold",
+        ),
+        (
+            "model:\n  hidden_units: {choice: [1], uniform: [0, 1]}\n",
+            "model.hidden_units: use one of choice, uniform, not several",
+        ),
+        (
+            "model:\n  dropout: {uniform: [0, 0.5]}\n",
+            "model.dropout: grid search cannot enumerate a uniform dimension",
+        ),
+        (
+            "training:\n  momentum: {value: 0.5, when: {nothing: 1}}\n",
+            "training.momentum.when.training.nothing: no such field",
+        ),
+        (
+            "training:\n  momentum: {value: 0.5, when: {optimizer: lbfgs}}\n",
+            "training.momentum.when.training.optimizer: must be one of",
+        ),
     ],
 )
 def test_each_rule_names_path_and_rule(body: str, expected: str) -> None:
@@ -97,19 +130,27 @@ def test_each_rule_names_path_and_rule(body: str, expected: str) -> None:
 
 
 def test_dataset_rules() -> None:
-    assert any(p.startswith("dataset.name: must be one of") for p in problems(
-        "name: t\ndataset: {name: mnist}\n"))
-    assert any("dataset.path: must end in one of .npz, .csv, .parquet" in p for p in problems(
-        "name: t\ndataset: {path: data.xlsx, target: y}\n"))
-    assert any(p.startswith("dataset.validation_fraction: must be < 1") for p in problems(
-        "name: t\ndataset: {name: iris, validation_fraction: 1.5}\n"))
+    assert any(
+        p.startswith("dataset.name: must be one of")
+        for p in problems("name: t\ndataset: {name: mnist}\n")
+    )
+    assert any(
+        "dataset.path: must end in one of .npz, .csv, .parquet" in p
+        for p in problems("name: t\ndataset: {path: data.xlsx, target: y}\n")
+    )
+    assert any(
+        p.startswith("dataset.validation_fraction: must be < 1")
+        for p in problems("name: t\ndataset: {name: iris, validation_fraction: 1.5}\n")
+    )
     assert "dataset: is required" in problems("name: t\n")
     assert "name: is required" in problems("dataset: {name: iris}\n")
 
 
 def test_objective_must_fit_the_task() -> None:
-    found = problems("name: t\ndataset: {name: synthetic_regression}\n"
-                     "objective: {metric: val_accuracy, direction: max}\n")
+    found = problems(
+        "name: t\ndataset: {name: synthetic_regression}\n"
+        "objective: {metric: val_accuracy, direction: max}\n"
+    )
     assert any(p.startswith("objective.metric: val_accuracy needs a classification") for p in found)
     found = problems("name: t\ndataset: {name: iris}\nobjective: {metric: val_rmse}\n")
     assert any(p.startswith("objective.metric: val_rmse needs a regression") for p in found)
@@ -144,16 +185,18 @@ def test_spec_must_be_mapping() -> None:
 
 
 def test_dimension_forms() -> None:
-    loaded = load_spec(spec(
-        "model:\n"
-        "  hidden_layers: {int: [1, 5], step: 2}\n"
-        "  hidden_units: {range: [16, 64, 16]}\n"
-        "  activation: {choice: [relu, tanh]}\n"
-        "  dropout: {range: [0.0, 0.3, 0.1]}\n"
-        "training:\n"
-        "  lr: {loguniform: [0.0001, 0.1]}\n"
-        "search: {algorithm: random, trials: 5}\n"
-    ))
+    loaded = load_spec(
+        spec(
+            "model:\n"
+            "  hidden_layers: {int: [1, 5], step: 2}\n"
+            "  hidden_units: {range: [16, 64, 16]}\n"
+            "  activation: {choice: [relu, tanh]}\n"
+            "  dropout: {range: [0.0, 0.3, 0.1]}\n"
+            "training:\n"
+            "  lr: {loguniform: [0.0001, 0.1]}\n"
+            "search: {algorithm: random, trials: 5}\n"
+        )
+    )
     assert loaded.space["model.hidden_layers"].values() == [1, 3, 5]
     assert loaded.space["model.hidden_units"].values() == [16, 32, 48]
     assert loaded.space["model.dropout"].values() == [0.0, 0.1, 0.2]
@@ -182,10 +225,12 @@ def test_per_layer_width_lists_in_a_grid() -> None:
 
 
 def test_conditional_short_and_full_paths() -> None:
-    loaded = load_spec(spec(
-        "training:\n  optimizer: [sgd, adam]\n"
-        "  momentum: {choice: [0.5, 0.9], when: {optimizer: sgd}}\n"
-        "  beta1: {choice: [0.8, 0.9], when: {training.optimizer: [adam]}}\n"
-    ))
+    loaded = load_spec(
+        spec(
+            "training:\n  optimizer: [sgd, adam]\n"
+            "  momentum: {choice: [0.5, 0.9], when: {optimizer: sgd}}\n"
+            "  beta1: {choice: [0.8, 0.9], when: {training.optimizer: [adam]}}\n"
+        )
+    )
     assert loaded.space["training.momentum"].when == {"training.optimizer": ("sgd",)}
     assert loaded.space["training.beta1"].when == {"training.optimizer": ("adam",)}

@@ -14,8 +14,13 @@ def test_rabbitmq_round_trip(broker_url: str) -> None:
     with Connection(broker_url, connect_timeout=5) as conn:
         conn.ensure_connection(max_retries=1)
         with conn.Producer() as producer:
-            producer.publish({"trial": "x"}, exchange=queue.exchange, routing_key=name,
-                             declare=[queue], serializer="json")
+            producer.publish(
+                {"trial": "x"},
+                exchange=queue.exchange,
+                routing_key=name,
+                declare=[queue],
+                serializer="json",
+            )
         simple = conn.SimpleQueue(queue)
         message = simple.get(timeout=5)
         assert message.payload == {"trial": "x"}

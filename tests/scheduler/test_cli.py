@@ -27,8 +27,10 @@ def runner() -> CliRunner:
 @pytest.fixture
 def bad_spec(tmp_path: Path) -> str:
     path = tmp_path / "bad.yaml"
-    path.write_text("name: bad\ndataset: {name: digits}\n"
-                    "model:\n  hidden_units: [16, 32, -5]\n  activation: swish\n")
+    path.write_text(
+        "name: bad\ndataset: {name: digits}\n"
+        "model:\n  hidden_units: [16, 32, -5]\n  activation: swish\n"
+    )
     return str(path)
 
 
@@ -77,8 +79,10 @@ def test_yaml_syntax_error_exits_2_with_line(runner: CliRunner, tmp_path: Path) 
 
 def test_too_many_trials_exits_2(runner: CliRunner, tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
-    path.write_text("name: big\ndataset: {name: digits}\nmodel:\n  hidden_units: {int: [1, 1000]}\n"
-                    "  hidden_layers: {int: [1, 100]}\n  dropout: [0, 0.5]\n")
+    path.write_text(
+        "name: big\ndataset: {name: digits}\nmodel:\n  hidden_units: {int: [1, 1000]}\n"
+        "  hidden_layers: {int: [1, 100]}\n  dropout: [0, 0.5]\n"
+    )
     result = runner.invoke(main, ["validate", str(path)])
     assert result.exit_code == 2
     assert "limits.max_trials: the sweep expands to 200,000 trials" in result.output
@@ -93,7 +97,9 @@ def test_jsonl_has_id_and_params(runner: CliRunner) -> None:
 
 
 def test_csv_has_a_column_per_param(runner: CliRunner) -> None:
-    result = runner.invoke(main, ["generate", str(CONFIGS / "random-search.yaml"), "--format", "csv"])
+    result = runner.invoke(
+        main, ["generate", str(CONFIGS / "random-search.yaml"), "--format", "csv"]
+    )
     rows = list(csv.DictReader(io.StringIO(result.output)))
     assert len(rows) == 40
     assert "training.momentum" in rows[0] and "training.lr" in rows[0]

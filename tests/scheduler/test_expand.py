@@ -27,11 +27,19 @@ def test_mcleod_grid_has_360_trials_in_stable_order() -> None:
     trials = expand(loaded)
     assert count_trials(loaded) == len(trials) == 360
     assert len({t.id for t in trials}) == 360
-    assert trials[0].params == {"model.hidden_layers": 1, "model.hidden_units": 16,
-                                "model.activation": "relu", "training.seed": 0}
+    assert trials[0].params == {
+        "model.hidden_layers": 1,
+        "model.hidden_units": 16,
+        "model.activation": "relu",
+        "training.seed": 0,
+    }
     assert trials[1].params["training.seed"] == 1  # last dimension varies fastest
-    assert trials[-1].params == {"model.hidden_layers": 5, "model.hidden_units": 1024,
-                                 "model.activation": "sigmoid", "training.seed": 2}
+    assert trials[-1].params == {
+        "model.hidden_layers": 5,
+        "model.hidden_units": 1024,
+        "model.activation": "sigmoid",
+        "training.seed": 2,
+    }
     assert [t.index for t in trials] == list(range(360))
 
 
@@ -51,23 +59,29 @@ def test_ids_are_a_hash_of_name_and_params() -> None:
 
 def test_expansion_is_identical_in_other_processes() -> None:
     path = CONFIGS / "random-search.yaml"
-    here = [json.dumps({"id": t.id, "index": t.index, "seed": t.seed, "params": t.params})
-            for t in expand(load_spec_file(path))]
+    here = [
+        json.dumps({"id": t.id, "index": t.index, "seed": t.seed, "params": t.params})
+        for t in expand(load_spec_file(path))
+    ]
     for hash_seed in ("1", "2"):
         out = subprocess.run(
             [sys.executable, "-m", "scheduler.cli", "generate", str(path), "--format", "jsonl"],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
             env={**os.environ, "PYTHONHASHSEED": hash_seed},
         ).stdout.splitlines()
         assert out == here
 
 
 def test_random_draws_stay_in_bounds_and_are_distinct() -> None:
-    loaded = load_spec(spec(
-        "model:\n  hidden_layers: {int: [1, 4]}\n  dropout: {uniform: [0.1, 0.4]}\n"
-        "training:\n  lr: {loguniform: [0.0001, 0.1]}\n  batch_size: {choice: [16, 32]}\n"
-        "search: {algorithm: random, trials: 500, seed: 3}\n"
-    ))
+    loaded = load_spec(
+        spec(
+            "model:\n  hidden_layers: {int: [1, 4]}\n  dropout: {uniform: [0.1, 0.4]}\n"
+            "training:\n  lr: {loguniform: [0.0001, 0.1]}\n  batch_size: {choice: [16, 32]}\n"
+            "search: {algorithm: random, trials: 500, seed: 3}\n"
+        )
+    )
     trials = expand(loaded)
     assert len(trials) == 500
     assert len({json.dumps(t.params, sort_keys=True) for t in trials}) == 500
@@ -80,8 +94,12 @@ def test_random_draws_stay_in_bounds_and_are_distinct() -> None:
 
 
 def test_loguniform_spreads_evenly_over_decades() -> None:
-    loaded = load_spec(spec("training:\n  lr: {loguniform: [0.0001, 1]}\n"
-                            "search: {algorithm: random, trials: 4000, seed: 1}\n"))
+    loaded = load_spec(
+        spec(
+            "training:\n  lr: {loguniform: [0.0001, 1]}\n"
+            "search: {algorithm: random, trials: 4000, seed: 1}\n"
+        )
+    )
     decades = [0, 0, 0, 0]
     for t in expand(loaded):
         decades[min(3, int(math.log10(t.params["training.lr"]) + 4))] += 1
@@ -90,7 +108,10 @@ def test_loguniform_spreads_evenly_over_decades() -> None:
 
 
 def test_random_seed_changes_the_draws() -> None:
-    body = "training:\n  lr: {uniform: [0.001, 0.1]}\nsearch: {algorithm: random, trials: 5, seed: %d}\n"
+    body = (
+        "training:\n  lr: {uniform: [0.001, 0.1]}\n"
+        "search: {algorithm: random, trials: 5, seed: %d}\n"
+    )
     a = expand(load_spec(spec(body % 1)))
     b = expand(load_spec(spec(body % 2)))
     assert [t.params for t in a] != [t.params for t in b]
@@ -98,17 +119,23 @@ def test_random_seed_changes_the_draws() -> None:
 
 
 def test_random_over_a_small_finite_space_collapses_duplicates() -> None:
-    loaded = load_spec(spec("model:\n  activation: {choice: [relu, tanh]}\n"
-                            "search: {algorithm: random, trials: 10}\n"))
+    loaded = load_spec(
+        spec(
+            "model:\n  activation: {choice: [relu, tanh]}\n"
+            "search: {algorithm: random, trials: 10}\n"
+        )
+    )
     assert sorted(t.params["model.activation"] for t in expand(loaded)) == ["relu", "tanh"]
 
 
 def test_conditional_grid() -> None:
-    loaded = load_spec(spec(
-        "training:\n  optimizer: [sgd, adam, rmsprop]\n"
-        "  momentum: {choice: [0.0, 0.5, 0.9], when: {optimizer: sgd}}\n"
-        "  beta2: {choice: [0.99, 0.999], when: {optimizer: adam}}\n"
-    ))
+    loaded = load_spec(
+        spec(
+            "training:\n  optimizer: [sgd, adam, rmsprop]\n"
+            "  momentum: {choice: [0.0, 0.5, 0.9], when: {optimizer: sgd}}\n"
+            "  beta2: {choice: [0.99, 0.999], when: {optimizer: adam}}\n"
+        )
+    )
     trials = expand(loaded)
     assert count_trials(loaded) == len(trials) == 3 + 2 + 1
     sgd = [t for t in trials if t.params["training.optimizer"] == "sgd"]
@@ -128,28 +155,44 @@ def test_conditional_random_only_draws_when_active() -> None:
 
 
 def test_condition_on_a_fixed_value() -> None:
-    on = expand(load_spec(spec("training:\n  optimizer: sgd\n"
-                               "  momentum: {choice: [0.1, 0.2], when: {optimizer: sgd}}\n")))
-    off = expand(load_spec(spec("training:\n  optimizer: adam\n"
-                                "  momentum: {choice: [0.1, 0.2], when: {optimizer: sgd}}\n")))
+    on = expand(
+        load_spec(
+            spec(
+                "training:\n  optimizer: sgd\n"
+                "  momentum: {choice: [0.1, 0.2], when: {optimizer: sgd}}\n"
+            )
+        )
+    )
+    off = expand(
+        load_spec(
+            spec(
+                "training:\n  optimizer: adam\n"
+                "  momentum: {choice: [0.1, 0.2], when: {optimizer: sgd}}\n"
+            )
+        )
+    )
     assert len(on) == 2 and len(off) == 1
 
 
 def test_conditional_cycle_is_an_error() -> None:
-    loaded = load_spec(spec(
-        "training:\n  optimizer: {choice: [sgd, adam], when: {momentum: 0.5}}\n"
-        "  momentum: {choice: [0.5, 0.9], when: {optimizer: sgd}}\n"
-    ))
+    loaded = load_spec(
+        spec(
+            "training:\n  optimizer: {choice: [sgd, adam], when: {momentum: 0.5}}\n"
+            "  momentum: {choice: [0.5, 0.9], when: {optimizer: sgd}}\n"
+        )
+    )
     with pytest.raises(SpecError, match="cycle"):
         expand(loaded)
 
 
 def test_fifty_million_grid_is_refused_before_expanding() -> None:
-    loaded = load_spec(spec(
-        "model:\n  hidden_units: {int: [1, 1000]}\n  hidden_layers: {int: [0, 99]}\n"
-        "training:\n  lr: [0.1, 0.2, 0.3, 0.4, 0.5]\n  batch_size: {int: [1, 100]}\n"
-        "limits: {max_trials: 1000000}\n"
-    ))
+    loaded = load_spec(
+        spec(
+            "model:\n  hidden_units: {int: [1, 1000]}\n  hidden_layers: {int: [0, 99]}\n"
+            "training:\n  lr: [0.1, 0.2, 0.3, 0.4, 0.5]\n  batch_size: {int: [1, 100]}\n"
+            "limits: {max_trials: 1000000}\n"
+        )
+    )
     assert count_trials(loaded) == 50_000_000
     with pytest.raises(TooManyTrials) as info:
         expand(loaded)
@@ -158,8 +201,9 @@ def test_fifty_million_grid_is_refused_before_expanding() -> None:
 
 
 def test_default_limit_applies() -> None:
-    loaded = load_spec(spec("model:\n  hidden_units: {int: [1, 1000]}\n"
-                            "  hidden_layers: {int: [1, 101]}\n"))
+    loaded = load_spec(
+        spec("model:\n  hidden_units: {int: [1, 1000]}\n  hidden_layers: {int: [1, 101]}\n")
+    )
     with pytest.raises(TooManyTrials, match="101,000 trials, over the limit of 100,000"):
         expand(loaded)
 

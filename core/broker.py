@@ -1,0 +1,72 @@
+"""Broker names and the Celery configuration every process shares.
+
+The API and scheduler send tasks by name (`TASK_NAME`) with a Celery app built from
+`celery_config`; workers build theirs from the same function and register the task. The
+settings enforce the platform's delivery rules:
+
+- JSON only: a pickled message is refused (``accept_content``);
+- late acks, reject on worker loss, prefetch one: a trial whose worker dies is redelivered;
+- results off: the store is the one source of truth;
+- a durable queue, persistent messages, publisher confirms.
+
+RabbitMQ's delivery-ack timeout (``consumer_timeout``, 30 min by default) would close the
+channel of a worker still training a long trial. RabbitMQ before 3.12 cannot set it per
+queue, so it is raised server-wide in ``configs/rabbitmq.conf`` (8 days, above the largest
+``execution.time_limit``); docker-compose mounts that file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu import Exchange, Queue
+
+from core.settings import Settings
+
+TASK_NAME = "workers.run_trial"
+# Hard limit = soft limit + this grace, so a trial's own handler can record the failure.
+HARD_LIMIT_GRACE_SECONDS = 60.0
+
+
+def trial_queue(settings: Settings) -> Queue:
+    """The durable queue trials wait in."""
+    exchange = Exchange(settings.queue, type="direct", durable=True)
+    return Queue(settings.queue, exchange, routing_key=settings.queue, durable=True)
+
+
+def celery_config(settings: Settings, broker_url: str | None = None) -> dict[str, Any]:
+    """Celery settings for senders and workers alike."""
+    url = broker_url or settings.broker_url
+    if not url:
+        raise ValueError("no broker URL: set SWEEPSTACK_BROKER_URL")
+    queue = trial_queue(settings)
+    return {
+        "broker_url": url,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {"confirm_publish": True},
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "result_serializer": "json",
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_default_queue": queue.name,
+        "task_default_exchange": queue.exchange.name,
+        "task_default_routing_key": queue.routing_key,
+        "task_queues": (queue,),
+        "task_create_missing_queues": False,
+        "task_default_delivery_mode": "persistent",
+        "task_routes": {TASK_NAME: {"queue": queue.name}},
+        "worker_send_task_events": True,
+        "task_send_sent_event": False,
+        "worker_hijack_root_logger": False,
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+        "enable_utc": True,
+    }
+
+
+def time_limits(time_limit: float) -> dict[str, float]:
+    """The per-message soft and hard limits for a trial with this `execution.time_limit`."""
+    return {"soft_time_limit": time_limit, "time_limit": time_limit + HARD_LIMIT_GRACE_SECONDS}

@@ -1,0 +1,497 @@
+"""The trial lifecycle as store writes: create, claim, heartbeat, report, finish, cancel, requeue.
+
+Every transition is one ``update_one`` whose filter names the state and attempt it
+expects, so of concurrent callers exactly one changes the trial; that caller then moves
+the sweep's counts. Why this shape, and not ``find_one_and_update``, is in `core.store`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from pymongo.errors import DuplicateKeyError, PyMongoError
+
+from core.errors import InvalidQuery, InvalidTransition, NotFound
+from core.query import check_attempt, check_id, check_keys, check_seconds
+from core.records import (
+    REQUEUED_FIELDS,
+    RESERVED_TRIAL_FIELDS,
+    TrialPointLike,
+    finite_number,
+    history_entry,
+    sweep_document,
+    trial_document,
+)
+from core.spec import SweepSpec
+from core.states import FINISH_STATES, Heartbeat, TrialState
+from core.views import Views, available
+
+log = logging.getLogger(__name__)
+
+_QUEUED = TrialState.QUEUED.value
+_RUNNING = TrialState.RUNNING.value
+_FAILED = TrialState.FAILED.value
+_CANCELLED = TrialState.CANCELLED.value
+
+
+class Lifecycle(Views):
+    """The writes of the trial lifecycle (see `core.states` for the diagram)."""
+
+    insert_batch = 1000
+    _indexed: bool
+
+    def ensure_indexes(self) -> None:
+        """Create the store's indexes; `core.store.Store` defines them."""
+        raise NotImplementedError
+
+    @available
+    def create_sweep(
+        self, spec: SweepSpec, trials: Sequence[TrialPointLike], *, owner: str | None = None
+    ) -> str:
+        """Store a sweep and all its trials (queued, attempt 0); return the new sweep id.
+
+        Trials go in first, in batches, and the sweep document last: a sweep that is
+        visible is complete. If a batch fails, what was inserted is removed (best effort)
+        and the error is raised. Not idempotent: a retry makes another sweep.
+        """
+        if owner is not None and not isinstance(owner, str):
+            raise InvalidQuery("owner", f"must be a string, got {owner!r}")
+        indexes = [p.index for p in trials]
+        if len({p.id for p in trials}) != len(trials) or len(set(indexes)) != len(trials):
+            raise InvalidQuery("trials", "ids and indexes must be unique within a sweep")
+        if any(not isinstance(i, int) or i < 0 for i in indexes):
+            raise InvalidQuery("trials", "indexes must be integers >= 0")
+        if not self._indexed:
+            self.ensure_indexes()
+        sweep_id = secrets.token_hex(6)
+        now = self._clock()
+        base = spec.base_config()
+        try:
+            for start in range(0, len(trials), self.insert_batch):
+                batch = trials[start : start + self.insert_batch]
+                docs = [self._trial_doc(sweep_id, spec, base, p, now) for p in batch]
+                self._trials.insert_many(docs, ordered=False)
+            sweep = sweep_document(
+                sweep_id,
+                name=spec.name,
+                description=spec.description,
+                spec=spec.document,
+                metric=spec.objective.metric,
+                direction=spec.objective.direction,
+                owner=owner,
+                trial_count=len(trials),
+                max_index=max(indexes, default=-1),
+                now=now,
+            )
+            self._sweeps.insert_one(sweep)
+        except PyMongoError:
+            try:
+                self._trials.delete_many({"sweep_id": sweep_id})
+            except PyMongoError as exc:
+                log.warning("could not remove the trials of failed sweep %s: %s", sweep_id, exc)
+            raise
+        self._objectives[sweep_id] = (spec.objective.metric, spec.objective.direction)
+        log.info("created sweep %s (%s) with %d trials", sweep_id, spec.name, len(trials))
+        return sweep_id
+
+    @staticmethod
+    def _trial_doc(
+        sweep_id: str, spec: SweepSpec, base: dict, point: TrialPointLike, now: datetime
+    ) -> dict[str, Any]:
+        config = point.config
+        if not config:
+            config = spec.resolve(point.params, base)
+            config["training"]["seed"] = point.seed
+        return trial_document(
+            sweep_id,
+            key=point.id,
+            index=point.index,
+            params=point.params,
+            config=config,
+            seed=point.seed,
+            now=now,
+        )
+
+    @available
+    def claim(
+        self,
+        trial_id: str,
+        worker: Mapping[str, Any],
+        *,
+        stale_after: float,
+        takeover_attempt: int | None = None,
+    ) -> dict[str, Any] | None:
+        """Start a new attempt of a trial for `worker`; the trial after the claim, or None.
+
+        Claims a queued trial, or a running one whose attempt is presumed dead: its
+        heartbeat is older than `stale_after` seconds, or its attempt is `takeover_attempt`
+        (the caller knows that attempt's process is gone). The dead attempt goes into
+        ``history`` as ``lost``. None when the trial is terminal or held by a live attempt.
+        A trial of a cancelled sweep is cancelled instead of claimed (None).
+        """
+        check_id("trial_id", trial_id)
+        worker = check_keys("worker", worker)
+        stale = timedelta(seconds=check_seconds("stale_after", stale_after))
+        if takeover_attempt is not None:
+            check_attempt(takeover_attempt)
+        doc = self._trials.find_one({"_id": trial_id})
+        if doc is None:
+            raise NotFound("trial", trial_id)
+        now = self._clock()
+        if doc["state"] == _QUEUED:
+            if self._cancelled(doc["sweep_id"]):
+                self._cancel_queued(doc, now)
+                return None
+            expect = {"_id": trial_id, "state": _QUEUED, "attempt": doc["attempt"]}
+            if not self._start_attempt(expect, worker, now):
+                return None
+            self._bump(doc["sweep_id"], {_QUEUED: -1, _RUNNING: 1}, now)
+            return self._trials.find_one({"_id": trial_id})
+        if doc["state"] != _RUNNING:
+            return None
+        attempt, beat = doc["attempt"], doc.get("heartbeat_at")
+        dead = takeover_attempt is not None and takeover_attempt == attempt
+        if not dead and beat is not None and beat >= now - stale:
+            return None
+        expect = {"_id": trial_id, "state": _RUNNING, "attempt": attempt}
+        if not dead:
+            expect["heartbeat_at"] = beat  # unchanged since read: no heartbeat came in between
+        why = (
+            f"attempt {attempt} was taken over: its process is gone"
+            if dead
+            else f"no heartbeat since {beat.isoformat() if beat else 'the start'}"
+        )
+        lost = history_entry(doc, "lost", now, why)
+        if doc.get("stop_requested") or self._cancelled(doc["sweep_id"]):
+            ended = self._trials.update_one(
+                expect,
+                {
+                    "$set": {"state": _CANCELLED, "finished_at": now, "updated_at": now},
+                    "$push": {"history": lost},
+                },
+            )
+            if ended.modified_count:
+                self._bump(doc["sweep_id"], {_RUNNING: -1, _CANCELLED: 1}, now)
+            return None
+        if not self._start_attempt(expect, worker, now, lost=lost):
+            return None
+        log.info("trial %s: attempt %d lost (%s); taken over", trial_id, attempt, why)
+        return self._trials.find_one({"_id": trial_id})
+
+    def _start_attempt(
+        self,
+        expect: dict[str, Any],
+        worker: dict[str, Any],
+        now: datetime,
+        lost: dict[str, Any] | None = None,
+    ) -> bool:
+        update: dict[str, Any] = {
+            "$set": {
+                "state": _RUNNING,
+                "worker": worker,
+                "started_at": now,
+                "heartbeat_at": now,
+                "updated_at": now,
+                "progress": None,
+            },
+            "$inc": {"attempt": 1},
+        }
+        if lost is not None:
+            update["$push"] = {"history": lost}
+        return self._trials.update_one(expect, update).modified_count == 1
+
+    def _cancel_queued(self, doc: Mapping[str, Any], now: datetime) -> None:
+        done = self._trials.update_one(
+            {"_id": doc["_id"], "state": _QUEUED, "attempt": doc["attempt"]},
+            {"$set": {"state": _CANCELLED, "finished_at": now, "updated_at": now}},
+        )
+        if done.modified_count:
+            self._bump(doc["sweep_id"], {_QUEUED: -1, _CANCELLED: 1}, now)
+
+    @available
+    def heartbeat(self, trial_id: str, attempt: int) -> Heartbeat:
+        """Record that `attempt` is alive; say whether it should go on (see `Heartbeat`).
+
+        ``ok``: it holds the claim. ``stop``: it holds the claim but its sweep was
+        cancelled. ``lost``: it no longer holds the claim (requeued or taken over).
+        Raises `NotFound` for an unknown trial.
+        """
+        check_id("trial_id", trial_id)
+        check_attempt(attempt)
+        now = self._clock()
+        beat = {"$set": {"heartbeat_at": now, "updated_at": now}}
+        holder = {"_id": trial_id, "state": _RUNNING, "attempt": attempt}
+        if self._trials.update_one({**holder, "stop_requested": False}, beat).matched_count:
+            return Heartbeat.OK
+        if self._trials.update_one({**holder, "stop_requested": True}, beat).matched_count:
+            return Heartbeat.STOP
+        if self._trials.find_one({"_id": trial_id}, {"_id": 1}) is None:
+            raise NotFound("trial", trial_id)
+        return Heartbeat.LOST
+
+    @available
+    def report(self, trial_id: str, attempt: int, epoch: int, metrics: Mapping[str, Any]) -> None:
+        """Store one epoch's metrics of an attempt; the same (attempt, epoch) again is a no-op.
+
+        The first report of an (attempt, epoch) is kept, never overwritten. The trial's
+        ``progress`` shows the latest report while the attempt holds the claim.
+        """
+        check_id("trial_id", trial_id)
+        check_attempt(attempt)
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise InvalidQuery("epoch", f"must be an integer >= 0, got {epoch!r}")
+        metrics = check_keys("metrics", metrics)
+        now = self._clock()
+        shown = self._trials.update_one(
+            {"_id": trial_id, "state": _RUNNING, "attempt": attempt},
+            {"$set": {"progress": {"epoch": epoch, "metrics": metrics}, "updated_at": now}},
+        )
+        if shown.matched_count:
+            sweep_id = trial_id.partition("-")[0]
+        else:
+            doc = self._trials.find_one({"_id": trial_id}, {"sweep_id": 1, "attempt": 1})
+            if doc is None:
+                raise NotFound("trial", trial_id)
+            if attempt > doc["attempt"]:
+                raise InvalidQuery(
+                    "attempt", f"trial {trial_id} has had {doc['attempt']} attempts, got {attempt}"
+                )
+            sweep_id = doc["sweep_id"]
+        # A concurrent identical report may insert the row first; one row it is.
+        with contextlib.suppress(DuplicateKeyError):
+            self._metrics.update_one(
+                {"trial_id": trial_id, "attempt": attempt, "epoch": epoch},
+                {"$setOnInsert": {"sweep_id": sweep_id, "metrics": metrics, "reported_at": now}},
+                upsert=True,
+            )
+
+    @available
+    def finish(
+        self,
+        trial_id: str,
+        attempt: int,
+        state: TrialState | str,
+        *,
+        result: Mapping[str, Any] | None = None,
+        error: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """End the running `attempt` in `state`; True if this call did, False if a no-op.
+
+        Only the attempt that holds the claim can finish, once: a second finish, or one by
+        an attempt that lost the claim, changes nothing and returns False. `state` is
+        complete, failed or pruned (`InvalidTransition` otherwise); cancelled is accepted
+        from an attempt whose sweep asked it to stop. `result` holds the final metrics; its
+        ``objective`` (or else the sweep's objective metric) is also stored at top level.
+        `extra` fields (param_count, train_seconds, device, dtype, versions, ...) are stored
+        at top level and may not name a lifecycle field.
+        """
+        check_id("trial_id", trial_id)
+        check_attempt(attempt)
+        target = self._finish_state(state)
+        result = check_keys("result", result) if result is not None else None
+        extra = check_keys("extra", extra) if extra is not None else {}
+        reserved = sorted(set(extra) & RESERVED_TRIAL_FIELDS)
+        if reserved:
+            raise InvalidQuery(f"extra.{reserved[0]}", "is a lifecycle field that finish sets")
+        if error is not None and not isinstance(error, str):
+            raise InvalidQuery("error", f"must be a string, got {error!r}")
+        doc = self._trials.find_one({"_id": trial_id})
+        if doc is None:
+            raise NotFound("trial", trial_id)
+        if doc["state"] != _RUNNING or doc["attempt"] != attempt:
+            log.info("trial %s: finish by attempt %d ignored (%s)", trial_id, attempt, doc["state"])
+            return False
+        if target == _CANCELLED and not doc.get("stop_requested"):
+            raise InvalidTransition(
+                _RUNNING,
+                _CANCELLED,
+                "only an attempt whose sweep was cancelled may finish cancelled; "
+                "use complete, failed or pruned",
+            )
+        now = self._clock()
+        fields = {
+            **extra,
+            "state": target,
+            "finished_at": now,
+            "updated_at": now,
+            "result": result,
+            "objective": self._objective_of(doc["sweep_id"], result),
+            "error": error,
+        }
+        done = self._trials.update_one(
+            {"_id": trial_id, "state": _RUNNING, "attempt": attempt},
+            {"$set": fields, "$push": {"history": history_entry(doc, target, now, error)}},
+        )
+        if not done.modified_count:
+            return False
+        self._bump(doc["sweep_id"], {_RUNNING: -1, target: 1}, now)
+        return True
+
+    @staticmethod
+    def _finish_state(state: Any) -> str:
+        value = getattr(state, "value", state)
+        names = ", ".join(sorted(s.value for s in FINISH_STATES))
+        if value not in {s.value for s in TrialState}:
+            raise InvalidTransition(
+                _RUNNING, str(value), f"not a trial state; finish accepts {names}"
+            )
+        if value not in {s.value for s in FINISH_STATES} | {_CANCELLED}:
+            raise InvalidTransition(_RUNNING, value, f"not a finish; finish accepts {names}")
+        return value
+
+    @available
+    def cancel_sweep(self, sweep_id: str) -> dict[str, int]:
+        """Cancel a sweep: queued trials become cancelled, running ones are asked to stop.
+
+        Returns ``{"cancelled": n, "stopping": m}`` for what this call changed. From now
+        on a claim or requeue of one of its trials cancels it instead.
+        """
+        self._sweep(sweep_id)
+        now = self._clock()
+        # The flag goes first, so a claim that reads it after this point cancels instead.
+        self._sweeps.update_one(
+            {"_id": sweep_id, "cancelled_at": None},
+            {"$set": {"cancelled_at": now, "updated_at": now}},
+        )
+        self._objectives.pop(sweep_id, None)
+        ended = self._trials.update_many(
+            {"state": _QUEUED, "sweep_id": sweep_id},
+            {"$set": {"state": _CANCELLED, "finished_at": now, "updated_at": now}},
+        )
+        n = ended.modified_count
+        self._bump(sweep_id, {_QUEUED: -n, _CANCELLED: n}, now)
+        stopping = self._trials.update_many(
+            {"state": _RUNNING, "sweep_id": sweep_id, "stop_requested": False},
+            {"$set": {"stop_requested": True, "updated_at": now}},
+        )
+        return {"cancelled": ended.modified_count, "stopping": stopping.modified_count}
+
+    @available
+    def requeue_stale(self, stale_after: float, sweep_id: str | None = None) -> list[str]:
+        """Send running trials whose heartbeat is older than `stale_after` s back to the queue.
+
+        The lost attempt goes into history; the next claim is attempt + 1. Returns the ids
+        this call requeued (each by exactly one of any concurrent callers), so the caller
+        can publish them again. A trial whose sweep was cancelled is cancelled instead and
+        is not returned.
+        """
+        stale = timedelta(seconds=check_seconds("stale_after", stale_after))
+        now = self._clock()
+        query: dict[str, Any] = {"state": _RUNNING}
+        if sweep_id is not None:
+            query["sweep_id"] = check_id("sweep_id", sweep_id)
+        query["heartbeat_at"] = {"$lt": now - stale}
+        fields = {"sweep_id": 1, "attempt": 1, "heartbeat_at": 1, "stop_requested": 1}
+        candidates = list(self._trials.find(query, {**fields, "worker": 1, "started_at": 1}))
+        requeued: list[str] = []
+        moves: dict[str, Counter[str]] = {}
+        try:
+            for doc in candidates:
+                beat = doc["heartbeat_at"]
+                lost = history_entry(doc, "lost", now, f"no heartbeat since {beat.isoformat()}")
+                cancel = doc.get("stop_requested") or self._cancelled(doc["sweep_id"])
+                if cancel:
+                    change = {"state": _CANCELLED, "finished_at": now, "updated_at": now}
+                else:
+                    change = {**REQUEUED_FIELDS, "queued_at": now, "updated_at": now}
+                moved = self._trials.update_one(
+                    {
+                        "_id": doc["_id"],
+                        "state": _RUNNING,
+                        "attempt": doc["attempt"],
+                        "heartbeat_at": beat,
+                    },
+                    {"$set": change, "$push": {"history": lost}},
+                )
+                if moved.modified_count:
+                    to = _CANCELLED if cancel else _QUEUED
+                    moves.setdefault(doc["sweep_id"], Counter()).update({_RUNNING: -1, to: 1})
+                    if not cancel:
+                        requeued.append(doc["_id"])
+        finally:
+            for sid, move in moves.items():
+                self._bump(sid, move, now)
+        if requeued:
+            log.info("requeued %d stale trials", len(requeued))
+        return requeued
+
+    @available
+    def retry_failed(self, sweep_id: str) -> list[str]:
+        """Queue a sweep's failed trials again; their failed attempts stay in history.
+
+        Returns the ids this call queued. `InvalidTransition` if the sweep is cancelled.
+        """
+        sweep = self._sweep(sweep_id)
+        if sweep.get("cancelled_at") is not None:
+            raise InvalidTransition(_FAILED, _QUEUED, f"sweep {sweep_id} is cancelled")
+        now = self._clock()
+        failed = list(self._trials.find({"state": _FAILED, "sweep_id": sweep_id}, {"attempt": 1}))
+        queued: list[str] = []
+        try:
+            for doc in failed:
+                moved = self._trials.update_one(
+                    {"_id": doc["_id"], "state": _FAILED, "attempt": doc["attempt"]},
+                    {
+                        "$set": {
+                            **REQUEUED_FIELDS,
+                            "stop_requested": False,
+                            "queued_at": now,
+                            "updated_at": now,
+                        }
+                    },
+                )
+                if moved.modified_count:
+                    queued.append(doc["_id"])
+        finally:
+            self._bump(sweep_id, {_FAILED: -len(queued), _QUEUED: len(queued)}, now)
+        return queued
+
+    @available
+    def delete_sweep(self, sweep_id: str, *, owner: str | None = None) -> dict[str, int]:
+        """Remove a sweep, its trials and their metrics; how many trials and metric rows went.
+
+        Refused with `InvalidTransition` while any trial is queued or running: a queued
+        trial still has a message on the broker, so cancel the sweep first and wait for its
+        running trials to stop. The trials themselves are checked, not the counters. The
+        sweep document goes first, so it is invisible (`NotFound`) while the rest goes.
+        `NotFound` if missing or not `owner`'s.
+        """
+        self._sweep(sweep_id, owner)
+        active = {
+            state: self._trials.find_one({"state": state, "sweep_id": sweep_id}, {"_id": 1})
+            for state in (_QUEUED, _RUNNING)
+        }
+        if any(active.values()):
+            counts = self.counts(sweep_id)
+            raise InvalidTransition(
+                "active",
+                "deleted",
+                f"sweep {sweep_id} has {counts[_QUEUED]} queued and {counts[_RUNNING]} "
+                "running trials; cancel it and wait for the running ones to stop",
+            )
+        self._sweeps.delete_one({"_id": sweep_id})
+        self._objectives.pop(sweep_id, None)
+        trials = self._trials.delete_many({"sweep_id": sweep_id}).deleted_count
+        metrics = self._metrics.delete_many({"sweep_id": sweep_id}).deleted_count
+        log.info("deleted sweep %s: %d trials, %d metric rows", sweep_id, trials, metrics)
+        return {"trials": trials, "metrics": metrics}
+
+    def _bump(self, sweep_id: str, moves: Mapping[str, int], now: datetime) -> None:
+        inc: dict[str, int] = {f"counts.{state}": n for state, n in moves.items() if n}
+        if inc:
+            inc["counts_rev"] = 1
+            self._sweeps.update_one({"_id": sweep_id}, {"$inc": inc, "$set": {"updated_at": now}})
+
+    def _objective_of(self, sweep_id: str, result: Mapping[str, Any] | None) -> float | None:
+        if not result:
+            return None
+        if "objective" in result:
+            return finite_number(result["objective"])
+        return finite_number(result.get(self._objective(sweep_id)[0]))

@@ -1,0 +1,62 @@
+"""The trial lifecycle: states, which of them are final, and what a heartbeat answers.
+
+```
+queued ──claim──► running ──finish──► complete | failed | pruned
+   ▲                 │  ▲                          │
+   │   requeue_stale │  └─ claim takes over a      │ retry_failed (failed only)
+   └─────────────────┘     stale or dead attempt   │
+   ▲                                               │
+   └───────────────────────────────────────────────┘
+queued ──cancel_sweep──► cancelled      running ──(stop requested)──► cancelled
+```
+
+States are lowercase strings in JSON and in the store; `TrialState` is a `StrEnum`, so a
+state compares equal to its value (``TrialState.QUEUED == "queued"``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TrialState(StrEnum):
+    """Where a trial is in its lifecycle."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETE = "complete"
+    FAILED = "failed"
+    PRUNED = "pruned"
+    CANCELLED = "cancelled"
+
+
+#: A trial in one of these states stays there until an explicit retry (failed only).
+TERMINAL_STATES = frozenset(
+    {TrialState.COMPLETE, TrialState.FAILED, TrialState.PRUNED, TrialState.CANCELLED}
+)
+
+#: The states a worker may finish an attempt in. `cancelled` is accepted as well, but only
+#: from an attempt whose sweep asked it to stop (see `Store.finish`).
+FINISH_STATES = frozenset({TrialState.COMPLETE, TrialState.FAILED, TrialState.PRUNED})
+
+#: Every state, in lifecycle order: the keys of every `counts` mapping.
+ALL_STATES = tuple(TrialState)
+
+
+class Heartbeat(StrEnum):
+    """What `Store.heartbeat` answers an attempt.
+
+    ``ok``: the attempt holds the claim; go on. ``stop``: it still holds the claim, but its
+    sweep was cancelled; stop and finish (``cancelled`` is accepted). ``lost``: another
+    attempt took the trial over or it was requeued; stop and do not finish (a finish would
+    be a no-op).
+
+    Truthy only for ``ok``, so ``if not store.heartbeat(...)`` means "stop training".
+    """
+
+    OK = "ok"
+    STOP = "stop"
+    LOST = "lost"
+
+    def __bool__(self) -> bool:
+        return self is Heartbeat.OK

@@ -1,0 +1,162 @@
+"""The result store: sweeps, trials and per-epoch metrics in MongoDB; the only pymongo user.
+
+`Store` is the platform's one source of truth (DESIGN.md). It is thread-safe (one pymongo
+client, shared), must be created after a fork (pymongo clients are not fork-safe), and turns
+every connection failure into `StoreUnavailable`, which callers retry. Its writes are in
+`core.lifecycle`, its reads in `core.views`, the document shapes in `core.records`, and
+the checking of user input and the paging order in `core.query`.
+
+Collections, their indexes (created idempotently by `ensure_indexes`), and what they serve:
+
+- ``trials``
+    - ``{sweep_id: 1, index: 1}``: trial pages in index order (windows of index values,
+      see below), the trials of a page fetched by ``index $in``. Not unique: that costs
+      SecantusDB ~13% of the bulk-insert rate, and ``create_sweep`` already refuses
+      repeated indexes and point ids (a trial's ``_id`` is its sweep and point id).
+    - ``{state: 1, sweep_id: 1, index: 1}``: counts and pages of one state, ``best``
+      (complete trials), ``retry_failed`` (failed), ``cancel_sweep`` (queued, running),
+      ``requeue_stale`` (every running trial of every sweep: few).
+    - ``{sweep_id: 1, updated_at: 1}``: ``changed_since`` and ``finished_per_minute``.
+    - Claims, heartbeats, reports and finishes address one trial by ``_id``.
+- ``metrics``: ``{trial_id: 1, attempt: 1, epoch: 1}`` unique: one row per epoch of an
+  attempt (a repeated report is an upsert that changes nothing), a trial's curve in order.
+- ``sweeps``: ``{owner: 1, created_at: -1}`` and ``{created_at: -1}``: ``list_sweeps``.
+
+Lifecycle writes are atomic per document: each is an ``update_one`` whose filter names the
+state (and attempt) it expects, so of any number of concurrent callers exactly one sees
+``modified_count == 1``; the document is then read with ``find_one``. (Not
+``find_one_and_update``: SecantusDB 0.7 runs it in time proportional to the collection,
+~0.75 s per call on 50,000 trials, against ~2 ms for ``update_one`` by ``_id``.)
+
+Counts by state live on the sweep document and move with every transition, by the one
+caller that made it (``$inc``), because SecantusDB counts by reading every matching
+document (~3 s for 50,000 trials). The trial write and the counter write are two writes: a
+process killed between them, or a connection lost after the first, leaves the counters one
+off; `recount` recomputes them exactly.
+
+Queries are shaped for SecantusDB's planner, which uses a compound index only when the
+filter's equality fields are exactly an index prefix (then at most one range field), else
+narrows by the first clause of the filter that some index serves (so ``_id`` leads every
+single-trial filter), and reads, sorts and then limits every candidate document (~60 µs
+each) without pushing a limit into the index. Every secondary index also slows inserts:
+50,000 trials take ~8 s with none, ~28 s with these three. So:
+
+- pages in index order (the default) ask for windows of index values
+  (``{state, sweep_id, index: {$gt: a, $lte: b}}``), sized from the counts, and filter
+  parameters in Python: a page costs about its own size;
+- pages sorted by anything else read (index, sort value) of every candidate with a
+  projection, order them in Python (`core.query.sort_key`, MongoDB's cross-type order),
+  and fetch the page by ``index $in``: a page costs ~70 µs per trial in the filtered
+  states (in the whole sweep when parameters are filtered too), as a server sort would.
+
+Times come from the clock of the process that writes (UTC, to the millisecond): hosts
+should keep their clocks in step. ``changed_since`` repeats changes younger than
+`change_lag` seconds, so a write that lands late or from a host whose clock lags is still
+delivered (at least once).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pymongo
+from bson.codec_options import CodecOptions
+from pymongo import IndexModel
+from pymongo.errors import ConfigurationError
+
+from core.errors import ConfigError
+from core.lifecycle import Lifecycle
+from core.query import check_seconds
+from core.records import TrialPointLike, utcnow
+from core.views import available
+
+__all__ = ["INDEXES", "Store", "TrialPointLike"]
+
+INDEXES: dict[str, list[IndexModel]] = {
+    "trials": [
+        IndexModel([("sweep_id", 1), ("index", 1)], name="sweep_index"),
+        IndexModel([("state", 1), ("sweep_id", 1), ("index", 1)], name="state_sweep_index"),
+        IndexModel([("sweep_id", 1), ("updated_at", 1)], name="sweep_updated"),
+    ],
+    "metrics": [
+        IndexModel(
+            [("trial_id", 1), ("attempt", 1), ("epoch", 1)],
+            name="trial_attempt_epoch",
+            unique=True,
+        ),
+    ],
+    "sweeps": [
+        IndexModel([("owner", 1), ("created_at", -1)], name="owner_created"),
+        IndexModel([("created_at", -1)], name="created"),
+    ],
+}
+
+
+class Store(Lifecycle):
+    """Sweeps, trials and metrics in one MongoDB database (see the module docstring).
+
+    `clock` returns the current UTC time (tests pass a fake one); `change_lag` is how many
+    seconds of changes `changed_since` repeats. `insert_batch` trials go in one insert.
+    """
+
+    def __init__(
+        self,
+        client: pymongo.MongoClient,
+        db_name: str = "sweepstack",
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        change_lag: float = 2.0,
+    ) -> None:
+        self.client = client
+        self.db = client.get_database(
+            db_name, codec_options=CodecOptions(tz_aware=True, tzinfo=UTC)
+        )
+        self._sweeps = self.db["sweeps"]
+        self._trials = self.db["trials"]
+        self._metrics = self.db["metrics"]
+        self._clock = clock
+        self.change_lag = timedelta(seconds=check_seconds("change_lag", change_lag))
+        self._objectives = {}
+        self._indexed = False
+
+    @classmethod
+    def connect(
+        cls, url: str, db_name: str = "sweepstack", *, timeout_ms: int = 5000, **kwargs: Any
+    ) -> Store:
+        """A store on a new client for `url`; nothing is sent until the first call.
+
+        A malformed URL raises `ConfigError`; an unreachable server raises
+        `StoreUnavailable` from the first call, after `timeout_ms`. `kwargs` go to `Store`.
+        """
+        try:
+            client: pymongo.MongoClient = pymongo.MongoClient(
+                url,
+                serverSelectionTimeoutMS=timeout_ms,
+                connectTimeoutMS=timeout_ms,
+                appname="sweepstack",
+                tz_aware=True,
+            )
+        except (ConfigurationError, ValueError, TypeError) as exc:
+            raise ConfigError(f"store URL is not a MongoDB URL: {exc}") from exc
+        return cls(client, db_name, **kwargs)
+
+    @available
+    def ensure_indexes(self) -> None:
+        """Create the indexes the module docstring lists; a no-op when they exist."""
+        for name, models in INDEXES.items():
+            self.db[name].create_indexes(models)
+        self._indexed = True
+
+    def close(self) -> None:
+        """Close the client's connections."""
+        self.client.close()
+
+    @available
+    def ping(self) -> float:
+        """Seconds for one round trip to the server; `StoreUnavailable` if there is none."""
+        start = time.perf_counter()
+        self.db.command("ping")
+        return time.perf_counter() - start

@@ -1,0 +1,249 @@
+"""Send trials to the broker by task name, without importing the workers (or torch).
+
+Messages carry a trial id and nothing else; the store holds the rest. Each message gets the
+trial's soft and hard time limits, so the worker enforces `execution.time_limit`.
+
+Publishing speed: Celery's ``send_task`` with publisher confirms waits for the broker's
+ack after every message (~3 ms each: 150 s for 50,000 trials). On RabbitMQ (py-amqp),
+`enqueue` instead builds each Celery protocol-2 message from a template made once by
+``app.amqp.create_task_message`` (so headers and body are exactly what ``send_task``
+sends), publishes them on one confirm-mode channel, and waits for the broker's acks in
+windows: the call still returns only once the broker has every message, and raises if it
+refused (nacked) any. Other transports (the embedded broker) take the ``send_task`` path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+import types
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import amqp
+from amqp import spec
+from amqp.method_framing import frame_writer
+from amqp.serialization import dumps
+from celery import Celery
+from kombu import Connection
+from kombu.exceptions import OperationalError
+
+from core.broker import TASK_NAME, celery_config, time_limits
+from core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Messages published before waiting for the broker to confirm the oldest of them.
+CONFIRM_WINDOW = 5000
+#: Seconds to wait for a confirm before giving up on the broker.
+CONFIRM_TIMEOUT = 30.0
+#: Bytes of frames gathered before one socket write.
+WRITE_BYTES = 256 * 1024
+
+
+def sender_app(settings: Settings, broker_url: str | None = None) -> Celery:
+    """A Celery app that only sends: the same config as the workers, no tasks registered."""
+    app = Celery("sweepstack-sender", set_as_current=False)
+    app.conf.update(celery_config(settings, broker_url))
+    return app
+
+
+def enqueue(app: Celery, trials: Iterable[tuple[str, float]]) -> int:
+    """Publish one `workers.run_trial` message per (trial id, time limit); return the count.
+
+    Returns once the broker has confirmed every message; raises `OperationalError` if it
+    refused any, or a connection error if it went away (some messages may then be queued).
+    """
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=3)
+        if isinstance(conn.connection, amqp.Connection):
+            count = _publish_confirmed(app, conn, trials)
+        else:
+            count = _send_each(app, conn, trials)
+    log.info("enqueued %d trials", count)
+    return count
+
+
+def _send_each(app: Celery, conn: Connection, trials: Iterable[tuple[str, float]]) -> int:
+    """The plain path: ``send_task`` per message, on one producer."""
+    count = 0
+    with app.producer_pool.acquire(block=True) as producer:
+        for trial_id, limit in trials:
+            app.send_task(TASK_NAME, args=[trial_id], producer=producer, **time_limits(limit))
+            count += 1
+    return count
+
+
+class _Confirms:
+    """The broker's publisher confirms on one channel: how many of the first messages are in.
+
+    Delivery tags count messages from 1; an ack with `multiple` confirms every tag up to it.
+    """
+
+    def __init__(self) -> None:
+        self.upto = 0
+        self.nacked = 0
+        self._singles: set[int] = set()
+
+    def ack(self, tag: int, multiple: bool) -> None:
+        if multiple:
+            self.upto = max(self.upto, tag)
+        else:
+            self._singles.add(tag)
+        while self.upto + 1 in self._singles:
+            self.upto += 1
+        self._singles = {t for t in self._singles if t > self.upto}
+
+    def nack(self, tag: int, multiple: bool) -> None:
+        self.nacked += max(tag - self.upto, 1) if multiple else 1
+        self.ack(tag, multiple)
+
+
+class _Messages:
+    """Celery protocol-2 messages for `workers.run_trial`, from one template per time limit.
+
+    `frames` gives a message's AMQP frames as bytes without serializing it: py-amqp
+    serializes a template once per (time limit, trial id length), with placeholders of the
+    same lengths as a task id and the trial id, and each message is the template's bytes
+    with the placeholders replaced (every length prefix stays right). Trial ids with
+    characters that JSON or ``repr`` would escape get None, and go through `build`.
+    """
+
+    _TASK = "00000000-0000-4000-8000-7e7e7e7e7e7e"  # a uuid's length, never a uuid4's value
+    _SAFE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+
+    def __init__(self, app: Celery, channel_id: int, frame_max: int, routing_key: str) -> None:
+        self.app = app
+        self.reply_to = app.thread_oid
+        self.channel_id = channel_id
+        self.frame_max = frame_max
+        self.routing_key = routing_key
+        self._templates: dict[float, tuple[dict[str, Any], str]] = {}
+        self._frames: dict[tuple[float, int], list[bytes] | None] = {}
+
+    def _template(self, limit: float) -> tuple[dict[str, Any], str]:
+        if limit not in self._templates:
+            headers, _properties, body, _event = self.app.amqp.create_task_message(
+                "", TASK_NAME, ["-"], {}, ignore_result=True, **time_limits(limit)
+            )
+            _args, kwargs, embed = body
+            self._templates[limit] = (headers, json.dumps([kwargs, embed])[1:])
+        return self._templates[limit]
+
+    def build(self, trial_id: str, limit: float, task_id: str | None = None) -> amqp.Message:
+        """The message for one trial, as ``send_task`` would send it."""
+        headers, suffix = self._template(limit)
+        task_id = task_id or str(uuid.uuid4())
+        return amqp.Message(
+            f"[{json.dumps([trial_id])}, {suffix}".encode(),
+            content_type="application/json",
+            content_encoding="utf-8",
+            application_headers=dict(
+                headers, id=task_id, root_id=task_id, argsrepr=repr([trial_id])
+            ),
+            delivery_mode=2,
+            priority=0,
+            correlation_id=task_id,
+            reply_to=self.reply_to,
+        )
+
+    def frames(self, trial_id: str, limit: float) -> bytes | None:
+        """The wire bytes publishing the trial's message, or None (use `build`)."""
+        if not self._SAFE.match(trial_id):
+            return None
+        key = (limit, len(trial_id))
+        if key not in self._frames:
+            self._frames[key] = self._split(limit, len(trial_id))
+        template = self._frames[key]
+        if template is None:
+            return None
+        segments, slots = template
+        values = {"task": str(uuid.uuid4()).encode(), "trial": trial_id.encode()}
+        out = [segments[0]]
+        for slot, segment in zip(slots, segments[1:], strict=True):
+            out.append(values[slot])
+            out.append(segment)
+        return b"".join(out)
+
+    def _split(self, limit: float, length: int) -> tuple[list[bytes], list[str]] | None:
+        """The template's bytes cut at each placeholder, and which value goes in each cut."""
+        marks = {self._TASK.encode(): "task", ("~" * length).encode(): "trial"}
+        captured: list[bytes] = []
+        shim = types.SimpleNamespace(frame_max=self.frame_max, bytes_sent=0)
+        sink = types.SimpleNamespace(write=lambda data: captured.append(bytes(data)))
+        message = self.build("~" * length, limit, self._TASK)
+        args = dumps("Bssbb", (0, "", self.routing_key, False, False))
+        frame_writer(shim, sink)(1, self.channel_id, spec.Basic.Publish, args, message)
+        raw = b"".join(captured)
+        found = re.compile(b"|".join(re.escape(m) for m in marks)).finditer(raw)
+        segments, slots, last = [], [], 0
+        for match in found:
+            segments.append(raw[last : match.start()])
+            slots.append(marks[match.group()])
+            last = match.end()
+        segments.append(raw[last:])
+        if sorted(slots) != ["task"] * 3 + ["trial"] * 2:
+            return None  # a placeholder also occurs elsewhere: never guess
+        return segments, slots
+
+
+def _publish_confirmed(app: Celery, conn: Connection, trials: Iterable[tuple[str, float]]) -> int:
+    queue = app.amqp.queues[app.conf.task_default_queue]
+    channel = conn.channel()
+    try:
+        queue(channel).declare()
+        confirms = _Confirms()
+        channel.events["basic_ack"].add(confirms.ack)
+        channel.events["basic_nack"].add(confirms.nack)
+        channel.confirm_select()
+        transport = conn.connection.transport
+        messages = _Messages(app, channel.channel_id, conn.connection.frame_max, queue.name)
+        buffer = bytearray()
+        sent = 0
+        for trial_id, limit in trials:
+            frames = messages.frames(trial_id, limit)
+            if frames is not None:
+                buffer += frames
+            else:
+                transport.write(bytes(buffer))
+                buffer.clear()
+                # The class's publish, not the instance's: with confirm_publish on, the
+                # instance's waits for a confirm after every message.
+                amqp.Channel.basic_publish(
+                    channel, messages.build(trial_id, limit), exchange="", routing_key=queue.name
+                )
+            sent += 1
+            if len(buffer) >= WRITE_BYTES or sent - confirms.upto >= CONFIRM_WINDOW:
+                transport.write(bytes(buffer))
+                buffer.clear()
+                if sent - confirms.upto >= CONFIRM_WINDOW:
+                    _wait_confirms(conn, confirms, sent - CONFIRM_WINDOW // 2)
+        transport.write(bytes(buffer))
+        _wait_confirms(conn, confirms, sent)
+    finally:
+        try:
+            channel.close()
+        except Exception as exc:  # the connection may be gone already; report the first error
+            log.warning("closing the publishing channel failed: %s", exc)
+    if confirms.nacked:
+        raise OperationalError(f"the broker refused {confirms.nacked} of {sent} messages")
+    return sent
+
+
+def _wait_confirms(conn: Connection, confirms: _Confirms, upto: int) -> None:
+    """Read the broker's confirms until message `upto` is confirmed."""
+    deadline = time.monotonic() + CONFIRM_TIMEOUT
+    while confirms.upto < upto:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise OperationalError(
+                f"the broker confirmed {confirms.upto} of {upto} messages "
+                f"in {CONFIRM_TIMEOUT:.0f} s"
+            )
+        try:
+            conn.drain_events(timeout=min(left, 1.0))
+        except TimeoutError:
+            continue

@@ -1,0 +1,64 @@
+"""Submit a sweep: expand it, store it with all its trials, and enqueue them.
+
+Also the stale-heartbeat requeue: a trial `running` whose worker stopped beating (its host
+died, or its network) goes back to `queued` with attempt + 1 and a new message. The
+`sweepstack scheduler` loop runs it; a trial whose worker process died on a host that still
+runs a worker is taken over sooner, when its redelivered message arrives (`workers.runner`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from celery import Celery
+
+from core.config import ExecutionConfig
+from core.spec import SweepSpec
+from core.store import Store
+from scheduler.enqueue import enqueue
+from scheduler.expand import expand
+
+log = logging.getLogger(__name__)
+DEFAULT_TIME_LIMIT: float = ExecutionConfig.model_fields["time_limit"].default
+
+
+def _time_limit(config: dict) -> float:
+    return float(config.get("execution", {}).get("time_limit", DEFAULT_TIME_LIMIT))
+
+
+def submit_sweep(
+    spec: SweepSpec, store: Store, app: Celery, owner: str | None = None
+) -> tuple[str, int]:
+    """Store the sweep and its trials, then enqueue every trial; return (sweep id, count).
+
+    If the broker refuses part way, the sweep's queued trials are cancelled and the error is
+    raised: a sweep is accepted whole or not at all.
+    """
+    trials = expand(spec, with_config=True)
+    sweep_id = store.create_sweep(spec, trials, owner=owner)
+    try:
+        enqueue(app, ((f"{sweep_id}-{t.id}", _time_limit(t.config)) for t in trials))
+    except Exception:
+        log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
+        store.cancel_sweep(sweep_id)
+        raise
+    return sweep_id, len(trials)
+
+
+def enqueue_ids(store: Store, app: Celery, trial_ids: Iterable[str]) -> int:
+    """Enqueue trials already in the store (requeued or retried), with their time limits."""
+    pairs = []
+    for trial_id in trial_ids:
+        doc = store.get_trial(trial_id, with_metrics=False)
+        pairs.append((trial_id, _time_limit(doc.get("config", {}))))
+    return enqueue(app, pairs) if pairs else 0
+
+
+def requeue_stale(store: Store, app: Celery, stale_after: float) -> list[str]:
+    """Requeue running trials whose heartbeat is older than `stale_after`, and enqueue them."""
+    ids = store.requeue_stale(stale_after)
+    if ids:
+        log.warning("requeued %d stale trials", len(ids))
+        enqueue_ids(store, app, ids)
+    return ids

@@ -1,0 +1,212 @@
+"""Workers on real RabbitMQ, a real MongoDB wire-protocol server and real Celery processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from kombu import Connection
+
+from core.broker import TASK_NAME
+from tests.integration.stack import ROOT, Stack, wait_for
+
+pytestmark = pytest.mark.integration
+
+QUICKSTART = (ROOT / "configs" / "quickstart.yaml").read_text()
+
+
+def spec(name: str, body: str) -> str:
+    return (
+        f"name: {name}-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"
+        f"execution: {{device: cpu}}\nobjective: {{metric: val_accuracy, direction: max}}\n{body}"
+    )
+
+
+def test_quickstart_sweep_completes_with_metrics_via_cli(stack: Stack) -> None:
+    stack.start_worker(concurrency=2)
+    cli = [sys.executable, "-m", "scheduler.cli"]
+    out = subprocess.run(
+        [*cli, "submit", str(ROOT / "configs" / "quickstart.yaml"), "--json"],
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    submitted = json.loads(out.stdout)
+    assert submitted["trials"] == 12
+    sweep_id = submitted["sweep_id"]
+    counts = stack.wait_finished(sweep_id, timeout=240)
+    assert counts["complete"] == 12, stack.logs()
+    out = subprocess.run(
+        [*cli, "status", sweep_id, "--json"],
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    status = json.loads(out.stdout)
+    assert status["counts"]["complete"] == 12
+    assert status["best"]["result"]["objective"] > 0.8
+    trials, _ = stack.store.trials(sweep_id, limit=100)
+    for doc in trials:
+        full = stack.store.get_trial(doc["_id"])
+        epochs = [m["epoch"] for m in full["metrics"]]
+        assert epochs == list(range(1, 9)) or epochs == list(range(8)), epochs
+        assert full["param_count"] > 0 and full["train_seconds"] > 0
+        assert full["versions"]["torch"].startswith("2.13.0")
+        assert full["dtype"] == "float32" and full["device"] == "cpu"
+
+
+def test_diverging_trial_fails_with_reason_and_others_complete(stack: Stack) -> None:
+    stack.start_worker()
+    sweep_id, _ = stack.submit(
+        f"name: diverge-{uuid.uuid4().hex[:6]}\ndataset: {{name: synthetic_regression}}\n"
+        "execution: {device: cpu}\nobjective: {metric: val_rmse, direction: min}\n"
+        "training:\n  optimizer: sgd\n  lr: [0.01, 50.0]\n  epochs: 3\n"
+    )
+    counts = stack.wait_finished(sweep_id, timeout=120)
+    assert (counts["complete"], counts["failed"]) == (1, 1), stack.logs()
+    failed, _ = stack.store.trials(sweep_id, state="failed")
+    assert "nan" in failed[0]["error"].lower() or "inf" in failed[0]["error"].lower()
+
+
+def test_time_limit_fails_the_trial(stack: Stack) -> None:
+    stack.start_worker()
+    sweep_id, _ = stack.submit(
+        spec("slow", "training:\n  epochs: 5000\nexecution: {device: cpu, time_limit: 2}\n")
+    )
+    counts = stack.wait_finished(sweep_id, timeout=120)
+    assert counts["failed"] == 1, stack.logs()
+    (doc,), _ = stack.store.trials(sweep_id)
+    assert "time limit" in doc["error"]
+
+
+def _long_sweep(stack: Stack, name: str) -> str:
+    sweep_id, _ = stack.submit(
+        spec(
+            name,
+            "training:\n  epochs: 40\n  batch_size: 16\n"
+            "model:\n  hidden_layers: 2\n  hidden_units: 128\n",
+        )
+    )
+    return sweep_id
+
+
+def _running_after_an_epoch(stack: Stack, sweep_id: str) -> dict:
+    def running() -> dict | None:
+        trials, _ = stack.store.trials(sweep_id, state="running")
+        if trials and stack.store.get_trial(trials[0]["_id"])["metrics"]:
+            return trials[0]
+        return None
+
+    return wait_for(running, 120, "a running trial with a reported epoch")
+
+
+def _one_terminal_record(stack: Stack, sweep_id: str) -> dict:
+    (doc,), _ = stack.store.trials(sweep_id)
+    full = stack.store.get_trial(doc["_id"])
+    assert full["state"] == "complete", full.get("error")
+    assert full["attempt"] == 2
+    terminal = [h for h in full["history"] if h["state"] in ("complete", "failed", "pruned")]
+    assert len(terminal) <= 1
+    assert [h["attempt"] for h in full["history"]].count(1) == 1
+    epochs = [(m["attempt"], m["epoch"]) for m in full["metrics"]]
+    assert len(epochs) == len(set(epochs))
+    return full
+
+
+def test_kill_9_of_the_training_child_retries_the_trial(stack: Stack) -> None:
+    stack.start_worker()
+    sweep_id = _long_sweep(stack, "kill-child")
+    doc = _running_after_an_epoch(stack, sweep_id)
+    os.kill(doc["worker"]["pid"], signal.SIGKILL)
+    stack.wait_finished(sweep_id, timeout=180)
+    _one_terminal_record(stack, sweep_id)
+
+
+def test_kill_9_of_the_whole_worker_then_restart(stack: Stack) -> None:
+    worker = stack.start_worker()
+    sweep_id = _long_sweep(stack, "kill-worker")
+    _running_after_an_epoch(stack, sweep_id)
+    worker.kill_all()
+    time.sleep(1)
+    stack.start_worker()
+    stack.wait_finished(sweep_id, timeout=180)
+    _one_terminal_record(stack, sweep_id)
+
+
+def test_rabbitmq_restart_with_200_trials_queued_loses_none(stack: Stack) -> None:
+    sweep_id, n = stack.submit(spec("restart", "training:\n  epochs: 0\n  seed: {int: [1, 200]}\n"))
+    assert n == 200
+    wait_for(lambda: stack.queue_depth() == 200, 30, "200 messages in the queue")
+    for action in ("stop_app", "start_app"):
+        subprocess.run(["rabbitmqctl", action], check=True, capture_output=True, timeout=120)
+    subprocess.run(["rabbitmqctl", "await_startup"], check=True, capture_output=True, timeout=120)
+    assert stack.queue_depth() == 200
+    stack.start_worker(concurrency=2)
+    counts = stack.wait_finished(sweep_id, timeout=240)
+    assert counts["complete"] == 200, stack.logs()
+
+
+def test_pickled_message_is_refused(stack: Stack) -> None:
+    sweep_id, _ = stack.submit(spec("pickle", "training:\n  epochs: 0\n"))
+    (doc,), _ = stack.store.trials(sweep_id)
+    # Drain the proper message first, so only the pickled one is left for the worker.
+    with Connection(stack.settings.broker_url) as conn:
+        conn.default_channel.queue_purge(stack.queue)
+        with conn.Producer() as producer:
+            producer.publish(
+                pickle.dumps(([doc["_id"]], {}, {})),
+                exchange=stack.queue,
+                routing_key=stack.queue,
+                content_type="application/x-python-serialize",
+                content_encoding="binary",
+                serializer=None,
+                headers={
+                    "lang": "py",
+                    "task": TASK_NAME,
+                    "id": str(uuid.uuid4()),
+                    "argsrepr": "",
+                    "kwargsrepr": "",
+                },
+            )
+    stack.start_worker()
+    wait_for(
+        lambda: "untrusted content" in stack.logs() or "pickle" in stack.logs(),
+        30,
+        "the worker to refuse the pickled message",
+    )
+    assert stack.store.get_trial(doc["_id"], with_metrics=False)["state"] == "queued"
+    wait_for(lambda: stack.queue_depth() == 0, 30, "the refused message to leave the queue")
+
+
+def test_redelivered_message_for_a_finished_trial_changes_nothing(stack: Stack) -> None:
+    stack.start_worker()
+    sweep_id, _ = stack.submit(spec("redeliver", "training:\n  epochs: 1\n"))
+    stack.wait_finished(sweep_id, timeout=60)
+    (doc,), _ = stack.store.trials(sweep_id)
+    before = stack.store.get_trial(doc["_id"])
+    stack.app.send_task(TASK_NAME, args=[doc["_id"]])
+    wait_for(lambda: stack.logs().count("succeeded") >= 2, 30, "the second message to be handled")
+    wait_for(lambda: stack.queue_depth() == 0, 30, "the queue to empty")
+    after = stack.store.get_trial(doc["_id"])
+    assert after == before
+
+
+def test_api_scheduler_and_core_do_not_import_torch() -> None:
+    code = (
+        "import sys, core.spec, core.store, core.broker, core.settings, scheduler.cli, "
+        "scheduler.commands, scheduler.submit, scheduler.enqueue, api, dashboard; "
+        "bad = [m for m in ('torch', 'workers') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
