@@ -18,9 +18,10 @@ venv: $(STAMP)
 test: $(STAMP)
 	bash scripts/test.sh $(PYTEST_ARGS)
 
+# The McLeod sweep, trimmed to a few minutes, on an embedded store and broker, with the
+# dashboard; on a terminal the dashboard stays up after the sweep until Ctrl-C.
 demo: $(STAMP)
-	$(VENV)/bin/sweepstack validate configs/mcleod-digits.yaml
-	$(VENV)/bin/sweepstack generate configs/mcleod-digits.yaml --limit 20
+	$(VENV)/bin/sweepstack run configs/mcleod-demo.yaml --hold
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

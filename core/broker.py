@@ -34,16 +34,42 @@ def trial_queue(settings: Settings) -> Queue:
     return Queue(settings.queue, exchange, routing_key=settings.queue, durable=True)
 
 
+EMBEDDED_BROKER_URL = "filesystem://"
+
+
+def embedded_transport_options(settings: Settings) -> dict[str, Any]:
+    """kombu's filesystem transport under ``DATA_DIR/broker`` (`sweepstack run`'s broker).
+
+    Senders and workers read and write the same folder; workers poll it every 0.1 s.
+    """
+    root = settings.data_dir / "broker"
+    folders = {name: root / name for name in ("queue", "control", "processed")}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    return {
+        "data_folder_in": str(folders["queue"]),
+        "data_folder_out": str(folders["queue"]),
+        "control_folder": str(folders["control"]),
+        "processed_folder": str(folders["processed"]),
+        "store_processed": False,
+        "polling_interval": 0.1,
+    }
+
+
 def celery_config(settings: Settings, broker_url: str | None = None) -> dict[str, Any]:
     """Celery settings for senders and workers alike."""
     url = broker_url or settings.broker_url
     if not url:
         raise ValueError("no broker URL: set SWEEPSTACK_BROKER_URL")
     queue = trial_queue(settings)
+    if url.startswith("filesystem:"):
+        transport: dict[str, Any] = embedded_transport_options(settings)
+    else:
+        transport = {"confirm_publish": True}
     return {
         "broker_url": url,
         "broker_connection_retry_on_startup": True,
-        "broker_transport_options": {"confirm_publish": True},
+        "broker_transport_options": transport,
         "task_serializer": "json",
         "accept_content": ["json"],
         "result_serializer": "json",
@@ -63,6 +89,9 @@ def celery_config(settings: Settings, broker_url: str | None = None) -> dict[str
         "task_send_sent_event": False,
         "worker_hijack_root_logger": False,
         "worker_cancel_long_running_tasks_on_connection_loss": False,
+        # A new pool process sets up torch before it says it is up; on a loaded host that
+        # took longer than Celery's 4 s default, and the pool killed and replaced it forever.
+        "worker_proc_alive_timeout": 60.0,
         "enable_utc": True,
     }
 

@@ -172,8 +172,10 @@ def generate(spec: str, count_only: bool, fmt: str, out_path: str | None, limit:
 
 def _register() -> None:
     from scheduler import commands
+    from scheduler.run import run as run_command
 
-    for command in (commands.submit, commands.status, commands.worker, commands.scheduler):
+    for command in (commands.submit, commands.status, commands.worker, commands.scheduler,
+                    run_command):
         main.add_command(command)
 
 

@@ -43,9 +43,17 @@ def set_torch_threads() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     import torch
 
+    torch.set_num_threads(max(1, threads))
+
+
+def preload_training() -> None:
+    """Import torch and the training code once, in the parent, before the pool forks.
+
+    Each pool process then starts with them already loaded (copy-on-write), instead of
+    spending seconds importing them, which it used to do again after every crash.
+    """
     from workers.training import warm_up
 
-    torch.set_num_threads(max(1, threads))
     warm_up()
 
 
@@ -57,6 +65,7 @@ def create_worker_app(settings: Settings) -> Celery:
     app.conf.update(celery_config(settings))
     context = WorkerContext(settings)
     register(app, context)
+    preload_training()
 
     @worker_process_init.connect(weak=False)
     def _init_process(**_: object) -> None:

@@ -1,0 +1,274 @@
+"""`sweepstack run SPEC`: the whole platform on one machine, on the production code paths.
+
+With no ``SWEEPSTACK_BROKER_URL`` / ``SWEEPSTACK_MONGO_URL`` it starts an embedded store and
+broker (`scheduler.embedded`); with them it uses the real RabbitMQ and MongoDB. Either way it
+starts N Celery workers and the dashboard, submits the sweep, shows a progress bar with the
+best so far, and ends with a table of the top trials. Ctrl-C stops everything it started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from core.broker import EMBEDDED_BROKER_URL
+from core.errors import NotFound, SpecError, SweepstackError
+from core.records import flatten_params
+from core.settings import Settings
+from core.store import Store
+from scheduler import embedded
+
+log = logging.getLogger(__name__)
+REQUEUE_EVERY_SECONDS = 5.0
+
+
+def _resume(store: Store, app: Any, sweep_id: str) -> int:
+    """Requeue the sweep's running trials and send every queued one again.
+
+    A duplicate message is harmless: a worker acks it and does nothing if the trial is done.
+    """
+    from scheduler.submit import enqueue_ids
+
+    store.requeue_stale(0.0, sweep_id=sweep_id)
+    queued: list[str] = []
+    cursor = None
+    while True:
+        page, cursor = store.trials(sweep_id, state="queued", limit=1000, cursor=cursor)
+        queued.extend(doc["_id"] for doc in page)
+        if not cursor:
+            break
+    return enqueue_ids(store, app, queued)
+
+
+def _top_table(store: Store, sweep: dict[str, Any], k: int = 10) -> Table:
+    objective = sweep["objective"]
+    table = Table(
+        title=f"top {k} trials of {sweep['name']} by {objective['metric']} "
+        f"({objective['direction']})",
+        header_style="bold",
+    )
+    best = store.best(sweep["_id"], k)
+    columns: list[str] = []
+    for doc in best:
+        for key in flatten_params(doc.get("params", {})):
+            if key not in columns:
+                columns.append(key)
+    table.add_column("#", justify="right")
+    table.add_column(objective["metric"], justify="right")
+    for column in columns:
+        table.add_column(column.split(".", 1)[-1], justify="right")
+    table.add_column("params", justify="right")
+    table.add_column("seconds", justify="right")
+    table.add_column("trial", no_wrap=True)
+    for rank, doc in enumerate(best, 1):
+        params = flatten_params(doc.get("params", {}))
+        value = doc.get("objective")
+        table.add_row(
+            str(rank),
+            f"{value:.4f}" if isinstance(value, float) else "-",
+            *(str(params.get(c, "-")) for c in columns),
+            f"{doc.get('param_count', 0):,}",
+            f"{doc.get('train_seconds') or 0:.1f}",
+            doc["_id"],
+        )
+    return table
+
+
+def _best_line(store: Store, sweep_id: str, metric: str) -> str:
+    best = store.best(sweep_id, 1)
+    if not best or not isinstance(best[0].get("objective"), float):
+        return "best: -"
+    return f"best {metric}: {best[0]['objective']:.4f}"
+
+
+@click.command()
+@click.argument("spec", type=click.Path(dir_okay=False), required=False)
+@click.option(
+    "--workers",
+    "-w",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Training processes [default: the number of cores].",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8050,
+    show_default=True,
+    help="Dashboard port on 127.0.0.1 (0: any free port).",
+)
+@click.option(
+    "--data",
+    "data_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Folder for the embedded store and broker [default: ~/.sweepstack].",
+)
+@click.option(
+    "--resume",
+    "resume_id",
+    default=None,
+    metavar="SWEEP",
+    help="Finish this sweep instead of submitting SPEC: complete trials are kept.",
+)
+@click.option("--no-dashboard", is_flag=True, help="Do not serve the dashboard.")
+@click.option(
+    "--hold",
+    is_flag=True,
+    help="After the sweep, keep the dashboard up until Ctrl-C (on a terminal).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print a final summary: {"sweep_id", "counts", "best", ...}.',
+)
+def run(
+    spec: str | None,
+    workers: int | None,
+    port: int,
+    data_dir: str | None,
+    resume_id: str | None,
+    no_dashboard: bool,
+    hold: bool,
+    as_json: bool,
+) -> None:
+    """Run a sweep on this machine: store, broker, workers and dashboard included.
+
+    Uses SWEEPSTACK_BROKER_URL and SWEEPSTACK_MONGO_URL when set; otherwise starts an
+    embedded SecantusDB and a filesystem broker under --data.
+    """
+    from scheduler.cli import _fail_spec, _load
+    from scheduler.enqueue import sender_app
+    from scheduler.submit import requeue_stale, submit_sweep
+
+    if bool(spec) == bool(resume_id):
+        raise click.UsageError("give a SPEC to run, or --resume SWEEP (not both)")
+    settings = Settings.from_env()
+    if data_dir:
+        settings = dataclasses.replace(settings, data_dir=Path(data_dir).expanduser())
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    loaded = _load(spec) if spec else None
+    err = Console(stderr=True)
+    procs = embedded.Processes(settings.data_dir)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        mongo_url = settings.mongo_url or embedded.start_store(procs, settings.data_dir)
+        broker_url = settings.broker_url or EMBEDDED_BROKER_URL
+        settings = dataclasses.replace(settings, mongo_url=mongo_url, broker_url=broker_url)
+        store = Store.connect(mongo_url, settings.mongo_db)
+        store.ensure_indexes()
+        env = {
+            **os.environ,
+            "SWEEPSTACK_MONGO_URL": mongo_url,
+            "SWEEPSTACK_BROKER_URL": broker_url,
+            "SWEEPSTACK_DATA_DIR": str(settings.data_dir),
+        }
+        embedded.start_workers(procs, env, workers or os.cpu_count() or 1, settings.queue)
+        dashboard = None
+        if not no_dashboard:
+            dashboard = embedded.start_dashboard(procs, env, port or embedded.free_port())
+        app = sender_app(settings)
+        if loaded is not None:
+            try:
+                sweep_id, total = submit_sweep(loaded, store, app)
+            except SpecError as exc:
+                _fail_spec(exc)
+                return
+        else:
+            sweep_id = resume_id or ""
+            try:
+                store.get_sweep(sweep_id)
+            except NotFound as exc:
+                raise click.ClickException(f"no sweep {sweep_id} in {mongo_url}") from exc
+            _resume(store, app, sweep_id)
+        sweep = store.get_sweep(sweep_id)
+        total = sum(store.counts(sweep_id).values())
+        err.print(f"sweep [bold]{sweep_id}[/] ({sweep['name']}): {total:,} trials")
+        if dashboard:
+            err.print(f"dashboard: {dashboard}sweeps/{sweep_id}")
+        metric = sweep["objective"]["metric"]
+        last_requeue = time.monotonic()
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[best]}"),
+            console=err,
+            transient=False,
+        ) as progress:
+            task = progress.add_task("trials", total=total, best="")
+            while True:
+                counts = store.counts(sweep_id)
+                active = counts.get("queued", 0) + counts.get("running", 0)
+                progress.update(
+                    task,
+                    completed=total - active,
+                    best=_best_line(store, sweep_id, metric),
+                    description=f"{counts.get('running', 0)} running, "
+                    f"{counts.get('failed', 0)} failed",
+                )
+                if active == 0:
+                    break
+                procs.check()
+                if time.monotonic() - last_requeue > REQUEUE_EVERY_SECONDS:
+                    requeue_stale(store, app, settings.stale_after_seconds)
+                    last_requeue = time.monotonic()
+                time.sleep(0.5)
+        counts = store.counts(sweep_id)
+        best = store.best(sweep_id, 1)
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {
+                        "sweep_id": sweep_id,
+                        "counts": counts,
+                        "best": best[0] if best else None,
+                        "store": mongo_url,
+                        "data_dir": str(settings.data_dir),
+                        "dashboard": dashboard,
+                    },
+                    default=str,
+                )
+            )
+        else:
+            width = max(120, shutil.get_terminal_size((160, 24)).columns)
+            Console(width=width).print(_top_table(store, sweep))
+            err.print(
+                f"results: sweep {sweep_id}, stored under {settings.data_dir}; "
+                f"`sweepstack run --resume {sweep_id}` reopens it"
+            )
+        if hold and dashboard and sys.stdin.isatty():
+            err.print(f"the dashboard stays up at {dashboard}sweeps/{sweep_id}; Ctrl-C to stop")
+            try:
+                while True:
+                    procs.check()
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                err.print("stopping")
+    except KeyboardInterrupt:
+        err.print("interrupted: stopping workers, dashboard and store")
+        procs.stop()
+        sys.exit(130)
+    except (SweepstackError, RuntimeError) as exc:
+        procs.stop()
+        raise click.ClickException(str(exc)) from exc
+    procs.stop()
