@@ -16,16 +16,31 @@ _free_port() {
   "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+_apt_updated=""
+_apt_install() {
+  # _apt_install COMMAND PACKAGE...: install the Debian packages unless COMMAND exists.
+  local cmd="$1"; shift
+  command -v "$cmd" >/dev/null 2>&1 && return 0
+  echo "services: installing $* with apt"
+  export DEBIAN_FRONTEND=noninteractive
+  if [ -z "$_apt_updated" ]; then apt-get update -qq || return 1; _apt_updated=1; fi
+  apt-get install -y -qq "$@" >/dev/null || { echo "services: could not install $*" >&2; return 1; }
+}
+
+# Tools the tests drive: headless Chromium for the dashboard, docker-compose to validate
+# the compose file (no Docker engine is needed for `docker-compose config`).
+ensure_test_tools() {
+  _apt_install chromium chromium || return 1
+  _apt_install docker-compose docker-compose || return 1
+}
+
 _ensure_rabbitmq() {
   if _listening 5672; then
     echo "services: RabbitMQ already listening on 127.0.0.1:5672"
     return 0
   fi
   if ! command -v rabbitmq-server >/dev/null 2>&1; then
-    echo "services: installing rabbitmq-server with apt"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq rabbitmq-server >/dev/null \
-      || { echo "services: could not install rabbitmq-server" >&2; return 1; }
+    _apt_install rabbitmq-server rabbitmq-server || return 1
     # Debian's package may start it through its init script; stop that one so ours is known.
     _listening 5672 && { echo "services: RabbitMQ came up with the package"; return 0; }
   fi
@@ -60,6 +75,7 @@ _start_secantus() {
 }
 
 services_up() {
+  ensure_test_tools || return 1
   _ensure_rabbitmq || return 1
   export SWEEPSTACK_TEST_BROKER_URL="${SWEEPSTACK_TEST_BROKER_URL:-amqp://guest:guest@127.0.0.1:5672//}"
   _start_secantus || return 1

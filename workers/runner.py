@@ -138,6 +138,18 @@ def _claim(
     return None
 
 
+_OBJECTIVES: dict[str, dict[str, str]] = {}
+
+
+def _objective(store: Store, sweep_id: str, budget: float) -> dict[str, str]:
+    """The sweep's objective; it never changes, so each process asks the store once."""
+    if sweep_id not in _OBJECTIVES:
+        if len(_OBJECTIVES) > 1000:
+            _OBJECTIVES.clear()
+        _OBJECTIVES[sweep_id] = with_retry(store.get_sweep, sweep_id, budget=budget)["objective"]
+    return _OBJECTIVES[sweep_id]
+
+
 def _failure_reason(exc: BaseException) -> str:
     if isinstance(exc, TrainingError):
         return exc.reason
@@ -168,7 +180,7 @@ def execute_trial(
         return "skipped"
     attempt = doc["attempt"]
     if objective is None:
-        objective = with_retry(store.get_sweep, doc["sweep_id"], budget=budget)["objective"]
+        objective = _objective(store, doc["sweep_id"], budget)
     beat = Heartbeat(store, trial_id, attempt, options.heartbeat_seconds)
     beat.start()
 
