@@ -187,6 +187,14 @@ def _gpu_list(gpus: str) -> list[str]:
     return items
 
 
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity (cpusets, `docker --cpuset-cpus`)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def worker_commands(
     concurrency: int, gpus: str | None, loglevel: str, queue: str
 ) -> list[tuple[list[str], dict[str, str]]]:
@@ -206,14 +214,14 @@ def worker_commands(
         "prefork",
         "--without-mingle",
     ]
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if gpus:
         out = []
         for gpu in _gpu_list(gpus):
             env = {"CUDA_VISIBLE_DEVICES": gpu, "SWEEPSTACK_TORCH_THREADS": "1"}
             out.append(([*base, "--concurrency", "1", "--hostname", f"gpu{gpu}@%h"], env))
         return out
-    threads = str(max(1, cores // concurrency))
+    threads = os.environ.get("SWEEPSTACK_TORCH_THREADS") or str(max(1, cores // concurrency))
     return [
         (
             [*base, "--concurrency", str(concurrency), "--hostname", "cpu@%h"],
@@ -237,7 +245,7 @@ def worker(concurrency: int | None, gpus: str | None, loglevel: str) -> None:
     settings = _settings()
     _need(settings.broker_url, "SWEEPSTACK_BROKER_URL")
     _need(settings.mongo_url, "SWEEPSTACK_MONGO_URL")
-    concurrency = concurrency or os.cpu_count() or 1
+    concurrency = concurrency or usable_cores()
     procs = [
         subprocess.Popen(cmd, env={**os.environ, **env})
         for cmd, env in worker_commands(concurrency, gpus, loglevel, settings.queue)

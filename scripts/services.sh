@@ -31,7 +31,7 @@ _apt_install() {
 # the compose file (no Docker engine is needed for `docker-compose config`).
 ensure_test_tools() {
   _apt_install chromium chromium || return 1
-  _apt_install docker-compose docker-compose || return 1
+  _apt_install docker-compose --no-install-recommends docker-compose || return 1
 }
 
 _ensure_rabbitmq() {
