@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from core.errors import Problem
 
+MAX_LISTED_VALUES = 1_000_000
 DIMENSION_KEYS = ("choice", "uniform", "loguniform", "int", "range", "value")
 _EXTRA_KEYS = {"when", "step"}
 
@@ -90,6 +91,28 @@ class Categorical(Dimension):
 
     def sample(self, rng: random.Random) -> Any:
         return self.choices[rng.randrange(len(self.choices))]
+
+
+class IntRange(Dimension):
+    """Integers from low to high inclusive, every `step`: ``{int: [a, b], step: s}``.
+
+    Kept as bounds, never listed up front: ``{int: [0, 2147483647]}`` is a fine seed range
+    for random search, and grid search refuses it by its count before listing anything.
+    """
+
+    low: int
+    high: int
+    step: int = 1
+
+    @property
+    def size(self) -> int:
+        return max(0, (self.high - self.low) // self.step + 1)
+
+    def values(self) -> list[Any]:
+        return list(range(self.low, self.high + 1, self.step))
+
+    def sample(self, rng: random.Random) -> int:
+        return self.low + self.step * rng.randrange(self.size)
 
 
 class Uniform(Dimension):
@@ -203,10 +226,8 @@ def parse_dimension(raw: Any, path: str, problems: list[Problem]) -> tuple[Dimen
             problems.append(
                 Problem(f"{path}.int", f"low <= high must hold, got low={body[0]}, high={body[1]}")
             )
-        choices = tuple(range(body[0], body[1] + 1, step))
-        return Categorical(path=path, kind=kind, choices=choices, when=when), [
-            f".int (value {v})" for v in choices
-        ]
+        dim = IntRange(path=path, kind=kind, low=body[0], high=body[1], step=step, when=when)
+        return dim, [".int[0]", ".int[1]"]
     # range
     ok = isinstance(body, list) and len(body) == 3 and all(_is_number(x) for x in body)
     if not ok:
@@ -216,6 +237,15 @@ def parse_dimension(raw: Any, path: str, problems: list[Problem]) -> tuple[Dimen
         return Fixed(path=path, kind="value", value=None, when=when), []
     if body[2] <= 0:
         problems.append(Problem(f"{path}.range[2]", f"step must be > 0, got {body[2]}"))
+        return Fixed(path=path, kind="value", value=None, when=when), []
+    if (body[1] - body[0]) / body[2] > MAX_LISTED_VALUES:
+        problems.append(
+            Problem(
+                f"{path}.range",
+                f"lists more than {MAX_LISTED_VALUES:,} values; "
+                "use {int: [low, high]} or a continuous dimension",
+            )
+        )
         return Fixed(path=path, kind="value", value=None, when=when), []
     choices = tuple(_range_values(*body))
     if not choices:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter,
 
 from core.config import SECTIONS, TrialConfig
 from core.errors import Problem, SpecError
-from core.space import Dimension, Fixed, dedupe, parse_dimension
+from core.space import Categorical, Dimension, Fixed, IntRange, Uniform, dedupe, parse_dimension
 
 METRICS = ("val_accuracy", "val_loss", "val_rmse", "train_loss")
 _DIRECTION_ALIASES = {"min": "minimize", "max": "maximize"}
@@ -227,18 +227,21 @@ def _parse_section(section: str, raw: Any, problems: list[Problem]) -> dict[str,
             problems.append(Problem(path, f"unknown key (known: {known})"))
             continue
         dim, suffixes = parse_dimension(leaf, path, problems)
-        candidates = dim.values() if dim.finite else [dim.low, dim.high]  # type: ignore[attr-defined]
+        if isinstance(dim, Uniform | IntRange):
+            candidates: list[Any] = [dim.low, dim.high]
+        else:
+            candidates = dim.values()
         checked = []
         for value, suffix in zip(candidates, suffixes, strict=False):
             try:
                 checked.append(adapter.validate_python(value))
             except ValidationError as exc:
                 problems.extend(problems_from(exc, path + suffix, value))
-                if dim.kind in ("int", "range"):
+                if dim.kind == "range":
                     break  # the rest of a generated sequence fails the same way
-        if dim.finite and isinstance(dim, Fixed):
+        if isinstance(dim, Fixed):
             dim = dim.model_copy(update={"value": checked[0] if checked else dim.value})
-        elif dim.finite:
+        elif isinstance(dim, Categorical):
             dim = dim.model_copy(update={"choices": tuple(dedupe(checked))})
         space[path] = dim
     return space

@@ -172,10 +172,12 @@ def generate(spec: str, count_only: bool, fmt: str, out_path: str | None, limit:
 
 def _register() -> None:
     from scheduler import commands
+    from scheduler.cli_api import api
+    from scheduler.cli_dashboard import dashboard
     from scheduler.run import run as run_command
 
     for command in (commands.submit, commands.status, commands.worker, commands.scheduler,
-                    run_command):
+                    run_command, api, dashboard):
         main.add_command(command)
 
 

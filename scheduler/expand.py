@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from core.config import CROSS_FIELDS, SECTIONS
 from core.errors import Problem, SpecError, TooManyTrials
-from core.space import Dimension
+from core.space import Dimension, IntRange
 from core.spec import SweepSpec, problems_from
 
 # Random search stops drawing after this many draws per requested trial, so a small finite
@@ -108,7 +108,8 @@ def count_trials(spec: SweepSpec) -> int:
         if dim.when and not dim.active(lookup):
             return count(i + 1)
         if dim.path not in controllers:
-            return len(dim.values()) * count(i + 1)
+            size = dim.size if isinstance(dim, IntRange) else len(dim.values())
+            return size * count(i + 1)
         total = 0
         for value in dim.values():
             lookup[dim.path] = value

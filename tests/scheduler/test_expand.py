@@ -233,3 +233,20 @@ def test_with_config_resolves_every_trial() -> None:
     assert config["model"]["hidden_units"] == trials[0].params["model.hidden_units"]
     assert config["training"]["epochs"] == 8 and config["training"]["seed"] == 0
     assert config["dataset"] == {"name": "digits"}
+
+
+def test_huge_int_dimension_is_never_listed() -> None:
+    random_spec = load_spec(
+        spec("training:\n  seed: {int: [0, 2147483647]}\nsearch: {algorithm: random, trials: 5}\n")
+    )
+    seeds = [t.seed for t in expand(random_spec)]
+    assert len(set(seeds)) == 5 and all(0 <= s <= 2147483647 for s in seeds)
+    grid_spec = load_spec(spec("training:\n  seed: {int: [0, 2147483647]}\n"))
+    assert count_trials(grid_spec) == 2147483648
+    with pytest.raises(TooManyTrials):
+        expand(grid_spec)
+
+
+def test_huge_range_dimension_is_refused() -> None:
+    with pytest.raises(SpecError, match=r"model.dropout.range: lists more than 1,000,000 values"):
+        load_spec(spec("model:\n  dropout: {range: [0, 0.9, 0.0000001]}\n"))

@@ -1,0 +1,117 @@
+"""A sweep's trials as CSV or JSON Lines, one row per trial, produced while it streams.
+
+Each row has the trial's id, index, state, attempt, seed and objective, its parameters
+(one column per parameter path of the spec, empty where a conditional one is off), its
+final metrics (the last epoch's ``val_accuracy``, ``val_loss``, ``val_rmse``,
+``train_loss``), the epochs run, training seconds, parameter count, device and error.
+JSON Lines carries the same, with ``params`` and ``final`` as objects. Trials are read a
+page at a time in index order, so memory stays flat however large the sweep.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from api.serialize import plain
+from core.errors import SpecError, SweepstackError
+from core.records import flatten_params
+from core.spec import METRICS, load_spec
+from core.store import Store
+
+log = logging.getLogger(__name__)
+PAGE = 1000
+HEAD = ("id", "index", "state", "attempt", "seed", "objective")
+TAIL = ("epochs", "train_seconds", "param_count", "device", "error")
+
+
+def param_columns(sweep: dict[str, Any]) -> list[str]:
+    """The parameter paths of the sweep's spec that vary, in the spec's order."""
+    try:
+        return [dim.path for dim in load_spec(sweep.get("spec") or {}).dimensions]
+    except SpecError:  # a spec stored under older rules: the parameters come from the rows
+        return []
+
+
+def _pages(store: Store, sweep_id: str) -> Iterator[dict[str, Any]]:
+    cursor = None
+    while True:
+        docs, cursor = store.trials(sweep_id, limit=PAGE, cursor=cursor)
+        yield from docs
+        if cursor is None:
+            return
+
+
+def row(doc: dict[str, Any]) -> dict[str, Any]:
+    """One trial as an export row (JSON Lines form)."""
+    result = doc.get("result") or {}
+    return plain({
+        "id": doc["_id"],
+        "index": doc.get("index"),
+        "state": doc.get("state"),
+        "attempt": doc.get("attempt"),
+        "seed": doc.get("seed"),
+        "objective": doc.get("objective"),
+        "params": flatten_params(doc.get("params")),
+        "final": result.get("final") or {},
+        "epochs": result.get("epochs"),
+        "train_seconds": doc.get("train_seconds"),
+        "param_count": doc.get("param_count"),
+        "device": doc.get("device"),
+        "error": doc.get("error"),
+    })
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return value
+
+
+def jsonl(store: Store, sweep_id: str) -> Iterator[str]:
+    """The export as JSON Lines."""
+    try:
+        for doc in _pages(store, sweep_id):
+            yield json.dumps(row(doc), allow_nan=False) + "\n"
+    except SweepstackError as exc:  # the status is sent: all that is left is to stop
+        log.error("export of sweep %s stopped: %s", sweep_id, exc)
+
+
+def csv_text(store: Store, sweep: dict[str, Any]) -> Iterator[str]:
+    """The export as CSV, the header first."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    columns = param_columns(sweep)
+    docs = _pages(store, sweep["_id"])
+    try:
+        first = next(docs, None)
+        for path in flatten_params((first or {}).get("params")):
+            if path not in columns:
+                columns.append(path)
+        writer.writerow([*HEAD, *columns, *METRICS, *TAIL])
+        for doc in [first] if first is not None else []:
+            _write(writer, doc, columns)
+        for n, doc in enumerate(docs):
+            _write(writer, doc, columns)
+            if n % 200 == 0:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+    except SweepstackError as exc:
+        log.error("export of sweep %s stopped: %s", sweep["_id"], exc)
+    yield buffer.getvalue()
+
+
+def _write(writer: Any, doc: dict[str, Any], columns: list[str]) -> None:
+    data = row(doc)
+    cells = [data[name] for name in HEAD]
+    cells += [data["params"].get(path) for path in columns]
+    cells += [data["final"].get(metric) for metric in METRICS]
+    cells += [data[name] for name in TAIL]
+    writer.writerow([_cell(c) for c in cells])

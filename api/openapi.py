@@ -1,0 +1,347 @@
+"""The OpenAPI 3.1 document of the API, served at ``/api/v1/openapi.json`` and ``/openapi.json``.
+
+Written by hand, next to the views it describes, and built per app so the limits in it
+(page size) are the server's. `tests/api/test_schemathesis.py` checks that it is a valid
+OpenAPI document and that the server's answers conform to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Flask, current_app
+
+from api.context import context
+from api.params import accept
+from api.serialize import PREFIX
+from core.config import SECTIONS
+from core.query import TOP_LEVEL_SORTS
+from core.settings import Settings
+from core.spec import METRICS
+from core.states import ALL_STATES
+
+blueprint = Blueprint("openapi", __name__, url_prefix=PREFIX)
+
+STATES = [s.value for s in ALL_STATES]
+PARAM_PATHS = [f"{name}.{key}" for name, part in SECTIONS.items() for key in part.model_fields]
+_PATHS_RE = "|".join(p.replace(".", r"\.") for p in PARAM_PATHS)
+_NAME_RE = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
+_PARAM_RE = rf"^({_PATHS_RE}):(?!\s*[\[{{$]).*$"  # section.key:value, no object, list or $
+
+
+def ref(name: str) -> dict[str, str]:
+    """A reference to a component schema."""
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` or null."""
+    if "type" in schema and len(schema) == 1:
+        return {"type": [schema["type"], "null"]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def obj(props: dict[str, Any], required: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    """An object schema; every property is required unless `required` says otherwise."""
+    return {
+        "type": "object",
+        "properties": props,
+        "required": list(props) if required is None else required,
+        **extra,
+    }
+
+
+STR = {"type": "string"}
+INT = {"type": "integer"}
+NUM = {"type": "number"}
+TIME = {"type": "string", "format": "date-time"}
+ANY_OBJ = {"type": "object"}
+
+
+def _schemas() -> dict[str, Any]:
+    counts = obj({state: {"type": "integer", "minimum": 0} for state in STATES})
+    trial = obj(
+        {
+            "id": STR, "sweep_id": STR, "key": STR, "index": INT,
+            "state": {"type": "string", "enum": STATES}, "attempt": INT, "seed": INT,
+            "params": ANY_OBJ, "objective": nullable(NUM), "result": nullable(ANY_OBJ),
+            "error": nullable(STR), "progress": nullable(ANY_OBJ), "worker": nullable(ANY_OBJ),
+            "stop_requested": {"type": "boolean"}, "queued_at": nullable(TIME),
+            "started_at": nullable(TIME), "heartbeat_at": nullable(TIME),
+            "finished_at": nullable(TIME), "updated_at": nullable(TIME),
+            "train_seconds": nullable(NUM), "param_count": nullable(INT),
+            "device": nullable(STR), "dtype": nullable(STR),
+        },
+        required=["id", "sweep_id", "index", "state", "attempt", "params"],
+    )  # fmt: skip
+    metric_row = obj({"attempt": INT, "epoch": INT, "metrics": ANY_OBJ, "reported_at": TIME})
+    sweep = obj(
+        {
+            "id": STR, "name": STR, "description": STR, "owner": nullable(STR),
+            "status": {"type": "string", "enum": ["queued", "running", "finished", "cancelled"]},
+            "objective": obj({"metric": STR, "direction": STR}), "trial_count": INT,
+            "counts": ref("Counts"), "created_at": TIME, "updated_at": TIME,
+            "cancelled_at": nullable(TIME), "links": ANY_OBJ,
+        }
+    )  # fmt: skip
+    throughput = obj(
+        {"per_minute": nullable(NUM), "window_seconds": NUM, "remaining": INT,
+         "eta_seconds": nullable(NUM)}
+    )  # fmt: skip
+    part = obj({"ok": {"type": "boolean"}, "latency_ms": NUM}, required=["ok", "latency_ms"])
+    task = obj(
+        {"task": nullable(STR), "trial_ids": {"type": "array", "items": STR},
+         "task_id": nullable(STR), "started_at": nullable(TIME), "pid": nullable(INT)}
+    )  # fmt: skip
+    worker = obj(
+        {"name": STR, "device": nullable(STR), "pid": nullable(INT),
+         "concurrency": nullable(INT), "queues": {"type": "array", "items": STR},
+         "active": {"type": "array", "items": task}}
+    )  # fmt: skip
+    return {
+        "Error": obj({"code": STR, "message": STR, "details": ANY_OBJ}),
+        "Counts": counts,
+        "Trial": trial,
+        "TrialDetail": {
+            "allOf": [
+                ref("Trial"),
+                obj({"config": ANY_OBJ, "history": {"type": "array"},
+                     "metrics": {"type": "array", "items": metric_row}}),
+            ]
+        },
+        "TrialPage": _page("Trial"),
+        "Sweep": sweep,
+        "SweepDetail": {
+            "allOf": [
+                ref("Sweep"),
+                obj({"spec": ANY_OBJ, "best": nullable(ref("Trial")), "throughput": throughput}),
+            ]
+        },
+        "SweepPage": _page("Sweep"),
+        "SweepCreated": obj({"id": STR, "name": STR, "trials": INT, "links": ANY_OBJ}),
+        "Cancelled": obj({"cancelled": INT, "stopping": INT, "sweep": ref("Sweep")}),
+        "Retried": obj({"retried": INT, "requeued_stale": INT, "sweep": ref("Sweep")}),
+        "Deleted": obj({"id": STR, "deleted": {"const": True}, "trials": INT, "metrics": INT}),
+        "Health": obj({"status": {"const": "ok"}, "store": part, "broker": part}),
+        "Workers": obj({"queue": STR, "workers": {"type": "array", "items": worker}}),
+        "SweepSpec": _spec_schema(),
+    }
+
+
+def _page(item: str) -> dict[str, Any]:
+    return obj(
+        {
+            "items": {"type": "array", "items": ref(item)},
+            "next_cursor": nullable(STR),
+            "links": obj({"next": nullable(STR)}),
+        }
+    )
+
+
+def _spec_schema() -> dict[str, Any]:
+    """The outline of a sweep spec; the full rules are checked by the server (422)."""
+    return obj(
+        {
+            "name": {"type": "string", "minLength": 1, "maxLength": 200},
+            "description": STR,
+            **{section: {"type": ["object", "null"]} for section in SECTIONS},
+            "objective": obj(
+                {"metric": {"enum": list(METRICS)},
+                 "direction": {"enum": ["minimize", "maximize", "min", "max"]}},
+                required=[], additionalProperties=False,
+            ),
+            "search": obj(
+                {"algorithm": {"enum": ["grid", "random"]},
+                 "trials": {"type": ["integer", "null"], "minimum": 1},
+                 "seed": {"type": "integer", "minimum": 0}},
+                required=[], additionalProperties=False,
+            ),
+            "limits": obj(
+                {"max_trials": {"type": "integer", "minimum": 1, "maximum": 1_000_000}},
+                required=[], additionalProperties=False,
+            ),
+        },
+        required=["name", "dataset"],
+        additionalProperties=False,
+    )  # fmt: skip
+
+
+EXAMPLE_SPEC = {
+    "name": "example",
+    "dataset": {"name": "iris"},
+    "model": {"hidden_units": [16, 32], "activation": ["relu", "tanh"]},
+    "training": {"epochs": 5},
+    "objective": {"metric": "val_accuracy", "direction": "maximize"},
+}
+
+ERRORS = {
+    "400": "A query parameter, path value or body key is unknown, malformed or an operator",
+    "401": "No bearer token, or one the server does not know",
+    "404": "No such sweep or trial, or it belongs to someone else",
+    "409": "The sweep's state forbids it (active trials, or cancelled)",
+    "413": "The body is over the size limit",
+    "415": "The body is neither JSON nor YAML",
+    "422": "The spec breaks its rules, or expands past the trial limit",
+    "503": "The store or the broker did not answer",
+}
+
+
+def _errors(*statuses: str) -> dict[str, Any]:
+    return {status: {"$ref": f"#/components/responses/E{status}"} for status in statuses}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _query(name: str, schema: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema,
+            "description": description, **extra}  # fmt: skip
+
+
+def _parameters(settings: Settings) -> dict[str, Any]:
+    sort_re = "|".join([*TOP_LEVEL_SORTS, _PATHS_RE, rf"result\.{_NAME_RE}"])
+    return {
+        "SweepId": {"name": "sweep_id", "in": "path", "required": True, "schema": STR},
+        "TrialId": {"name": "trial_id", "in": "path", "required": True, "schema": STR},
+        "Limit": _query(
+            "limit",
+            {"type": "integer", "minimum": 1, "maximum": settings.api_max_page_size},
+            f"Page size (default {settings.api_page_size}).",
+        ),
+        "Cursor": _query("cursor", STR, "The next_cursor of the previous page."),
+        "State": _query(
+            "state", {"type": "array", "items": {"enum": STATES}},
+            "Only trials in these states (repeat, or comma-separate).",
+            style="form", explode=True,
+        ),
+        "Param": _query(
+            "param",
+            {"type": "array", "items": {"type": "string", "pattern": _PARAM_RE}},
+            "section.key:value; numbers, true, false and null are read as such, the rest as text.",
+            style="form", explode=True,
+        ),
+        "Sort": _query("sort", {"type": "string", "pattern": f"^({sort_re})$"},
+                       "index (default), objective, result.<metric>, a parameter, ..."),
+        "Order": _query("order", {"enum": ["asc", "desc"]}, "Sort order (default asc)."),
+        "Format": _query("format", {"enum": ["csv", "jsonl"]}, "Export format (default csv)."),
+    }  # fmt: skip
+
+
+def _op(summary: str, ok: dict[str, Any], errors: tuple[str, ...], **extra: Any) -> dict:
+    op = {"summary": summary, "responses": {**ok, **_errors(*errors)}, **extra}
+    if "401" in errors:
+        op["security"] = [{"bearer": []}]
+    return op
+
+
+def _params(*names: str) -> list[dict[str, str]]:
+    return [{"$ref": f"#/components/parameters/{name}"} for name in names]
+
+
+def _paths() -> dict[str, Any]:
+    sweep = _params("SweepId")
+    common = ("400", "401", "404", "503")
+    spec_body = {
+        "required": True,
+        "content": {
+            media: {"schema": ref("SweepSpec"), "example": EXAMPLE_SPEC}
+            for media in ("application/json", "application/yaml", "application/x-yaml", "text/yaml")
+        },
+    }
+    export = {
+        "description": "One row per trial, streamed",
+        "content": {"text/csv": {"schema": STR}, "application/x-ndjson": {"schema": STR}},
+    }
+    return {
+        f"{PREFIX}/sweeps": {
+            "post": _op(
+                "Submit a sweep spec; its trials are stored and enqueued",
+                {"201": _json(ref("SweepCreated"), "The sweep was stored and enqueued")},
+                ("400", "401", "413", "415", "422", "503"), requestBody=spec_body,
+            ),
+            "get": _op(
+                "The caller's sweeps, newest first", {"200": _json(ref("SweepPage"), "A page")},
+                ("400", "401", "503"), parameters=_params("Limit", "Cursor"),
+            ),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}": {
+            "get": _op("A sweep with counts, best trial, throughput and ETA",
+                       {"200": _json(ref("SweepDetail"), "The sweep")}, common, parameters=sweep),
+            "delete": _op("Delete a sweep, its trials and metrics",
+                          {"200": _json(ref("Deleted"), "Deleted")}, (*common, "409"),
+                          parameters=sweep),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/cancel": {
+            "post": _op("Cancel queued trials, ask running ones to stop",
+                        {"200": _json(ref("Cancelled"), "Cancelled")}, common, parameters=sweep),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/retry": {
+            "post": _op("Queue failed and stale trials again",
+                        {"200": _json(ref("Retried"), "Queued again")}, (*common, "409"),
+                        parameters=sweep),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/trials": {
+            "get": _op("A page of the sweep's trials", {"200": _json(ref("TrialPage"), "A page")},
+                       common,
+                       parameters=sweep + _params("State", "Param", "Sort", "Order", "Limit",
+                                                  "Cursor")),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/export": {
+            "get": _op("Every trial as CSV or JSON Lines", {"200": export}, common,
+                       parameters=sweep + _params("Format")),
+        },
+        f"{PREFIX}/trials/{{trial_id}}": {
+            "get": _op("A trial's record and per-epoch metrics",
+                       {"200": _json(ref("TrialDetail"), "The trial")}, common,
+                       parameters=_params("TrialId")),
+        },
+        f"{PREFIX}/workers": {
+            "get": _op("Online workers, their device and running trials",
+                       {"200": _json(ref("Workers"), "The workers")}, ("401", "503")),
+        },
+        f"{PREFIX}/health": {
+            "get": _op("Store and broker reachability and latency",
+                       {"200": _json(ref("Health"), "Both answer")}, ("503",), security=[]),
+        },
+        f"{PREFIX}/openapi.json": {
+            "get": _op("This document", {"200": _json(ANY_OBJ, "OpenAPI 3.1")}, (), security=[]),
+        },
+    }  # fmt: skip
+
+
+def document(settings: Settings) -> dict[str, Any]:
+    """The whole OpenAPI document, with this server's limits."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Sweepstack",
+            "version": "1",
+            "description": "Submit, watch, cancel, retry and export hyperparameter sweeps. "
+            "Every error has the body {code, message, details}.",
+        },
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(),
+            "parameters": _parameters(settings),
+            "responses": {f"E{s}": _json(ref("Error"), text) for s, text in ERRORS.items()},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+
+
+@blueprint.get("/openapi.json")
+def served() -> dict[str, Any]:
+    """The document, at /api/v1/openapi.json."""
+    accept(())
+    return document(context().settings)
+
+
+def register_root(app: Flask) -> None:
+    """Serve the document at /openapi.json as well."""
+
+    def root() -> dict[str, Any]:
+        accept(())
+        return document(current_app.extensions["sweepstack"].settings)
+
+    app.add_url_rule("/openapi.json", "openapi_root", root, methods=["GET"])

@@ -1,0 +1,115 @@
+"""What the API sends: store documents as JSON resources, and the JSON encoder for them.
+
+Times are RFC 3339 strings in UTC (``2030-01-01T12:00:00.000Z``); non-finite floats (a NaN
+loss) become null, so every body is valid JSON. Ids are ``id`` (never ``_id``); parameters
+are flat dotted paths (``{"model.hidden_units": 64}``), as specs and the CLI write them.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from flask.json.provider import DefaultJSONProvider
+
+from core.records import flatten_params
+from core.states import TERMINAL_STATES
+
+PREFIX = "/api/v1"
+
+#: The fields of a trial in lists; a single trial adds everything else it holds.
+TRIAL_FIELDS = (
+    "sweep_id", "key", "index", "state", "attempt", "seed", "objective", "result", "error",
+    "progress", "worker", "stop_requested", "queued_at", "started_at", "heartbeat_at",
+    "finished_at", "updated_at", "train_seconds", "param_count", "device", "dtype",
+)  # fmt: skip
+
+
+def plain(value: Any) -> Any:
+    """`value` with only JSON's types: times as RFC 3339 text, NaN and infinities as None."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, datetime):
+        moment = value.astimezone(UTC) if value.tzinfo else value
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return str(value)
+
+
+class JSONProvider(DefaultJSONProvider):
+    """Flask's JSON provider, through `plain`, keeping key order, refusing NaN."""
+
+    sort_keys = False
+
+    def dumps(self, obj: Any, **kwargs: Any) -> str:
+        kwargs.setdefault("allow_nan", False)
+        return super().dumps(plain(obj), **kwargs)
+
+
+def trial_view(doc: dict[str, Any], *, detail: bool = False) -> dict[str, Any]:
+    """A trial: the list fields, or (with `detail`) every field it has."""
+    out: dict[str, Any] = {"id": doc["_id"]}
+    out.update({name: doc.get(name) for name in TRIAL_FIELDS})
+    out["params"] = flatten_params(doc.get("params"))
+    if detail:
+        out.update({k: v for k, v in doc.items() if k not in out and k not in ("_id", "params")})
+    return out
+
+
+def sweep_status(doc: dict[str, Any]) -> str:
+    """``cancelled``, ``finished`` (nothing queued or running), ``running`` or ``queued``."""
+    counts = doc["counts"]
+    if doc.get("cancelled_at") is not None:
+        return "cancelled"
+    if counts["queued"] + counts["running"] == 0:
+        return "finished"
+    started = counts["running"] + sum(counts[s.value] for s in TERMINAL_STATES)
+    return "running" if started else "queued"
+
+
+def sweep_links(sweep_id: str) -> dict[str, str]:
+    """Where to find a sweep and what hangs off it."""
+    base = f"{PREFIX}/sweeps/{sweep_id}"
+    return {
+        "self": base,
+        "trials": f"{base}/trials",
+        "export": f"{base}/export?format=csv",
+        "cancel": f"{base}/cancel",
+        "retry": f"{base}/retry",
+    }
+
+
+def sweep_view(doc: dict[str, Any]) -> dict[str, Any]:
+    """A sweep in a list: what it is, whose, and how far it got."""
+    return {
+        "id": doc["_id"],
+        "name": doc.get("name"),
+        "description": doc.get("description") or "",
+        "owner": doc.get("owner"),
+        "status": sweep_status(doc),
+        "objective": doc.get("objective"),
+        "trial_count": doc.get("trial_count", 0),
+        "counts": doc["counts"],
+        "created_at": doc.get("created_at"),
+        "updated_at": doc.get("updated_at"),
+        "cancelled_at": doc.get("cancelled_at"),
+        "links": sweep_links(doc["_id"]),
+    }
+
+
+def sweep_detail(
+    doc: dict[str, Any], best: dict[str, Any] | None, throughput: dict[str, Any]
+) -> dict[str, Any]:
+    """A sweep with its spec, best trial, throughput and ETA."""
+    return {
+        **sweep_view(doc),
+        "spec": doc.get("spec", {}),
+        "best": trial_view(best) if best else None,
+        "throughput": throughput,
+    }

@@ -1,0 +1,151 @@
+"""``/api/v1/sweeps``: submit, list, show, cancel, retry, delete, page trials, export.
+
+Every route needs a bearer token, and a sweep is visible only to the name of the token
+that submitted it: anyone else gets the same 404 as for a sweep that does not exist.
+
+Submit and retry first check that the broker answers (503 if not, nothing changed). If the
+broker fails part way through a submit's enqueueing, the sweep is cancelled
+(`submit_sweep`): accepted whole or not at all.
+
+Deleting is refused (409) while any trial is queued or running: a queued trial still has
+a message on the broker. Cancel first (queued trials end ``cancelled`` at once, running
+ones are asked to stop), then delete once the running ones have stopped.
+
+Retry queues the sweep's ``failed`` trials again and requeues its stale ``running`` ones
+(heartbeat older than ``SWEEPSTACK_STALE_AFTER_SECONDS``), then sends a message for each.
+Should the broker fail between those two steps, the answer is 503 and those trials stay
+queued without a message; nothing resends them yet (a known gap).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from flask import Blueprint, Response, request
+
+from api import export
+from api.auth import owner, require_token
+from api.context import ApiContext, context
+from api.params import accept, choice, cursor, descending, page_limit, param_filters, single
+from api.params import states as state_filter
+from api.serialize import PREFIX, sweep_detail, sweep_links, sweep_view, trial_view
+from api.submission import read_spec
+from scheduler.submit import enqueue_ids, submit_sweep
+
+blueprint = Blueprint("sweeps", __name__, url_prefix=f"{PREFIX}/sweeps")
+blueprint.before_request(require_token)
+
+
+def page(items: list[dict[str, Any]], next_cursor: str | None) -> dict[str, Any]:
+    """One page of a list, with the cursor and link of the next (None at the end)."""
+    link = None
+    if next_cursor is not None:
+        args = [(k, v) for k, v in request.args.items(multi=True) if k != "cursor"]
+        link = f"{request.path}?{urlencode([*args, ('cursor', next_cursor)])}"
+    return {"items": items, "next_cursor": next_cursor, "links": {"next": link}}
+
+
+def _broker_reachable(ctx: ApiContext) -> None:
+    """503 now, rather than after storing every trial, if the broker does not answer."""
+    timeout = ctx.settings.api_timeout_seconds
+    with ctx.sender.connection_for_write(connect_timeout=timeout) as conn:
+        conn.ensure_connection(max_retries=0)
+
+
+@blueprint.post("")
+def create() -> tuple[dict[str, Any], int, dict[str, str]]:
+    """Submit a spec (JSON or YAML): store the sweep and its trials, enqueue every trial."""
+    accept(())
+    ctx = context()
+    spec = read_spec(ctx.settings)
+    _broker_reachable(ctx)
+    sweep_id, count = submit_sweep(spec, ctx.store, ctx.sender, owner=owner())
+    body = {"id": sweep_id, "name": spec.name, "trials": count, "links": sweep_links(sweep_id)}
+    return body, 201, {"Location": f"{PREFIX}/sweeps/{sweep_id}"}
+
+
+@blueprint.get("")
+def index() -> dict[str, Any]:
+    """The caller's sweeps, newest first, a page at a time."""
+    accept(("limit", "cursor"))
+    ctx = context()
+    limit = page_limit(ctx.settings)
+    docs, nxt = ctx.store.list_sweeps(owner=owner(), limit=limit, cursor=cursor())
+    return page([sweep_view(doc) for doc in docs], nxt)
+
+
+@blueprint.get("/<sweep_id>")
+def show(sweep_id: str) -> dict[str, Any]:
+    """A sweep: its spec, counts by state, best trial, throughput and ETA."""
+    accept(())
+    store = context().store
+    doc = store.get_sweep(sweep_id, owner=owner())
+    best = store.best(sweep_id, 1)
+    return sweep_detail(doc, best[0] if best else None, store.throughput(sweep_id))
+
+
+@blueprint.post("/<sweep_id>/cancel")
+def cancel(sweep_id: str) -> dict[str, Any]:
+    """Cancel: queued trials end cancelled, running ones are asked to stop (idempotent)."""
+    accept(())
+    store = context().store
+    store.get_sweep(sweep_id, owner=owner())
+    changed = store.cancel_sweep(sweep_id)
+    return {**changed, "sweep": sweep_view(store.get_sweep(sweep_id))}
+
+
+@blueprint.post("/<sweep_id>/retry")
+def retry(sweep_id: str) -> dict[str, Any]:
+    """Queue failed and stale trials again and enqueue them; 409 if the sweep is cancelled."""
+    accept(())
+    ctx = context()
+    ctx.store.get_sweep(sweep_id, owner=owner())
+    _broker_reachable(ctx)
+    failed = ctx.store.retry_failed(sweep_id)
+    stale = ctx.store.requeue_stale(ctx.settings.stale_after_seconds, sweep_id=sweep_id)
+    enqueue_ids(ctx.store, ctx.sender, failed + stale)
+    body = {"retried": len(failed), "requeued_stale": len(stale)}
+    return {**body, "sweep": sweep_view(ctx.store.get_sweep(sweep_id))}
+
+
+@blueprint.delete("/<sweep_id>")
+def delete(sweep_id: str) -> dict[str, Any]:
+    """Remove a sweep with its trials and metrics; 409 while any trial is queued or running."""
+    accept(())
+    removed = context().store.delete_sweep(sweep_id, owner=owner())
+    return {"id": sweep_id, "deleted": True, **removed}
+
+
+@blueprint.get("/<sweep_id>/trials")
+def trials(sweep_id: str) -> dict[str, Any]:
+    """A page of the sweep's trials, filtered by state and parameters, in any order."""
+    accept(("state", "param", "sort", "order", "limit", "cursor"))
+    ctx = context()
+    ctx.store.get_sweep(sweep_id, owner=owner())
+    docs, nxt = ctx.store.trials(
+        sweep_id,
+        state=state_filter(),
+        params=param_filters(),
+        sort=single("sort") or "index",
+        descending=descending(),
+        limit=page_limit(ctx.settings),
+        cursor=cursor(),
+    )
+    return page([trial_view(doc) for doc in docs], nxt)
+
+
+@blueprint.get("/<sweep_id>/export")
+def export_trials(sweep_id: str) -> Response:
+    """Every trial of the sweep as CSV or JSON Lines, streamed."""
+    accept(("format",))
+    fmt = choice("format", ("csv", "jsonl"), "csv")
+    store = context().store
+    sweep = store.get_sweep(sweep_id, owner=owner())
+    if fmt == "csv":
+        body, mimetype = export.csv_text(store, sweep), "text/csv"
+    else:
+        body, mimetype = export.jsonl(store, sweep_id), "application/x-ndjson"
+    filename = f"sweep-{sweep_id}.{fmt}"
+    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+    return Response(body, mimetype=mimetype, headers=headers)

@@ -1,0 +1,74 @@
+"""The ways the API is started: ``api.wsgi`` (no torch, no workers), and ``sweepstack api``
+serving it with gunicorn on a real port."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from core.settings import Settings
+from scheduler.cli_api import api, gunicorn_argv
+from tests.services import free_port, wait_listening
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPSTACK_")}
+    env.update(
+        SWEEPSTACK_BROKER_URL=settings.broker_url or "",
+        SWEEPSTACK_MONGO_URL=settings.mongo_url or "",
+        SWEEPSTACK_MONGO_DB=settings.mongo_db,
+        SWEEPSTACK_QUEUE=settings.queue,
+        SWEEPSTACK_API_TOKENS="alice:tok-alice",
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+def test_importing_the_wsgi_app_loads_neither_torch_nor_the_workers(settings: Settings) -> None:
+    code = (
+        "import sys, api.wsgi\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'workers'))\n"
+        "print(bad)\n"
+        "assert not bad, bad\n"
+        "assert api.wsgi.app.extensions['sweepstack'].settings.queue\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=_env(settings), cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_sweepstack_api_serves_with_gunicorn(settings: Settings) -> None:
+    port = free_port()
+    argv = gunicorn_argv("127.0.0.1", port, workers=1, threads=2)
+    proc = subprocess.Popen(argv, env=_env(settings), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_listening("127.0.0.1", port, 60, proc)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/health", timeout=10) as r:
+            assert r.status == 200 and json.load(r)["status"] == "ok"
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/sweeps")
+        try:
+            urllib.request.urlopen(request, timeout=10)
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 401 and json.load(exc)["code"] == "unauthorized"
+        else:
+            raise AssertionError("an unauthenticated request got through")
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_the_api_command_needs_the_service_urls() -> None:
+    result = CliRunner().invoke(api, ["--port", "9"], env={"SWEEPSTACK_BROKER_URL": ""})
+    assert result.exit_code == 2 and "SWEEPSTACK_BROKER_URL is not set" in result.output
+    argv = gunicorn_argv("0.0.0.0", 8080, workers=3, threads=4)
+    assert argv[argv.index("--bind") + 1] == "0.0.0.0:8080" and "api.wsgi:app" in argv
+    assert argv[argv.index("--workers") + 1] == "3"

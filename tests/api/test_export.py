@@ -1,0 +1,76 @@
+"""``/api/v1/sweeps/{id}/export``: one row per trial with params and final metrics."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from flask.testing import FlaskClient
+
+from api import export
+from core.states import TrialState
+from core.store import Store
+from tests.api import ALICE, small_spec, submit
+from tests.core import WORKER
+
+
+def finish(store: Store, trial_id: str, accuracy: float) -> None:
+    attempt = store.claim(trial_id, WORKER, stale_after=60)["attempt"]
+    final = {"epoch": 1, "train_loss": 0.3, "val_loss": 0.4, "val_accuracy": accuracy}
+    result = {"objective": accuracy, "final": final, "best": final, "epochs": 1}
+    extra = {"train_seconds": 1.5, "param_count": 99, "device": "cpu"}
+    store.finish(trial_id, attempt, TrialState.COMPLETE, result=result, extra=extra)
+
+
+@pytest.fixture
+def sweep_id(client: FlaskClient, store: Store) -> str:
+    sweep_id = submit(client)
+    first = store.trials(sweep_id, limit=1)[0][0]["_id"]
+    finish(store, first, 0.875)
+    return sweep_id
+
+
+def test_csv_has_a_row_per_trial_with_params_and_final_metrics(
+    client: FlaskClient, sweep_id: str
+) -> None:
+    response = client.get(f"/api/v1/sweeps/{sweep_id}/export?format=csv", headers=ALICE)
+    assert response.status_code == 200 and response.mimetype == "text/csv"
+    assert response.is_streamed
+    assert f'filename="sweep-{sweep_id}.csv"' in response.headers["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.get_data(as_text=True))))
+    assert len(rows) == 6
+    first = rows[0]
+    assert first["state"] == "complete" and first["objective"] == "0.875"
+    assert first["model.hidden_units"] == "8" and first["model.activation"] == "relu"
+    assert first["val_accuracy"] == "0.875" and first["val_loss"] == "0.4"
+    assert first["val_rmse"] == "" and first["epochs"] == "1" and first["device"] == "cpu"
+    assert rows[1]["state"] == "queued" and rows[1]["val_accuracy"] == ""
+    assert [r["index"] for r in rows] == [str(i) for i in range(6)]
+
+
+def test_jsonl_is_the_same_rows_as_objects(client: FlaskClient, sweep_id: str) -> None:
+    response = client.get(f"/api/v1/sweeps/{sweep_id}/export?format=jsonl", headers=ALICE)
+    assert response.status_code == 200 and response.mimetype == "application/x-ndjson"
+    rows = [json.loads(line) for line in response.get_data(as_text=True).splitlines()]
+    assert len(rows) == 6
+    assert rows[0]["params"] == {"model.hidden_units": 8, "model.activation": "relu"}
+    assert rows[0]["final"]["val_accuracy"] == 0.875 and rows[0]["train_seconds"] == 1.5
+    assert rows[5]["final"] == {} and rows[5]["objective"] is None
+
+
+def test_export_reads_page_after_page(
+    client: FlaskClient, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(export, "PAGE", 4)
+    spec = small_spec(model={"hidden_units": list(range(1, 11))})
+    sweep_id = submit(client, spec)
+    text = client.get(f"/api/v1/sweeps/{sweep_id}/export", headers=ALICE).get_data(as_text=True)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [int(r["model.hidden_units"]) for r in rows] == list(range(1, 11))
+
+
+def test_an_unknown_format_is_400(client: FlaskClient, sweep_id: str) -> None:
+    response = client.get(f"/api/v1/sweeps/{sweep_id}/export?format=xlsx", headers=ALICE)
+    assert response.status_code == 400 and response.json["details"]["parameter"] == "format"
