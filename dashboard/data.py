@@ -1,0 +1,315 @@
+"""Store records → rows: what each dashboard figure and table shows, computed, not drawn.
+
+Every function here is plain Python over dictionaries, so it is tested on real store
+contents without a browser; `dashboard.figures` draws what these return. A *trial row*
+(`trial_row`) is the compact form of one trial that the dashboard keeps in memory for a
+whole sweep (`dashboard.table`): its params flattened to ``section.key`` paths, times in
+milliseconds since the epoch (what plotly.js takes on a date axis), and only the first
+line of an error.
+
+Depth and width come from the trial's resolved config (``model.hidden_layers`` and
+``model.hidden_units``), so they are known even when a sweep does not vary them; a list
+of widths counts as its mean width.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from core.query import get_path
+from core.records import finite_number, flatten_params
+from core.states import FINISH_STATES, TrialState
+
+#: The trial fields the in-memory table reads (`core.views.Views.changed_rows`).
+FIELDS = (
+    "state",
+    "params",
+    "objective",
+    "train_seconds",
+    "finished_at",
+    "started_at",
+    "seed",
+    "attempt",
+    "worker.name",
+    "device",
+    "error",
+    "config.model.hidden_layers",
+    "config.model.hidden_units",
+)
+
+COMPLETE = TrialState.COMPLETE.value
+FAILED = TrialState.FAILED.value
+RUNNING = TrialState.RUNNING.value
+QUEUED = TrialState.QUEUED.value
+_FINISHED = frozenset(s.value for s in FINISH_STATES)
+
+#: Throughput is measured over this many minutes of finishes.
+THROUGHPUT_MINUTES = 10
+#: Parameters whose path ends with one of these are repeats, not settings.
+SEED_KEYS = ("seed",)
+
+
+def to_ms(moment: datetime | None) -> int | None:
+    """Milliseconds since the epoch (UTC), or None."""
+    if moment is None:
+        return None
+    return int(moment.timestamp() * 1000)
+
+
+def first_line(text: Any, limit: int = 200) -> str | None:
+    """The first non-empty line of an error, cut to `limit` characters."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    line = next(part for part in text.strip().splitlines() if part.strip()).strip()
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _plain(value: Any) -> Any:
+    """A parameter value as JSON keeps it: numbers, strings, booleans, None, lists."""
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def trial_row(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The compact row of one trial document (a `changed_rows` row or a whole trial)."""
+    model = get_path(doc, "config.model") or {}
+    units = model.get("hidden_units") if isinstance(model, Mapping) else None
+    if isinstance(units, list):
+        units = sum(units) / len(units) if units else None
+    layers = model.get("hidden_layers") if isinstance(model, Mapping) else None
+    worker = doc.get("worker")
+    return {
+        "id": doc["_id"],
+        "index": int(doc["index"]),
+        "state": doc.get("state"),
+        "params": {k: _plain(v) for k, v in flatten_params(doc.get("params")).items()},
+        "objective": finite_number(doc.get("objective")),
+        "train_seconds": finite_number(doc.get("train_seconds")),
+        "finished_at": to_ms(doc.get("finished_at")),
+        "started_at": to_ms(doc.get("started_at")),
+        "layers": layers if isinstance(layers, int) else None,
+        "units": finite_number(units),
+        "seed": doc.get("seed"),
+        "attempt": doc.get("attempt"),
+        "worker": worker.get("name") if isinstance(worker, Mapping) else None,
+        "device": doc.get("device"),
+        "error": first_line(doc.get("error")),
+    }
+
+
+def better(direction: str) -> bool:
+    """Whether a larger objective is better."""
+    return direction == "maximize"
+
+
+def rank_key(direction: str) -> Callable[[Mapping[str, Any]], tuple[float, int]]:
+    """A sort key putting the best objective first; equal objectives: the earlier trial."""
+    if better(direction):
+        return lambda row: (-row["objective"], row["index"])
+    return lambda row: (row["objective"], row["index"])
+
+
+def complete_rows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The complete trials that have a finite objective."""
+    return [r for r in rows if r["state"] == COMPLETE and r["objective"] is not None]
+
+
+# -- the sweep's summary ---------------------------------------------------------------
+
+
+def finish_times(rows: Iterable[Mapping[str, Any]]) -> list[int]:
+    """When each finished trial (complete, failed, pruned) finished, in ms, sorted."""
+    return sorted(
+        r["finished_at"] for r in rows if r["state"] in _FINISHED and r["finished_at"] is not None
+    )
+
+
+def summary(counts: Mapping[str, int], finished: Sequence[int], now_ms: int) -> dict[str, Any]:
+    """Counts by state, progress, throughput (trials/min over recent finishes) and ETA.
+
+    `finished` is `finish_times`. Throughput counts finishes in the last
+    `THROUGHPUT_MINUTES` minutes, or since the first finish when that is more recent (at
+    least one minute). The ETA is what is left (queued + running) at that rate: 0 when
+    nothing is left, None when nothing finishes.
+    """
+    total = sum(counts.values())
+    left = counts.get(QUEUED, 0) + counts.get(RUNNING, 0)
+    window_start = now_ms - THROUGHPUT_MINUTES * 60_000
+    recent = len(finished) - bisect.bisect_left(finished, window_start)
+    minutes: float = THROUGHPUT_MINUTES
+    if finished and finished[0] > window_start:
+        minutes = max((now_ms - finished[0]) / 60_000, 1.0)
+    per_minute = recent / minutes
+    eta: float | None = None
+    if not left:
+        eta = 0.0
+    elif per_minute > 0:
+        eta = left / per_minute * 60
+    return {
+        "counts": dict(counts),
+        "total": total,
+        "done": total - left,
+        "left": left,
+        "per_minute": round(per_minute, 3),
+        "eta_seconds": None if eta is None else round(eta, 1),
+    }
+
+
+# -- figures of the sweep --------------------------------------------------------------
+
+
+def best_so_far(rows: Iterable[Mapping[str, Any]], direction: str) -> list[dict[str, Any]]:
+    """The steps of the best objective over time: one row per improvement, in time order.
+
+    Each row: ``t`` (finish time, ms), ``best`` and ``index`` (the trial that set it).
+    """
+    done = sorted(
+        (r for r in complete_rows(rows) if r["finished_at"] is not None),
+        key=lambda r: (r["finished_at"], r["index"]),
+    )
+    steps: list[dict[str, Any]] = []
+    best: float | None = None
+    for row in done:
+        value = row["objective"]
+        if best is None or (value > best if better(direction) else value < best):
+            best = value
+            steps.append({"t": row["finished_at"], "best": value, "index": row["index"]})
+    return steps
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
+
+def objective_by_width(
+    rows: Iterable[Mapping[str, Any]], direction: str, paths: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """The seed paper's first figure: objective against hidden units, per depth.
+
+    For each (depth, width), the trials are grouped by their other settings (every
+    parameter but depth, width and seeds; `paths` lists the sweep's parameters); the group
+    with the best mean objective is shown: its ``mean``, and ``low``/``high`` the spread
+    over its seeds (min and max). ``setting`` names that group's other parameters; ``n``
+    counts its trials and ``trials`` every trial at that depth and width. Rows are sorted
+    by depth, then width.
+    """
+    done = complete_rows(rows)
+    if paths is None:
+        paths = list(dict.fromkeys(p for r in done for p in r["params"]))
+    others = [p for p in paths
+              if p not in ("model.hidden_layers", "model.hidden_units")
+              and not p.endswith(SEED_KEYS)]
+    cells: dict[tuple[int, float], dict[tuple, list[float]]] = {}
+    for row in done:
+        if row["layers"] is None or row["units"] is None:
+            continue
+        params = row["params"]
+        key = tuple(_hashable(params.get(p)) for p in others)
+        groups = cells.setdefault((row["layers"], row["units"]), {})
+        groups.setdefault(key, []).append(row["objective"])
+    pick = max if better(direction) else min
+    out = []
+    for (layers, units), groups in sorted(cells.items()):
+        means = {key: sum(v) / len(v) for key, v in groups.items()}
+        key = pick(sorted(means, key=repr), key=lambda k: means[k])
+        values = groups[key]
+        out.append({
+            "layers": layers,
+            "units": units,
+            "mean": means[key],
+            "low": min(values),
+            "high": max(values),
+            "n": len(values),
+            "trials": sum(len(v) for v in groups.values()),
+            "setting": {path: category_text(value)
+                        for path, value in zip(others, key, strict=True)},
+        })
+    return out
+
+
+def category_text(value: Any) -> str:
+    """A parameter value as a category label."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(category_text(v) for v in value) + "]"
+    return "null" if value is None else str(value)
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, median, q3
+
+
+def time_by_depth(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The seed paper's second figure: training time against the number of layers.
+
+    One row per depth with the five-number summary and mean of ``train_seconds`` over its
+    complete trials, sorted by depth.
+    """
+    by: dict[int, list[float]] = {}
+    for row in rows:
+        if row["state"] != COMPLETE or row["layers"] is None or row["train_seconds"] is None:
+            continue
+        by.setdefault(row["layers"], []).append(row["train_seconds"])
+    out = []
+    for layers, values in sorted(by.items()):
+        values.sort()
+        q1, median, q3 = _quartiles(values)
+        out.append({
+            "layers": layers,
+            "n": len(values),
+            "min": values[0],
+            "q1": q1,
+            "median": median,
+            "q3": q3,
+            "max": values[-1],
+            "mean": sum(values) / len(values),
+        })
+    return out
+
+
+def top_trials(
+    rows: Iterable[Mapping[str, Any]], direction: str, k: int = 20
+) -> list[Mapping[str, Any]]:
+    """The `k` complete trials with the best objective, best first (ties: lower index)."""
+    return heapq.nsmallest(k, complete_rows(rows), key=rank_key(direction))
+
+
+def failed_trials(rows: Iterable[Mapping[str, Any]], n: int = 50) -> list[Mapping[str, Any]]:
+    """The `n` most recently finished failed trials, newest first."""
+    failed = [r for r in rows if r["state"] == FAILED]
+    return heapq.nlargest(n, failed, key=lambda r: (r["finished_at"] or 0, r["index"]))
+
+
+def failure_reasons(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Failed trials grouped by the first line of their error, most frequent first."""
+    counts: Counter[str] = Counter()
+    example: dict[str, int] = {}
+    for row in rows:
+        if row["state"] != FAILED:
+            continue
+        reason = row["error"] or "(no reason recorded)"
+        counts[reason] += 1
+        example.setdefault(reason, row["index"])
+    return [
+        {"reason": reason, "n": n, "example": example[reason]}
+        for reason, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ]
+
+
+def public_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """What a page gets of a trial row (all of it; a copy, so the table stays private)."""
+    return {**row, "params": dict(row["params"])}

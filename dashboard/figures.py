@@ -1,0 +1,333 @@
+"""Rows → Plotly figures: plain ``{"data": [...], "layout": {...}}`` dictionaries.
+
+plotly.js draws them in the browser (`static/sweep.js` and friends); nothing here reads
+the store. Colours are fixed per trial state (`STATE_COLOURS`, also used by the pages'
+CSS) and per depth (`depth_colours`), so a colour means the same thing on every figure.
+The objective scatter uses WebGL (``scattergl``); the parallel coordinates are in
+`dashboard.parallel`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from plotly.colors import sample_colorscale
+
+STATE_COLOURS: dict[str, str] = {
+    "queued": "#9aa5b1",
+    "running": "#2f80ed",
+    "complete": "#27ae60",
+    "failed": "#e03e3e",
+    "pruned": "#f2994a",
+    "cancelled": "#8e6bbf",
+}
+#: Curves of different trials: a qualitative palette (plotly's D3), by trial index.
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)
+FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 13,
+        "color": "#1f2933"}
+GRID = "#e6e9ee"
+
+
+def _axis(title: str, **extra: Any) -> dict[str, Any]:
+    # Fixed margins and no overflow checks: plotly's automargin redraws a figure until its
+    # margins settle, and its tick-label overflow check measures every label once per
+    # label; together they were a third of the sweep page's drawing time at 50,000 trials.
+    return {"title": {"text": title, "standoff": 8}, "gridcolor": GRID, "zeroline": False,
+            "automargin": False, "ticklabeloverflow": "allow", "linecolor": "#9aa5b1",
+            "ticks": "outside", **extra}
+
+
+def base_layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+    """The layout every figure starts from; `extra` entries merge into it (dicts shallowly).
+
+    ``uirevision`` keeps a user's zoom and legend choices when a figure is drawn again.
+    """
+    layout = {
+        "title": {"text": title, "x": 0.01, "xanchor": "left", "font": {"size": 15}},
+        "font": FONT,
+        "margin": {"l": 72, "r": 20, "t": 48, "b": 64},
+        "xaxis": _axis(x_title),
+        "yaxis": _axis(y_title),
+        "plot_bgcolor": "#ffffff",
+        "paper_bgcolor": "#ffffff",
+        "hovermode": "closest",
+        "hoverlabel": {"font": {"size": 12}},
+        "legend": {"orientation": "v", "font": {"size": 12}},
+        "uirevision": "keep",
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(layout.get(key), dict):
+            layout[key] = {**layout[key], **value}
+        else:
+            layout[key] = value
+    return layout
+
+
+def empty_note(layout: dict[str, Any], text: str) -> dict[str, Any]:
+    """Say in the middle of an empty figure why it is empty."""
+    layout["annotations"] = [{"text": text, "showarrow": False, "xref": "paper",
+                              "yref": "paper", "x": 0.5, "y": 0.5,
+                              "font": {"size": 14, "color": "#7b8794"}}]
+    return layout
+
+
+def _round(value: float | None, digits: int = 6) -> float | None:
+    if value is None:
+        return None
+    return float(f"{value:.{digits}g}")
+
+
+def depth_colours(depths: Sequence[int]) -> dict[int, str]:
+    """One colour per depth along Viridis (its dark-to-green part, readable on white)."""
+    ordered = sorted(set(depths))
+    if len(ordered) == 1:
+        return {ordered[0]: sample_colorscale("Viridis", [0.35])[0]}
+    stops = [0.85 * i / (len(ordered) - 1) for i in range(len(ordered))]
+    return dict(zip(ordered, sample_colorscale("Viridis", stops), strict=True))
+
+
+def _layers_name(layers: int) -> str:
+    return f"{layers} layer" if layers == 1 else f"{layers} layers"
+
+
+# -- sweep figures ---------------------------------------------------------------------
+
+
+def best_figure(steps: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
+    """The best objective so far against finish time, a step per improvement."""
+    layout = base_layout(f"Best {metric} so far", "finished at (UTC)", metric,
+                     xaxis={"type": "date"}, showlegend=False)
+    trace = {
+        "type": "scatter",
+        "mode": "lines+markers",
+        "line": {"shape": "hv", "color": STATE_COLOURS["complete"], "width": 2},
+        "marker": {"size": 6, "color": STATE_COLOURS["complete"]},
+        "x": [s["t"] for s in steps],
+        "y": [s["best"] for s in steps],
+        "customdata": [s["index"] for s in steps],
+        "hovertemplate": "best %{y:.4g}<br>trial #%{customdata}<br>%{x}<extra></extra>",
+        "name": "best so far",
+    }
+    if not steps:
+        empty_note(layout, "no complete trials yet")
+    return {"data": [trace], "layout": layout}
+
+
+def width_figure(rows: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
+    """Objective against hidden units, one line per depth, bars for the spread over seeds."""
+    colours = depth_colours([r["layers"] for r in rows] or [1])
+    depths = sorted(colours)
+    traces = []
+    for i, layers in enumerate(depths):
+        cell = [r for r in rows if r["layers"] == layers]
+        # Depths share widths: nudge each a little sideways so their bars do not overlap.
+        nudge = 1.0 + 0.025 * (i - (len(depths) - 1) / 2)
+        traces.append({
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": _layers_name(layers),
+            "x": [r["units"] * nudge for r in cell],
+            "y": [r["mean"] for r in cell],
+            "error_y": {
+                "type": "data",
+                "symmetric": False,
+                "array": [r["high"] - r["mean"] for r in cell],
+                "arrayminus": [r["mean"] - r["low"] for r in cell],
+                "thickness": 1.2,
+                "width": 3,
+                "color": colours[layers],
+            },
+            "line": {"color": colours[layers], "width": 2},
+            "marker": {"color": colours[layers], "size": 7},
+            "customdata": [
+                [r["units"], r["n"], ", ".join(f"{k.split('.', 1)[1]}={v}"
+                                                 for k, v in r["setting"].items()) or "-"]
+                for r in cell
+            ],
+            "hovertemplate": (
+                f"{_layers_name(layers)}, %{{customdata[0]}} units<br>"
+                "mean %{y:.4g} over %{customdata[1]} seeds<br>"
+                "setting: %{customdata[2]}<extra></extra>"
+            ),
+        })
+    units = sorted({r["units"] for r in rows})
+    xaxis: dict[str, Any] = {"type": "log" if units and units[0] > 0 else "linear"}
+    if 0 < len(units) <= 12:
+        xaxis.update(tickvals=units, ticktext=[f"{u:g}" for u in units])
+    layout = base_layout(
+        f"{metric} vs hidden units, one line per depth",
+        "hidden units per layer",
+        metric,
+        xaxis=xaxis,
+        legend={"title": {"text": "depth"}},
+        margin={"t": 64},
+    )
+    layout["title"]["subtitle"] = {
+        "text": "best setting of the other parameters: mean over seeds, bars min to max",
+        "font": {"size": 12, "color": "#616e7c"},
+    }
+    if not rows:
+        empty_note(layout, "no complete trials yet")
+    return {"data": traces, "layout": layout}
+
+
+def depth_figure(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Training time against the number of layers: a box per depth and a line of means."""
+    colours = depth_colours([r["layers"] for r in rows] or [1])
+    traces: list[dict[str, Any]] = [
+        {
+            "type": "box",
+            "name": _layers_name(r["layers"]),
+            "x": [r["layers"]],
+            "q1": [r["q1"]],
+            "median": [r["median"]],
+            "q3": [r["q3"]],
+            "lowerfence": [r["min"]],
+            "upperfence": [r["max"]],
+            "mean": [r["mean"]],
+            "marker": {"color": colours[r["layers"]]},
+            "line": {"color": colours[r["layers"]]},
+            "fillcolor": "rgba(0,0,0,0)",
+            "width": 0.5,
+            "hoverinfo": "y",
+            "showlegend": False,
+        }
+        for r in rows
+    ]
+    traces.append({
+        "type": "scatter",
+        "mode": "lines+markers",
+        "name": "mean",
+        "x": [r["layers"] for r in rows],
+        "y": [r["mean"] for r in rows],
+        "customdata": [r["n"] for r in rows],
+        "line": {"color": "#52606d", "width": 1.5, "dash": "dot"},
+        "marker": {"color": "#52606d", "size": 6},
+        "hovertemplate": "%{x} layers: mean %{y:.3g} s over %{customdata} trials<extra></extra>",
+    })
+    depths = [r["layers"] for r in rows]
+    layout = base_layout(
+        "Training time vs number of layers",
+        "hidden layers",
+        "training time per trial (s)",
+        xaxis={"tickvals": depths, "type": "linear"},
+        showlegend=False,
+    )
+    if not rows:
+        empty_note(layout, "no complete trials yet")
+    return {"data": traces, "layout": layout}
+
+
+def _marker_style(n: int) -> tuple[int, float]:
+    """Smaller, fainter markers as points get many, so dense regions still show."""
+    if n <= 2000:
+        return 6, 0.8
+    if n <= 20000:
+        return 4, 0.5
+    return 3, 0.35
+
+
+def scatter_figure(points: Mapping[str, Any], metric: str) -> dict[str, Any]:
+    """Objective against a chosen parameter for every complete trial (WebGL)."""
+    param = points["param"]
+    axis = points["axis"]
+    size, opacity = _marker_style(len(points["y"]))
+    xaxis: dict[str, Any] = {"type": axis["kind"]}
+    if axis.get("values"):
+        xaxis.update(tickvals=axis["values"], ticktext=[f"{v:g}" for v in axis["values"]])
+    if axis["kind"] == "category":
+        xaxis.update(categoryorder="array", categoryarray=axis["categories"])
+    label = param.split(".", 1)[1] if "." in param else param
+    layout = base_layout(f"{metric} vs {label} ({len(points['y']):,} complete trials)",
+                     param, metric, xaxis=xaxis, showlegend=False)
+    layout["meta"] = {"param": param, "axis": axis}
+    trace = {
+        "type": "scattergl",
+        "mode": "markers",
+        "x": points["x"],
+        "y": [_round(v) for v in points["y"]],
+        "customdata": points["index"],
+        "marker": {"color": STATE_COLOURS["complete"], "size": size, "opacity": opacity},
+        "hovertemplate": f"{label} %{{x}}<br>{metric} %{{y:.4g}}<br>trial #%{{customdata}}"
+                         "<extra></extra>",
+        "name": "complete",
+    }
+    if not points["y"]:
+        empty_note(layout, "no complete trials yet")
+    return {"data": [trace], "layout": layout}
+
+
+def curve_trace(row: Mapping[str, Any], epochs: Sequence[int], values: Sequence[float],
+                metric: str) -> dict[str, Any]:
+    """One trial's learning curve, coloured by its index (stable as ranks change)."""
+    objective = row.get("objective")
+    name = f"#{row['index']}" + (f" ({objective:.4g})" if objective is not None else "")
+    colour = PALETTE[row["index"] % len(PALETTE)]
+    return {
+        "type": "scatter", "mode": "lines", "name": name, "x": list(epochs),
+        "y": [_round(v) for v in values], "line": {"color": colour, "width": 1.8},
+        "meta": {"index": row["index"]},
+        "hovertemplate": f"trial #{row['index']}<br>epoch %{{x}}: {metric} %{{y:.4g}}"
+                         "<extra></extra>",
+    }
+
+
+def curves_figure(traces: Sequence[Mapping[str, Any]], metric: str, k: int) -> dict[str, Any]:
+    """Learning curves (per-epoch objective metric) of the top `k` trials."""
+    epochs = max((x for t in traces for x in t["x"]), default=0)
+    layout = base_layout(f"Learning curves of the top {k} trials", "epoch", metric,
+                     legend={"title": {"text": "trial (objective)"}},
+                     xaxis={"tick0": 0, "dtick": max(1, math.ceil(epochs / 10))})
+    if not traces:
+        empty_note(layout, "no per-epoch metrics yet")
+    return {"data": list(traces), "layout": layout}
+
+
+# -- trial figures ---------------------------------------------------------------------
+
+
+def _epoch_axis(total: int | None) -> dict[str, Any]:
+    """An epoch axis spanning the whole planned run, so a running trial's curves grow into it."""
+    if not total:
+        return {"rangemode": "tozero", "tickformat": "d"}
+    return {"range": [0.5, total + 0.5], "dtick": max(1, math.ceil(total / 10))}
+
+
+def epoch_figures(series: Mapping[str, Any], total: int | None = None
+                  ) -> dict[str, dict[str, Any]]:
+    """A trial's per-epoch curves: losses, other validation metrics, seconds per epoch.
+
+    `total` is the planned number of epochs (``training.epochs``), for the epoch axis.
+    """
+    epochs = series["epochs"]
+    groups = {"loss": series["losses"], "metrics": series["metrics"]}
+    titles = {"loss": ("Loss per epoch", "loss"), "metrics": ("Metrics per epoch", "value")}
+    out: dict[str, dict[str, Any]] = {}
+    for key, names in groups.items():
+        traces = [
+            {"type": "scatter", "mode": "lines+markers", "name": name, "x": list(epochs),
+             "y": list(series["values"][name]), "marker": {"size": 5},
+             "line": {"color": PALETTE[i % len(PALETTE)], "width": 2}}
+            for i, name in enumerate(names)
+        ]
+        layout = base_layout(titles[key][0], "epoch", titles[key][1], xaxis=_epoch_axis(total),
+                         showlegend=True)
+        if not epochs:
+            empty_note(layout, "no epochs reported yet")
+        out[key] = {"data": traces, "layout": layout}
+    seconds = series["values"].get("epoch_seconds")
+    layout = base_layout("Time per epoch", "epoch", "seconds", showlegend=False,
+                     xaxis=_epoch_axis(total), margin={"t": 36, "b": 48})
+    if not epochs:
+        empty_note(layout, "no epochs reported yet")
+    out["seconds"] = {
+        "data": [{"type": "bar", "name": "epoch_seconds", "x": list(epochs),
+                  "y": list(seconds or []), "marker": {"color": STATE_COLOURS["running"]}}],
+        "layout": layout,
+    }
+    return out

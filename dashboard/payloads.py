@@ -1,0 +1,315 @@
+"""What each page's JSON holds: rows from `data` and `params`, drawn by `figures`.
+
+A sweep page loads `sweep_payload` once, then polls `sweep_changes` with its cursor
+(``since``: a store time, see `dashboard.table`) and the digests of the aggregates it
+holds. It gets the rows changed after the cursor, which drive the figures it extends
+itself (scatter, best so far, parallel coordinates, failures), and each aggregate whose
+digest differs from its own, whole: small figures and tables (objective by width, time
+by depth, the top trials, failure reasons). On a busy sweep the table's snapshot is
+sorted and measured again at most every `PREPARED_SECONDS`. Nothing in a cursor or a
+digest belongs to one server process, so the API's several workers can answer the same
+page in turn.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from core.store import Store
+from dashboard import data, figures, parallel, params
+from dashboard.detail import epoch_series, trial_detail
+from dashboard.params import Prepared
+from dashboard.table import SweepTable, Tables
+from dashboard.workers import inspect_workers, recent_activity, worker_rows
+
+#: Rows in the top-trials table; the learning curves show the first `CURVES_K` of them.
+TOP_N = 20
+CURVES_K = 10
+FAILED_N = 50
+WORKERS_SECONDS = 3.0
+
+
+class DashboardState:
+    """What the dashboard keeps between requests in one process: tables, curves, workers."""
+
+    def __init__(self, tables: Tables | None = None) -> None:
+        self.tables = tables or Tables()
+        self._curves: OrderedDict[str, tuple[list[int], list[float | None]]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._workers: tuple[float, dict[str, Any]] | None = None
+
+    def curve(self, store: Store, row: Mapping[str, Any], metric: str
+              ) -> tuple[list[int], list[float | None]]:
+        """A finished trial's per-epoch `metric` (its latest attempt), cached: it is final."""
+        key = f"{row['id']}:{row['attempt']}:{metric}"
+        with self._lock:
+            if key in self._curves:
+                self._curves.move_to_end(key)
+                return self._curves[key]
+        series = epoch_series(store.metrics_after(row["id"]))
+        curve = (series["epochs"], series["values"].get(metric, []))
+        with self._lock:
+            self._curves[key] = curve
+            while len(self._curves) > 2000:
+                self._curves.popitem(last=False)
+        return curve
+
+    def workers(self, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """The workers' rows, asked of Celery and the store at most every few seconds."""
+        with self._lock:
+            cached = self._workers
+        if cached is not None and time.monotonic() - cached[0] < WORKERS_SECONDS:
+            return cached[1]
+        value = compute()
+        with self._lock:
+            self._workers = (time.monotonic(), value)
+        return value
+
+
+def _objective(sweep: Mapping[str, Any]) -> tuple[str, str]:
+    objective = sweep.get("objective") or {}
+    return objective.get("metric", "objective"), objective.get("direction", "maximize")
+
+
+def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
+    """A sweep's name, owner, dates and objective, as pages show them."""
+    metric, direction = _objective(sweep)
+    return {
+        "id": sweep["_id"],
+        "name": sweep.get("name"),
+        "description": sweep.get("description") or "",
+        "owner": sweep.get("owner"),
+        "created_at": data.to_ms(sweep.get("created_at")),
+        "updated_at": data.to_ms(sweep.get("updated_at")),
+        "cancelled": sweep.get("cancelled_at") is not None,
+        "trial_count": sweep.get("trial_count", 0),
+        "metric": metric,
+        "direction": direction,
+        "counts": dict(sweep.get("counts") or {}),
+    }
+
+
+def _best(top: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    if not top:
+        return None
+    return {"objective": top[0]["objective"], "index": top[0]["index"], "id": top[0]["id"]}
+
+
+def default_param(paths: Sequence[str]) -> str:
+    """The scatter's first parameter: hidden units if the sweep varies them."""
+    if "model.hidden_units" in paths:
+        return "model.hidden_units"
+    return next((p for p in paths if not p.endswith(data.SEED_KEYS)), params.INDEX)
+
+
+def _curves(state: DashboardState, store: Store, top: Sequence[Mapping[str, Any]],
+            metric: str) -> list[dict[str, Any]]:
+    traces = []
+    for row in top:
+        epochs, values = state.curve(store, row, metric)
+        if epochs:
+            traces.append(figures.curve_trace(row, epochs, values, metric))
+    return traces
+
+
+def _aggregates(sweep: Mapping[str, Any]) -> dict[str, Callable[[Prepared], Any]]:
+    """name -> compute(prepared rows) for everything a sweep page shows that the table's
+    snapshot decides (all but the scatter and parallel coordinates, which depend on the
+    page's choices, and the curves, read from the store)."""
+    metric, _ = _objective(sweep)
+    return {
+        "width": lambda p: figures.width_figure(
+            data.objective_by_width(p.done, p.direction, p.params), metric),
+        "depth": lambda p: figures.depth_figure(data.time_by_depth(p.done)),
+        "top": lambda p: [data.public_row(r) for r in p.ranked[:TOP_N]],
+        "reasons": lambda p: data.failure_reasons(p.rows),
+        "finished": lambda p: data.finish_times(p.rows),
+        "best": lambda p: figures.best_figure(data.best_so_far(p.done, p.direction), metric),
+        "failed": lambda p: [data.public_row(r) for r in data.failed_trials(p.rows, FAILED_N)],
+    }
+
+
+#: The aggregates a page holds and sends the digests of, to be sent them when they change.
+AGGREGATES = ("width", "depth", "top", "reasons")
+#: A snapshot of a busy sweep's rows is sorted and measured again at most this often.
+PREPARED_SECONDS = 2.0
+
+
+def sweep_payload(state: DashboardState, store: Store, table: SweepTable, now: datetime, *,
+                  param: str | None = None, mode: str = "best") -> dict[str, Any]:
+    """Everything a sweep page draws first, from one snapshot of the table.
+
+    The snapshot may be up to `PREPARED_SECONDS` old on a busy sweep; its cursor comes
+    with it, so the page's first poll brings what changed since.
+    """
+    prep = table.prepared(PREPARED_SECONDS)
+    values = {name: table.memo(name, compute, PREPARED_SECONDS)
+              for name, compute in _aggregates(table.sweep).items()}
+    sweep = table.sweep
+    metric, _ = _objective(sweep)
+    if param not in [*prep.params, params.INDEX]:
+        param = default_param(prep.params)
+    top = values["top"][1]
+    return {
+        "since": prep.since,
+        "versions": {name: values[name][0] for name in AGGREGATES},
+        "sweep": sweep_meta(sweep),
+        "summary": {**data.summary(sweep["counts"], values["finished"][1],
+                                   data.to_ms(now) or 0), "best": _best(top)},
+        "params": [*prep.params, params.INDEX],
+        "param": param,
+        "figures": {
+            "best": values["best"][1],
+            "width": values["width"][1],
+            "depth": values["depth"][1],
+            "scatter": _scatter(table, param),
+            "parallel": _parallel(table, mode),
+            "curves": figures.curves_figure(_curves(state, store, top[:CURVES_K], metric),
+                                            metric, CURVES_K),
+        },
+        "top": top,
+        "failed": values["failed"][1],
+        "reasons": values["reasons"][1],
+        "limits": {"top": TOP_N, "curves": CURVES_K, "failed": FAILED_N,
+                   "parallel": params.PARALLEL_CAP},
+    }
+
+
+def sweep_changes(table: SweepTable, now: datetime, since: int,
+                  versions: Mapping[str, str]) -> dict[str, Any]:
+    """The rows changed after the page's cursor `since`, and the aggregates whose digest
+    differs from the page's `versions` (name -> digest)."""
+    cursor, rows = table.changed_after(since)
+    out: dict[str, Any] = {"since": cursor, "rows": [data.public_row(r) for r in rows]}
+    aggregates = _aggregates(table.sweep)
+    current: dict[str, str] = {}
+    for name in AGGREGATES:
+        version, value = table.memo(name, aggregates[name], PREPARED_SECONDS)
+        current[name] = version
+        if versions.get(name) != version:
+            out[name] = value
+    _, top = table.memo("top", aggregates["top"], PREPARED_SECONDS)
+    _, finished = table.memo("finished", aggregates["finished"], PREPARED_SECONDS)
+    out["versions"] = current
+    out["summary"] = {**data.summary(table.sweep["counts"], finished, data.to_ms(now) or 0),
+                      "best": _best(top)}
+    out["sweep"] = sweep_meta(table.sweep)
+    return out
+
+
+def curves_payload(state: DashboardState, store: Store, table: SweepTable,
+                   indexes: Sequence[int]) -> dict[str, Any]:
+    """Learning-curve traces of some trials of the table (the page's new top trials)."""
+    metric, _ = _objective(table.sweep)
+    rows = [table.rows[i] for i in indexes if i in table.rows]
+    return {"traces": _curves(state, store, rows, metric)}
+
+
+def sweeps_payload(state: DashboardState, store: Store, now: datetime,
+                   since: int | None = None, limit: int = 100) -> dict[str, Any]:
+    """The newest sweeps with counts, and the best objective of those already in memory.
+
+    With `since` (ms), only sweeps updated after it; a page passes the ``now`` of its last
+    answer, less a little, so a change is never missed (it may come twice).
+    """
+    sweeps, _ = store.list_sweeps(limit=limit)
+    out = []
+    for sweep in sweeps:
+        meta = sweep_meta(sweep)
+        if since is not None and (meta["updated_at"] or 0) <= since:
+            continue
+        table = state.tables.peek(sweep["_id"])
+        best = None
+        if table is not None:
+            table = state.tables.get(store, sweep["_id"])
+            best = _best(table.memo("top", _aggregates(table.sweep)["top"],
+                                    PREPARED_SECONDS)[1])
+        out.append({**meta, "best": best, "best_known": table is not None})
+    return {"now": data.to_ms(now), "sweeps": out}
+
+
+def sweep_summary(table: SweepTable, now: datetime) -> dict[str, Any]:
+    """A sweep's counts, throughput, ETA and best: what the Sweeps page asks per sweep."""
+    aggregates = _aggregates(table.sweep)
+    _, top = table.memo("top", aggregates["top"], PREPARED_SECONDS)
+    _, finished = table.memo("finished", aggregates["finished"], PREPARED_SECONDS)
+    return {
+        **sweep_meta(table.sweep),
+        **data.summary(table.sweep["counts"], finished, data.to_ms(now) or 0),
+        "best": _best(top),
+        "best_known": True,
+    }
+
+
+def trial_payload(store: Store, trial_id: str, now: datetime) -> dict[str, Any]:
+    """A trial's record, timings and per-epoch curves."""
+    doc = store.get_trial(trial_id, with_metrics=True)
+    sweep = store.get_sweep(doc["sweep_id"])
+    series = epoch_series(doc.pop("metrics"))
+    planned = (doc.get("config") or {}).get("training", {}).get("epochs")
+    return {
+        "trial": trial_detail(doc, sweep, now),
+        "series": series,
+        "figures": figures.epoch_figures(series, planned if isinstance(planned, int) else None),
+    }
+
+
+def trial_changes(store: Store, trial_id: str, now: datetime, attempt: int,
+                  epoch: int) -> dict[str, Any]:
+    """A trial's record now and its epochs after (`attempt`, `epoch`).
+
+    ``reset`` when a newer attempt has begun: the page reloads its curves.
+    """
+    doc = store.get_trial(trial_id, with_metrics=False)
+    sweep = store.get_sweep(doc["sweep_id"])
+    rows = store.metrics_after(trial_id, attempt, epoch)
+    if (doc.get("attempt") or 0) > attempt or any(r["attempt"] > attempt for r in rows):
+        return {"reset": True}
+    series = epoch_series(rows)
+    return {"reset": False, "trial": trial_detail(doc, sweep, now), "series": series}
+
+
+def workers_payload(state: DashboardState, store: Store, sender: Any, now: datetime,
+                    flower_url: str | None, minutes: int = 10) -> dict[str, Any]:
+    """Online workers (Celery's inspect) with what the store saw of them recently."""
+
+    def compute() -> dict[str, Any]:
+        inspected = inspect_workers(sender)
+        activity = recent_activity(store, now, minutes)
+        return {
+            "broker": sender is not None,
+            "error": inspected["error"],
+            "workers": worker_rows(inspected["workers"], activity, data.to_ms(now) or 0,
+                                   minutes),
+        }
+
+    return {**state.workers(compute), "minutes": minutes, "flower_url": flower_url,
+            "now": data.to_ms(now)}
+
+
+def figure_payload(table: SweepTable, which: str, *, param: str | None = None,
+                   mode: str = "best") -> dict[str, Any]:
+    """The scatter (for `param`) or the parallel coordinates (for `mode`) alone."""
+    prep = table.prepared(PREPARED_SECONDS)
+    if which == "scatter":
+        if param not in [*prep.params, params.INDEX]:
+            param = default_param(prep.params)
+        return {"param": param, "figure": _scatter(table, param)}
+    return {"mode": mode, "figure": _parallel(table, mode)}
+
+
+def _scatter(table: SweepTable, param: str) -> dict[str, Any]:
+    metric, _ = _objective(table.sweep)
+    return table.memo(f"scatter:{param}", lambda p: figures.scatter_figure(
+        params.scatter_points(p, param), metric), PREPARED_SECONDS)[1]
+
+
+def _parallel(table: SweepTable, mode: str) -> dict[str, Any]:
+    metric, direction = _objective(table.sweep)
+    return table.memo(f"parallel:{mode}", lambda p: parallel.parallel_figure(
+        params.parallel_rows(p, mode), metric, direction), PREPARED_SECONDS)[1]

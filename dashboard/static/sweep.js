@@ -1,0 +1,484 @@
+/* The sweep page: draws the figures the server computed, then polls for what changed and
+   extends them in place (Plotly.extendTraces, or react with arrays kept here). It never
+   reloads, and a poll carries only the trials that changed after the page's cursor. */
+"use strict";
+
+(function () {
+  const cfg = JSON.parse(document.getElementById("config").textContent);
+  const POLL_MS = 2000;
+  const S = {
+    since: 0, versions: {}, sweep: null, params: [], param: null, mode: "best",
+    limits: {}, plotted: new Set(), best: null, par: null, curves: [], top: [],
+    failed: [], failedSeen: new Set(), summary: null,
+  };
+  const $ = (id) => document.getElementById(id);
+  const better = (a, b) => (S.sweep.direction === "maximize" ? a > b : a < b);
+  const short = (path) => (path.includes(".") ? path.split(".").slice(1).join(".") : path);
+
+  // -- summary and tables ---------------------------------------------------------------
+
+  function renderSummary(summary, sweep) {
+    S.summary = summary;
+    const counts = summary.counts;
+    const cards = [];
+    const pct = summary.total ? (100 * summary.done) / summary.total : 0;
+    cards.push(SS.card("done", SS.num(summary.done) + " / " + SS.num(summary.total),
+      pct.toFixed(1) + " %"));
+    for (const state of SS.STATES) {
+      cards.push(SS.card(state, SS.num(counts[state] || 0), null, state));
+    }
+    cards.push(SS.card("throughput", SS.num(summary.per_minute, 3) + " / min",
+      "finished, last 10 min"));
+    const eta = summary.eta_seconds === null ? "–"
+      : summary.eta_seconds === 0 ? "done" : SS.seconds(summary.eta_seconds);
+    cards.push(SS.card("ETA", eta, summary.left ? SS.num(summary.left) + " left" : null));
+    const best = summary.best;
+    const bestCard = SS.card("best " + sweep.metric, best ? SS.num(best.objective, 5) : "–",
+      best ? "trial #" + best.index : "no complete trial yet");
+    if (best) {
+      bestCard.querySelector(".value").replaceChildren(
+        SS.el("a", { href: cfg.trialsUrl + best.id, text: SS.num(best.objective, 5) }));
+    }
+    cards.push(bestCard);
+    $("summary").replaceChildren(...cards);
+    SS.progressBar(counts, summary.total, $("progress"));
+  }
+
+  function trialLink(row) {
+    return SS.el("a", { href: cfg.trialsUrl + row.id, text: "#" + row.index });
+  }
+
+  function paramCells(row, paths) {
+    return paths.map((p) => {
+      const v = row.params[p];
+      return SS.el("td", { class: typeof v === "number" ? "num" : null,
+        text: v === undefined ? "–" : Array.isArray(v) ? "[" + v.join(",") + "]" : SS.num(v) });
+    });
+  }
+
+  function tableParams() {
+    return S.params.filter((p) => p !== "index");
+  }
+
+  function renderTop(top) {
+    S.top = top;
+    const paths = tableParams();
+    const head = SS.el("tr", {}, SS.el("th", { class: "num", text: "rank" }),
+      SS.el("th", { text: "trial" }), paths.map((p) => SS.el("th", { text: short(p) })),
+      SS.el("th", { class: "num", text: S.sweep.metric }),
+      SS.el("th", { class: "num", text: "train time" }));
+    const rows = top.map((row, i) => SS.el("tr", { "data-index": row.index },
+      SS.el("td", { class: "num", text: i + 1 }), SS.el("td", {}, trialLink(row)),
+      paramCells(row, paths),
+      SS.el("td", { class: "num", text: SS.num(row.objective, 5) }),
+      SS.el("td", { class: "num nowrap", text: SS.seconds(row.train_seconds) })));
+    $("top-table").replaceChildren(SS.el("thead", {}, head), SS.el("tbody", {}, rows));
+    if (!top.length) {
+      $("top-table").append(SS.el("tbody", {}, SS.el("tr", {},
+        SS.el("td", { class: "empty", text: "No complete trial yet." }))));
+    }
+  }
+
+  function renderFailed() {
+    const paths = tableParams();
+    const head = SS.el("tr", {}, SS.el("th", { text: "trial" }),
+      paths.map((p) => SS.el("th", { text: short(p) })), SS.el("th", { text: "reason" }),
+      SS.el("th", { text: "finished (UTC)" }));
+    const rows = S.failed.map((row) => SS.el("tr", { "data-index": row.index },
+      SS.el("td", {}, trialLink(row)), paramCells(row, paths),
+      SS.el("td", { class: "reason", title: row.error || "", text: row.error || "(no reason)" }),
+      SS.el("td", { text: SS.time(row.finished_at) })));
+    $("failed-table").replaceChildren(SS.el("thead", {}, head), SS.el("tbody", {}, rows));
+    $("failed-table").hidden = !S.failed.length;
+  }
+
+  function renderReasons(reasons) {
+    const total = reasons.reduce((n, r) => n + r.n, 0);
+    $("failed-count").textContent = total ? "(" + SS.grouped(total) + ")" : "";
+    $("reasons").replaceChildren(...(reasons.length ? reasons.slice(0, 8).map((r) =>
+      SS.el("li", {}, SS.el("span", { class: "n", text: "×" + SS.grouped(r.n) }),
+        r.reason)) : [SS.el("li", { class: "empty", text: "No failed trials." })]));
+  }
+
+  function addFailed(rows) {
+    let changed = false;
+    for (const row of rows) {
+      if (row.state !== "failed" || S.failedSeen.has(row.index)) continue;
+      S.failedSeen.add(row.index);
+      S.failed.unshift(row);
+      changed = true;
+    }
+    if (changed) {
+      S.failed.sort((a, b) => (b.finished_at || 0) - (a.finished_at || 0));
+      S.failed.length = Math.min(S.failed.length, S.limits.failed);
+      renderFailed();
+    }
+  }
+
+  // -- figures --------------------------------------------------------------------------
+
+  function plot(id, figure) {
+    return Plotly.react($(id), figure.data, figure.layout, SS.PLOT_CONFIG);
+  }
+
+  function clearEmptyNote(id) {
+    const gd = $(id);
+    if (gd.layout && gd.layout.annotations && gd.layout.annotations.length &&
+        id !== "fig-parallel") {
+      return Plotly.relayout(gd, { annotations: [] });
+    }
+    return null;
+  }
+
+  function xValue(row, param, axis) {
+    const v = param === "index" ? row.index : row.params[param];
+    if (axis.kind !== "category") return v;
+    if (v === null || v === undefined) return "null";
+    if (typeof v === "boolean") return v ? "true" : "false";
+    if (Array.isArray(v)) return "[" + v.join(",") + "]";
+    return String(v);
+  }
+
+  function scatterTitle(n) {
+    return S.sweep.metric + " vs " + short(S.param) + " (" + SS.grouped(n) +
+      " complete trials)";
+  }
+
+  async function extendScatter(done) {
+    const gd = $("fig-scatter");
+    const meta = gd.layout.meta;
+    const fresh = done.filter((r) => !S.plotted.has(r.index));
+    if (!fresh.length) return;
+    for (const r of fresh) S.plotted.add(r.index);
+    await Plotly.extendTraces(gd, {
+      x: [fresh.map((r) => xValue(r, meta.param, meta.axis))],
+      y: [fresh.map((r) => r.objective)],
+      customdata: [fresh.map((r) => r.index)],
+    }, [0]);
+    const update = { "title.text": scatterTitle(S.plotted.size) };
+    if ((gd.layout.annotations || []).length) update.annotations = [];
+    await Plotly.relayout(gd, update);
+  }
+
+  async function extendBest(done) {
+    const fresh = done.filter((r) => r.finished_at !== null)
+      .sort((a, b) => a.finished_at - b.finished_at || a.index - b.index);
+    const steps = { x: [], y: [], customdata: [] };
+    for (const r of fresh) {
+      if (S.best === null || better(r.objective, S.best.value)) {
+        const t = S.best === null ? r.finished_at : Math.max(r.finished_at, S.best.t);
+        S.best = { value: r.objective, t: t, index: r.index };
+        steps.x.push(t); steps.y.push(r.objective); steps.customdata.push(r.index);
+      }
+    }
+    if (!steps.x.length) return;
+    await Plotly.extendTraces($("fig-best"),
+      { x: [steps.x], y: [steps.y], customdata: [steps.customdata] }, [0]);
+    await clearEmptyNote("fig-best");
+  }
+
+  // Parallel coordinates: where a value sits on an axis, as `figures.normalise` computes it.
+  function normalise(value, dim) {
+    if (dim.kind === "category") {
+      const text = value === null || value === undefined ? "null"
+        : typeof value === "boolean" ? (value ? "true" : "false")
+          : Array.isArray(value) ? "[" + value.join(",") + "]" : String(value);
+      const i = dim.categories.indexOf(text);
+      if (i < 0) return null;
+      return dim.categories.length > 1 ? i / (dim.categories.length - 1) : 0.5;
+    }
+    if (typeof value !== "number") return null;
+    let v = value, lo = dim.low, hi = dim.high;
+    if (dim.kind === "log") {
+      if (v <= 0) return null;
+      v = Math.log10(v); lo = Math.log10(lo); hi = Math.log10(hi);
+    }
+    if (hi === lo) return 0.5;
+    return Math.min(Math.max((v - lo) / (hi - lo), 0), 1);
+  }
+
+  function setParallel(figure) {
+    const meta = figure.layout.meta;
+    const kept = new Map();
+    for (const [index, objective, t] of meta.kept) kept.set(index, { objective, t });
+    S.par = { meta, kept, rev: 0 };
+    parallelCaption();
+  }
+
+  function parallelCaption() {
+    if (!S.par) return;
+    const shown = S.par.kept.size;
+    const total = Math.max(S.par.meta.total, S.summary ? S.summary.counts.complete || 0 : 0,
+      shown);
+    const cap = S.par.meta.cap;
+    const which = S.par.meta.mode === "best" ? "best" : "most recent";
+    $("parallel-cap").textContent = total > cap
+      ? "showing the " + which + " " + SS.grouped(shown) + " of " +
+        SS.grouped(total) + " complete trials (capped at " +
+        SS.grouped(cap) + ")"
+      : "showing all " + SS.grouped(shown) + " complete trials";
+  }
+
+  // Whether entry a should be shown before entry b (better, or newer), ties by index.
+  function ahead(a, b) {
+    if (S.par.meta.mode === "best") {
+      if (a.objective !== b.objective) return better(a.objective, b.objective);
+    } else if (a.t !== b.t) {
+      return a.t > b.t;
+    }
+    return a.index < b.index;
+  }
+
+  // A band trace is one unbroken path that runs across the axes and back, a trial at a
+  // time (see `figures._snake`). A trial that leaves keeps its place in the path but is
+  // moved below the plot (clipped), so its neighbours stay joined along an axis.
+  const GONE = -1;
+
+  function removeSegment(gd, index) {
+    const width = S.par.meta.dims.length;
+    for (const trace of gd.data.slice(0, S.par.meta.bands.count)) {
+      const at = trace.customdata.indexOf(index);
+      if (at < 0) continue;
+      for (let i = at; i < at + width; i++) { trace.y[i] = GONE; trace.customdata[i] = null; }
+      return;
+    }
+  }
+
+  function snake(trace, ys, index) {
+    const order = ys.map((_, i) => i);
+    if (trace.x.length && trace.x[trace.x.length - 1] !== 0) order.reverse();
+    for (const x of order) {
+      trace.x.push(x);
+      trace.y.push(ys[x] === null ? null : Math.round(ys[x] * 1e4) / 1e4);
+      trace.customdata.push(index);
+    }
+  }
+
+  function addSegment(gd, row) {
+    const dims = S.par.meta.dims;
+    snake(bandTrace(gd, row.objective), dims.map((dim, i) =>
+      normalise(i < dims.length - 1 ? row.params[dim.path] : row.objective, dim)), row.index);
+  }
+
+  // Round numbers for an axis from `low` to `high`, as `figures._ticks` chooses them.
+  function niceTicks(low, high) {
+    if (high <= low) return [low];
+    const raw = (high - low) / 5;
+    const magnitude = 10 ** Math.floor(Math.log10(raw));
+    const step = [1, 2, 5, 10].map((m) => m * magnitude).find((v) => v >= raw);
+    const out = [];
+    for (let v = Math.ceil(low / step) * step; v <= high + step * 1e-9; v += step) {
+      out.push(Number(v.toPrecision(12)));
+    }
+    return out;
+  }
+
+  // A new objective outside the objective axis: widen the axis and its colour bands, and
+  // place every line drawn so far again (from the segments and objectives held here).
+  function widenParallel(gd, low, high) {
+    const meta = S.par.meta;
+    const bands = meta.bands;
+    const width = meta.dims.length;
+    const last = width - 1;
+    const segments = [];
+    for (const trace of gd.data.slice(0, bands.count)) {
+      for (let i = 0; i < trace.x.length; i += width) {
+        if (trace.customdata[i] === null) continue;
+        const ys = trace.y.slice(i, i + width);
+        if (trace.x[i] !== 0) ys.reverse();
+        segments.push({ ys: ys, index: trace.customdata[i] });
+      }
+      trace.x = []; trace.y = []; trace.customdata = [];
+    }
+    bands.low = low; bands.high = high;
+    Object.assign(meta.dims[last], { low: low, high: high });
+    for (const seg of segments) {
+      const objective = S.par.kept.get(seg.index).objective;
+      seg.ys[last] = normalise(objective, meta.dims[last]);
+      snake(bandTrace(gd, objective), seg.ys, seg.index);
+    }
+    for (let band = 0; band < bands.count; band++) {
+      const a = low + ((high - low) * band) / bands.count;
+      const b = low + ((high - low) * (band + 1)) / bands.count;
+      gd.data[bands.order.indexOf(band)].name = SS.num(a, 4) + " to " + SS.num(b, 4);
+    }
+    const ticks = gd.data.find((t) => t.name === "ticks");
+    const kept = ticks.x.map((x, i) => i).filter((i) => ticks.x[i] !== last);
+    const fresh = niceTicks(low, high);
+    ticks.x = kept.map((i) => ticks.x[i]).concat(fresh.map(() => last));
+    ticks.y = kept.map((i) => ticks.y[i]).concat(fresh.map((v) => normalise(v, meta.dims[last])));
+    ticks.text = kept.map((i) => ticks.text[i]).concat(fresh.map((v) => SS.num(v, 3)));
+  }
+
+  function bandTrace(gd, objective) {
+    const bands = S.par.meta.bands;
+    let band = bands.high <= bands.low ? bands.count - 1
+      : Math.floor(((objective - bands.low) / (bands.high - bands.low)) * bands.count);
+    band = Math.min(bands.count - 1, Math.max(0, band));
+    return gd.data[bands.order.indexOf(band)];
+  }
+
+  async function extendParallel(done) {
+    if (!S.par) return;
+    const gd = $("fig-parallel");
+    const cap = S.par.meta.cap;
+    let changed = false;
+    const fresh = done.filter((r) => !S.par.kept.has(r.index)).map((r) => r.objective);
+    const bands = S.par.meta.bands;
+    if (fresh.length && (Math.min(...fresh) < bands.low || Math.max(...fresh) > bands.high)) {
+      const objectives = S.par.kept.size ? fresh : fresh.slice(1);
+      const low = S.par.kept.size ? bands.low : fresh[0];
+      const high = S.par.kept.size ? bands.high : fresh[0];
+      widenParallel(gd, Math.min(low, ...objectives), Math.max(high, ...objectives));
+      changed = true;
+    }
+    for (const row of done) {
+      if (S.par.kept.has(row.index)) continue;
+      const entry = { index: row.index, objective: row.objective, t: row.finished_at || 0 };
+      if (S.par.kept.size >= cap) {
+        let last = null;
+        for (const [index, e] of S.par.kept) {
+          const candidate = { index, objective: e.objective, t: e.t };
+          if (last === null || ahead(last, candidate)) last = candidate;
+        }
+        if (!ahead(entry, last)) continue;
+        S.par.kept.delete(last.index);
+        removeSegment(gd, last.index);
+      }
+      S.par.kept.set(row.index, { objective: entry.objective, t: entry.t });
+      addSegment(gd, row);
+      changed = true;
+    }
+    parallelCaption();
+    if (!changed) return;
+    gd.layout.datarevision = ++S.par.rev;
+    if (gd.layout.annotations && S.par.kept.size === 1) {
+      gd.layout.annotations = gd.layout.annotations.filter((a) => a.xref !== "paper");
+    }
+    await Plotly.react(gd, gd.data, gd.layout, SS.PLOT_CONFIG);
+  }
+
+  async function updateCurves(top) {
+    const gd = $("fig-curves");
+    const want = top.slice(0, S.limits.curves).map((r) => r.index);
+    const have = gd.data.map((t) => t.meta.index);
+    const gone = have.map((index, i) => (want.includes(index) ? -1 : i)).filter((i) => i >= 0);
+    if (gone.length) await Plotly.deleteTraces(gd, gone);
+    const missing = want.filter((index) => !have.includes(index));
+    if (missing.length) {
+      const answer = await SS.getJSON(cfg.curvesUrl + "?indexes=" + missing.join(","));
+      if (answer.traces.length) {
+        await Plotly.addTraces(gd, answer.traces);
+        await clearEmptyNote("fig-curves");
+      }
+    }
+    if (gone.length || missing.length) {
+      await Plotly.restyle(gd, { legendrank: gd.data.map((t) => 1000 + want.indexOf(t.meta.index)) });
+    }
+  }
+
+  // -- loading and polling --------------------------------------------------------------
+
+  function fillParamSelect() {
+    const select = $("scatter-param");
+    select.replaceChildren(...S.params.map((p) => SS.el("option", {
+      value: p, text: p === "index" ? "trial index" : p, selected: p === S.param })));
+  }
+
+  async function drawAll(payload) {
+    S.since = payload.since; S.versions = payload.versions;
+    S.sweep = payload.sweep; S.params = payload.params; S.param = payload.param;
+    S.limits = payload.limits;
+    S.failed = payload.failed.slice(); S.failedSeen = new Set(S.failed.map((r) => r.index));
+    const figs = payload.figures;
+    S.plotted = new Set(figs.scatter.data[0].customdata);
+    const steps = figs.best.data[0];
+    S.best = steps.x.length ? { value: steps.y[steps.y.length - 1],
+      t: steps.x[steps.x.length - 1], index: steps.customdata[steps.customdata.length - 1] }
+      : null;
+    renderSummary(payload.summary, payload.sweep);
+    fillParamSelect();
+    setParallel(figs.parallel);
+    $("loading").hidden = true;
+    // The WebGL scatter first: the GPU process renders it while the rest are drawn.
+    for (const [id, fig] of [["fig-scatter", figs.scatter], ["fig-best", figs.best],
+      ["fig-width", figs.width], ["fig-depth", figs.depth], ["fig-parallel", figs.parallel],
+      ["fig-curves", figs.curves]]) {
+      await plot(id, fig);
+      performance.mark(id);
+    }
+    // Tables last: each figure measures text, which lays out the page; a shorter page is
+    // laid out faster.
+    renderTop(payload.top);
+    renderFailed();
+    renderReasons(payload.reasons);
+  }
+
+  async function step() {
+    const query = new URLSearchParams({ since: S.since, ...S.versions });
+    const d = await SS.getJSON(cfg.changesUrl + "?" + query);
+    S.since = d.since; S.versions = d.versions; S.sweep = d.sweep;
+    renderSummary(d.summary, d.sweep);
+    const done = d.rows.filter((r) => r.state === "complete" && r.objective !== null);
+    if (done.length) {
+      await extendScatter(done);
+      await extendBest(done);
+      await extendParallel(done);
+    } else {
+      parallelCaption();
+    }
+    addFailed(d.rows);
+    if (d.width) await plot("fig-width", d.width);
+    if (d.depth) await plot("fig-depth", d.depth);
+    if (d.reasons) renderReasons(d.reasons);
+    if (d.top) { renderTop(d.top); await updateCurves(d.top); }
+    window.__dashboard.polls = (window.__dashboard.polls || 0) + 1;
+  }
+
+  async function replaceFigure(url, id) {
+    const answer = await SS.getJSON(url);
+    await plot(id, answer.figure);
+    return answer;
+  }
+
+  $("scatter-param").addEventListener("change", async (event) => {
+    S.param = event.target.value;
+    const answer = await replaceFigure(cfg.scatterUrl + "?param=" +
+      encodeURIComponent(S.param), "fig-scatter");
+    S.plotted = new Set(answer.figure.data[0].customdata);
+  });
+  $("parallel-mode").addEventListener("change", async (event) => {
+    S.mode = event.target.value;
+    const answer = await replaceFigure(cfg.parallelUrl + "?mode=" + S.mode, "fig-parallel");
+    setParallel(answer.figure);
+  });
+
+  function openTrial(event) {
+    const point = event.points && event.points[0];
+    if (point && typeof point.customdata === "number") {
+      window.location.href = cfg.trialUrl + point.customdata;
+    }
+  }
+
+  async function start() {
+    SS.fillTimes();
+    let payload;
+    try {
+      performance.mark("script");
+      payload = await window.sweepData;
+      performance.mark("data");
+    } catch (error) {
+      $("loading").textContent = "Could not load the sweep: " + error.message;
+      SS.setLive(false, "not loaded");
+      return;
+    }
+    await drawAll(payload);
+    await SS.painted();
+    SS.drawn();
+    for (const id of ["fig-scatter", "fig-best", "fig-parallel"]) $(id).on("plotly_click", openTrial);
+    SS.setLive(true, "live");
+    SS.poll(step, POLL_MS);
+  }
+
+  start();
+})();

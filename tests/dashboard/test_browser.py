@@ -1,0 +1,341 @@
+"""Every dashboard page in a real headless Chromium, against a live server and a real store.
+
+The server is the dashboard app served by werkzeug in a thread; the store is the real
+SecantusDB of the `secantus_url` fixture; trials change through the store's lifecycle
+while pages are open. Screenshots go to ``test-output/screenshots/`` (kept by CI).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, Response, sync_playwright
+
+from core.settings import Settings
+from core.states import TrialState
+from core.store import Store
+from dashboard import params
+from dashboard.app import control_app, create_dashboard_app
+from dashboard.data import FIELDS, best_so_far, objective_by_width, time_by_depth, trial_row
+from tests.core import make_sweep, trial_ids
+from tests.dashboard.browser import (
+    CHROMIUM,
+    VIEWPORT,
+    figure,
+    launch,
+    live_server,
+    open_drawn,
+    trace_lengths,
+)
+from tests.dashboard.conftest import small_sweep_spec
+from tests.dashboard.seeding import Seeded, mcleod_spec, seed_sweep
+from tests.integration.stack import ROOT, Stack
+
+SCREENSHOTS = ROOT / "test-output" / "screenshots"
+FLOWER = "http://127.0.0.1:5555/"
+WORKER = {"host": "browser-test", "pid": 4321, "name": "celery@browser-test"}
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def shoot(page: Page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
+        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install chromium (make test does)",
+                    pytrace=False)
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def context(browser: Browser) -> Iterator[BrowserContext]:
+    context = browser.new_context(viewport=VIEWPORT)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def live_store(secantus_url: str, db_name: str) -> Iterator[Store]:
+    """A store on the real clock (pages poll in real time), its database dropped after."""
+    store = Store.connect(secantus_url, db_name)
+    store.ensure_indexes()
+    yield store
+    store.client.drop_database(db_name)
+    store.close()
+
+
+@pytest.fixture
+def base_url(live_store: Store, secantus_url: str, db_name: str) -> Iterator[str]:
+    settings = Settings(mongo_url=secantus_url, mongo_db=db_name, flower_url=FLOWER)
+    with live_server(create_dashboard_app(settings, store=live_store)) as url:
+        yield url
+
+
+@pytest.fixture
+def mcleod(live_store: Store) -> Seeded:
+    """The McLeod digits sweep: 309 complete, 8 failed, 3 running, 40 queued."""
+    return seed_sweep(live_store, mcleod_spec(str(ROOT)), failed=8, running=3, queued=40)
+
+
+def test_every_page_draws_without_console_errors(
+    context: BrowserContext, base_url: str, mcleod: Seeded
+) -> None:
+    pages = {
+        "sweeps": "/",
+        "sweep-mcleod": f"/sweeps/{mcleod.sweep_id}",
+        "trial-complete": f"/trials/{mcleod.ids('complete')[0]}",
+        "trial-running": f"/trials/{mcleod.ids('running')[0]}",
+        "trial-failed": f"/trials/{mcleod.ids('failed')[0]}",
+        "workers-without-broker": "/workers",
+    }
+    for name, path in pages.items():
+        page, console = open_drawn(context, base_url + path)
+        page.wait_for_timeout(300)  # one more frame, and any late error
+        shoot(page, name)
+        assert console.errors() == [], f"{name}: {console.errors()}"
+        assert page.locator("#flower-link").get_attribute("href") == FLOWER
+        page.close()
+
+
+def test_sweep_figures_hold_every_point(
+    context: BrowserContext, base_url: str, mcleod: Seeded, live_store: Store
+) -> None:
+    rows = [trial_row(d) for d in live_store.changed_rows(mcleod.sweep_id, None, FIELDS)[0]]
+    complete = mcleod.count("complete")
+    page, console = open_drawn(context, f"{base_url}/sweeps/{mcleod.sweep_id}")
+    assert trace_lengths(page, "fig-scatter") == [complete]
+    assert trace_lengths(page, "fig-best") == [len(best_so_far(rows, "maximize"))]
+    cells = objective_by_width(rows, "maximize")
+    width = trace_lengths(page, "fig-width")
+    assert len(width) == len({c["layers"] for c in cells}) and sum(width) == len(cells)
+    depths = time_by_depth(rows)
+    assert len(figure(page, "fig-depth")["data"]) == len(depths) + 1  # boxes and the means
+    parallel = figure(page, "fig-parallel")
+    meta = parallel["layout"]["meta"]
+    assert len(meta["kept"]) == complete and meta["total"] == complete
+    lines = sum(len(t["x"]) for t in parallel["data"][: meta["bands"]["count"]])
+    assert lines == complete * len(meta["dims"])  # a vertex per axis
+    assert [d["label"] for d in meta["dims"]] == [
+        "hidden_layers", "hidden_units", "activation", "val_accuracy"]
+    assert len(figure(page, "fig-curves")["data"]) == 10
+    assert page.locator("#top-table tbody tr").count() == 20
+    assert page.locator("#failed-table tbody tr").count() == mcleod.count("failed")
+    assert page.locator("#reasons li").count() >= 1
+    cap = page.locator("#parallel-cap").inner_text()
+    assert f"all {complete} complete trials" in cap
+    assert console.errors() == []
+    page.select_option("#parallel-mode", "recent")
+    page.wait_for_function(
+        "document.getElementById('fig-parallel').layout.meta.mode === 'recent'")
+    page.select_option("#scatter-param", "model.activation")
+    page.wait_for_function(
+        "document.getElementById('fig-scatter').layout.meta.param === 'model.activation'")
+    assert trace_lengths(page, "fig-scatter") == [complete]
+    assert console.errors() == []
+
+
+def test_a_trial_that_finishes_shows_up_without_a_reload(
+    context: BrowserContext, base_url: str, live_store: Store
+) -> None:
+    sweep_id, points = make_sweep(live_store, small_sweep_spec(), owner="alice")
+    ids = trial_ids(sweep_id, points)
+
+    def run(index: int, state: TrialState, objective: float | None = None,
+            error: str | None = None) -> None:
+        claimed = live_store.claim(ids[index], WORKER, stale_after=60)
+        assert claimed is not None
+        for epoch in (1, 2, 3):
+            live_store.report(ids[index], 1, epoch, {"val_accuracy": (objective or 0) * epoch / 3,
+                                                     "val_loss": 1 / epoch})
+        result = {"objective": objective} if objective is not None else None
+        assert live_store.finish(ids[index], 1, state, result=result, error=error,
+                                 extra={"train_seconds": 1.5})
+
+    for index in range(4):
+        run(index, TrialState.COMPLETE, objective=0.5 + index / 100)
+    # Changes younger than the store's change lag are sent again, in case a late write
+    # lands behind them: let these age, so the polls below carry only the new ones.
+    time.sleep(live_store.change_lag.total_seconds() + 0.5)
+    page, console = open_drawn(context, f"{base_url}/sweeps/{sweep_id}")
+    changes: list[int] = []
+
+    def record(response: Response) -> None:
+        if "/changes?" in response.url:
+            changes.append(len(response.json()["rows"]))
+
+    page.on("response", record)
+    page_id = page.evaluate("window.__dashboard.pageId")
+    assert trace_lengths(page, "fig-scatter") == [4]
+
+    run(9, TrialState.COMPLETE, objective=0.99)
+    run(10, TrialState.FAILED, error="training diverged: the loss is NaN at epoch 2")
+    wait_until(lambda: trace_lengths(page, "fig-scatter") == [5], 15, "the new point")
+    wait_until(lambda: page.locator("#failed-table tbody tr").count() == 1, 10, "the failure")
+    wait_until(lambda: page.locator("#top-table tbody tr").first.get_attribute("data-index")
+               == "9", 10, "the new best in the top table")
+    wait_until(lambda: any(t["meta"]["index"] == 9 for t in figure(page, "fig-curves")["data"]),
+               10, "the new best's learning curve")
+    best = figure(page, "fig-best")["data"][0]
+    assert best["y"][-1] == 0.99 and best["customdata"][-1] == 9
+    parallel = figure(page, "fig-parallel")["layout"]["meta"]
+    assert parallel is not None
+    assert "0.99" in page.locator("#summary").inner_text()
+    # The same page, never reloaded; polls carried only the few trials that changed.
+    assert page.evaluate("window.__dashboard.pageId") == page_id
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+    assert changes and max(changes) <= 2
+    shoot(page, "sweep-live-update")
+    assert console.errors() == []
+
+
+def test_the_first_result_of_an_empty_sweep_draws_every_figure(
+    context: BrowserContext, base_url: str, live_store: Store
+) -> None:
+    sweep_id, points = make_sweep(live_store, small_sweep_spec(), owner="alice")
+    trial_id = trial_ids(sweep_id, points)[5]
+    page, console = open_drawn(context, f"{base_url}/sweeps/{sweep_id}")
+    assert trace_lengths(page, "fig-scatter") == [0]
+    claimed = live_store.claim(trial_id, WORKER, stale_after=60)
+    assert claimed is not None
+    live_store.report(trial_id, 1, 1, {"val_accuracy": 0.7})
+    live_store.finish(trial_id, 1, TrialState.COMPLETE, result={"objective": 0.7},
+                      extra={"train_seconds": 2.0})
+    wait_until(lambda: trace_lengths(page, "fig-scatter") == [1], 15, "the first point")
+    wait_until(lambda: len(figure(page, "fig-curves")["data"]) == 1, 10, "its curve")
+    wait_until(lambda: sum(trace_lengths(page, "fig-width")) == 1, 10, "the width figure")
+    assert trace_lengths(page, "fig-best") == [1]
+    parallel = figure(page, "fig-parallel")
+    bands = parallel["layout"]["meta"]["bands"]
+    lines = {i for t in parallel["data"][: bands["count"]] for i in t["customdata"] if i}
+    assert lines == {5} and bands["low"] == bands["high"] == 0.7
+    assert page.locator("#top-table tbody tr").count() == 1
+    shoot(page, "sweep-first-result")
+    assert console.errors() == []
+
+
+def test_parallel_coordinates_keep_the_cap_as_better_trials_arrive(
+    context: BrowserContext, base_url: str, live_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(params, "PARALLEL_CAP", 3)
+    sweep_id, points = make_sweep(live_store, small_sweep_spec(), owner="alice")
+    ids = trial_ids(sweep_id, points)
+
+    def complete(index: int, objective: float) -> None:
+        assert live_store.claim(ids[index], WORKER, stale_after=60) is not None
+        assert live_store.finish(ids[index], 1, TrialState.COMPLETE,
+                                 result={"objective": objective})
+
+    for index, objective in enumerate((0.6, 0.7, 0.8, 0.5)):
+        complete(index, objective)
+    page, console = open_drawn(context, f"{base_url}/sweeps/{sweep_id}")
+
+    def shown() -> set[int]:
+        parallel = figure(page, "fig-parallel")
+        count = parallel["layout"]["meta"]["bands"]["count"]
+        return {i for t in parallel["data"][:count] for i in t["customdata"] if i is not None}
+
+    assert shown() == {0, 1, 2}
+    assert "best 3 of 4 complete trials (capped at 3)" in page.inner_text("#parallel-cap")
+    complete(5, 0.9)  # better than all: in, and the worst shown (0.6) out
+    complete(6, 0.55)  # worse than all shown: stays out
+    wait_until(lambda: shown() == {1, 2, 5}, 15, "the new best in, the worst out")
+    wait_until(lambda: "best 3 of 6" in page.inner_text("#parallel-cap"), 10, "the caption")
+    parallel = figure(page, "fig-parallel")
+    bands = parallel["layout"]["meta"]["bands"]
+    assert bands["high"] == 0.9  # the objective axis widened to take the new best
+    for trace in parallel["data"][: bands["count"]]:
+        assert None not in trace["x"]  # still one unbroken path per band
+    assert console.errors() == []
+
+
+def test_a_running_trial_page_extends_its_curves(
+    context: BrowserContext, base_url: str, live_store: Store
+) -> None:
+    sweep_id, points = make_sweep(live_store, small_sweep_spec(), owner="alice")
+    trial_id = trial_ids(sweep_id, points)[0]
+    assert live_store.claim(trial_id, WORKER, stale_after=60) is not None
+    live_store.report(trial_id, 1, 1, {"train_loss": 1.0, "val_loss": 1.1, "val_accuracy": 0.4,
+                                       "epoch_seconds": 0.2})
+    page, console = open_drawn(context, f"{base_url}/trials/{trial_id}")
+    assert trace_lengths(page, "fig-loss") == [1, 1]
+    for epoch in (2, 3):
+        live_store.report(trial_id, 1, epoch, {"train_loss": 1 / epoch, "val_loss": 1.1 / epoch,
+                                               "val_accuracy": 0.4 + epoch / 10,
+                                               "epoch_seconds": 0.2})
+    wait_until(lambda: trace_lengths(page, "fig-loss") == [3, 3], 15, "epochs 2 and 3")
+    assert trace_lengths(page, "fig-metrics") == [3]
+    assert trace_lengths(page, "fig-seconds") == [3]
+    live_store.finish(trial_id, 1, TrialState.COMPLETE, result={"objective": 0.7},
+                      extra={"train_seconds": 0.6, "device": "cpu"})
+    wait_until(lambda: page.locator("#state").inner_text() == "complete", 15, "the finish")
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+    assert console.errors() == []
+
+
+def test_sweeps_page_lists_a_new_sweep_while_open(
+    context: BrowserContext, base_url: str, live_store: Store, mcleod: Seeded
+) -> None:
+    page, console = open_drawn(context, f"{base_url}/")
+    row = page.locator(f"#sweep-{mcleod.sweep_id}")
+    assert "mcleod-digits" in row.inner_text()
+    for state in ("queued", "running", "complete", "failed"):
+        assert row.locator(f".progress .seg-{state}").count() == 1
+    best = max(mcleod.objectives.values())
+    wait_until(lambda: f"{best:.5g}" in row.locator(".best").inner_text(), 15, "the best")
+    sweep_id, _ = make_sweep(live_store, small_sweep_spec(name="arrived-later"), owner="bob")
+    wait_until(lambda: page.locator(f"#sweep-{sweep_id}").count() == 1, 15, "the new sweep")
+    assert "arrived-later" in page.locator(f"#sweep-{sweep_id}").inner_text()
+    assert console.errors() == []
+
+
+@pytest.mark.integration
+def test_workers_page_shows_an_online_celery_worker(
+    context: BrowserContext, broker_url: str, secantus_url: str, db_name: str, tmp_path: Path
+) -> None:
+    stack = Stack(broker_url, secantus_url, db_name, tmp_path)
+    try:
+        worker = stack.start_worker()
+        name = wait_until(lambda: _worker_name(worker.log_path.read_text()), 10, "its name")
+        settings = Settings(broker_url=broker_url, mongo_url=secantus_url, mongo_db=db_name,
+                            queue=stack.queue, flower_url=FLOWER)
+        app = create_dashboard_app(settings, store=stack.store, sender=control_app(settings))
+        with live_server(app) as url:
+            page, console = open_drawn(context, f"{url}/workers")
+            row = page.locator(f'#workers-table tr[data-name="{name}"]')
+            wait_until(lambda: row.count() == 1, 15, "the worker's row")
+            assert "online" in row.inner_text() and "idle" in row.inner_text()
+            assert "1 online" in page.locator("#workers-note").inner_text()
+            shoot(page, "workers")
+            assert console.errors() == []
+    finally:
+        stack.close()
+
+
+def _worker_name(log: str) -> str | None:
+    """The worker's node name, from its ready line (``celery@host ready.``)."""
+    for line in log.splitlines():
+        if line.rstrip().endswith(" ready."):
+            return line.split()[-2]
+    return None

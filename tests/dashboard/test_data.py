@@ -1,0 +1,187 @@
+"""The dashboard's rows, computed from real store contents (trials run through the lifecycle).
+
+The scenario (`scenario`): 16 trials of `SPEC`; 0-10 complete with known objectives,
+11-13 failed, 14 running, 15 queued; trial i took i + 1 s on the fake clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from core.states import TrialState
+from core.store import Store
+from dashboard import data, params
+from dashboard.detail import epoch_series, timings, trial_detail
+from dashboard.workers import inspect_workers, recent_activity, worker_rows
+from tests.dashboard.conftest import Sweep
+
+OBJECTIVES = {0: 0.80, 1: 0.82, 2: 0.85, 3: 0.75, 4: 0.90, 5: 0.88, 6: 0.91, 7: 0.93,
+              8: 0.70, 9: 0.72, 10: 0.60}
+ERRORS = {11: "NaN loss at epoch 2\nTraceback: ...", 12: "out of memory",
+          13: "NaN loss at epoch 2\nTraceback: (another)"}
+
+
+@pytest.fixture
+def scenario(sweep: Sweep) -> Sweep:
+    for index in range(14):
+        if index in OBJECTIVES:
+            sweep.finish(index, objective=OBJECTIVES[index], seconds=index + 1,
+                         epochs=3 if index == 7 else 0)
+        else:
+            sweep.finish(index, TrialState.FAILED, seconds=index + 1, error=ERRORS[index])
+    assert sweep.store.claim(sweep.ids[14], {"host": "h", "pid": 8, "name": "celery@w2"},
+                             stale_after=60)
+    return sweep
+
+
+def rows_of(store: Store, sweep_id: str) -> list[dict[str, Any]]:
+    docs, _ = store.changed_rows(sweep_id, None, data.FIELDS)
+    return [data.trial_row(doc) for doc in docs]
+
+
+def test_trial_rows_flatten_what_the_figures_need(scenario: Sweep) -> None:
+    rows = {r["index"]: r for r in rows_of(scenario.store, scenario.sweep_id)}
+    point = scenario.points[7]
+    seven = rows[7]
+    assert seven["id"] == scenario.ids[7] and seven["state"] == "complete"
+    assert seven["params"] == point.params
+    assert seven["layers"] == point.config["model"]["hidden_layers"]
+    assert seven["units"] == point.config["model"]["hidden_units"]
+    assert seven["objective"] == 0.93 and seven["train_seconds"] == 8
+    assert seven["worker"] == "celery@w1" and seven["device"] == "cpu"
+    assert isinstance(seven["finished_at"], int) and seven["error"] is None
+    assert rows[11]["error"] == "NaN loss at epoch 2" and rows[11]["objective"] is None
+    assert rows[14]["state"] == "running" and rows[14]["worker"] == "celery@w2"
+    assert rows[15]["state"] == "queued" and rows[15]["finished_at"] is None
+
+
+def test_summary_counts_throughput_and_eta(scenario: Sweep) -> None:
+    rows = rows_of(scenario.store, scenario.sweep_id)
+    counts = scenario.store.counts(scenario.sweep_id)
+    now = data.to_ms(scenario.clock.now)
+    assert now is not None
+    out = data.summary(counts, data.finish_times(rows), now)
+    assert out["counts"]["complete"] == 11 and out["counts"]["failed"] == 3
+    assert (out["total"], out["done"], out["left"]) == (16, 14, 2)
+    # 14 finishes since the first, 104 s ago (less than the 10-minute window).
+    assert out["per_minute"] == pytest.approx(14 / (104 / 60), abs=1e-3)
+    assert out["eta_seconds"] == pytest.approx(2 / (14 / (104 / 60)) * 60, abs=0.1)
+    later = now + 3600_000
+    assert data.summary(counts, data.finish_times(rows), later)["eta_seconds"] is None
+    done = {**counts, "queued": 0, "running": 0}
+    assert data.summary(done, [], now)["eta_seconds"] == 0
+
+
+def test_best_so_far_steps_at_each_improvement(scenario: Sweep) -> None:
+    rows = rows_of(scenario.store, scenario.sweep_id)
+    steps = data.best_so_far(rows, "maximize")
+    assert [(s["index"], s["best"]) for s in steps] == [
+        (0, 0.80), (1, 0.82), (2, 0.85), (4, 0.90), (6, 0.91), (7, 0.93)]
+    assert [s["t"] for s in steps] == sorted(s["t"] for s in steps)
+    assert [s["index"] for s in data.best_so_far(rows, "minimize")] == [0, 3, 8, 10]
+
+
+def test_objective_by_width_picks_the_best_setting_and_its_spread_over_seeds(
+    scenario: Sweep,
+) -> None:
+    rows = rows_of(scenario.store, scenario.sweep_id)
+    cells = data.objective_by_width(rows, "maximize")
+    by = {(c["layers"], c["units"]): c for c in cells}
+    assert list(by) == [(1, 32), (1, 64), (2, 32)]
+    assert by[(1, 32)]["setting"] == {"model.activation": "relu"}
+    assert by[(1, 32)]["mean"] == pytest.approx(0.81)
+    assert (by[(1, 32)]["low"], by[(1, 32)]["high"], by[(1, 32)]["n"]) == (0.80, 0.82, 2)
+    assert by[(1, 32)]["trials"] == 4
+    assert by[(1, 64)]["setting"] == {"model.activation": "tanh"}
+    assert by[(1, 64)]["mean"] == pytest.approx(0.92)
+    assert by[(2, 32)]["mean"] == pytest.approx(0.71) and by[(2, 32)]["trials"] == 3
+    worst = {(c["layers"], c["units"]): c for c in data.objective_by_width(rows, "minimize")}
+    assert worst[(1, 32)]["setting"] == {"model.activation": "tanh"}
+
+
+def test_time_by_depth_summarises_training_seconds(scenario: Sweep) -> None:
+    rows = rows_of(scenario.store, scenario.sweep_id)
+    one, two = data.time_by_depth(rows)
+    assert (one["layers"], one["n"], one["min"], one["max"]) == (1, 8, 1, 8)
+    assert (one["q1"], one["median"], one["q3"], one["mean"]) == (2.75, 4.5, 6.25, 4.5)
+    assert (two["layers"], two["n"], two["median"], two["mean"]) == (2, 3, 10, 10)
+
+
+def test_scatter_points_by_number_category_and_index(scenario: Sweep) -> None:
+    prep = params.prepare(rows_of(scenario.store, scenario.sweep_id), "maximize")
+    complete = sorted(OBJECTIVES)
+    units = params.scatter_points(prep, "model.hidden_units")
+    assert units["index"] == complete and units["y"] == [OBJECTIVES[i] for i in complete]
+    assert units["x"] == [scenario.points[i].params["model.hidden_units"] for i in complete]
+    assert units["axis"] == {"kind": "linear", "low": 32, "high": 64, "values": [32, 64]}
+    activation = params.scatter_points(prep, "model.activation")
+    assert activation["axis"] == {"kind": "category", "categories": ["relu", "tanh"]}
+    assert set(activation["x"]) == {"relu", "tanh"}
+    assert params.scatter_points(prep, params.INDEX)["x"] == complete
+
+
+def test_parallel_rows_cap_the_best_or_the_most_recent(scenario: Sweep) -> None:
+    prep = params.prepare(rows_of(scenario.store, scenario.sweep_id), "maximize")
+    best = params.parallel_rows(prep, "best", cap=3)
+    assert [r["index"] for r in best["kept"]] == [7, 6, 4]
+    assert best["total"] == 11 and best["cap"] == 3
+    paths = [d["path"] for d in best["dims"]]
+    assert paths == ["model.hidden_layers", "model.hidden_units", "model.activation",
+                     "objective"]  # seeds are repeats, not settings
+    assert best["dims"][-1]["low"] == 0.60 and best["dims"][-1]["high"] == 0.93
+    recent = params.parallel_rows(prep, "recent", cap=3)
+    assert [r["index"] for r in recent["kept"]] == [10, 9, 8]
+    assert len(params.parallel_rows(prep)["kept"]) == 11
+    with pytest.raises(ValueError, match="mode"):
+        params.parallel_rows(prep, "oldest")
+
+
+def test_top_failed_and_reasons(scenario: Sweep) -> None:
+    rows = rows_of(scenario.store, scenario.sweep_id)
+    assert [r["index"] for r in data.top_trials(rows, "maximize", 3)] == [7, 6, 4]
+    assert [r["index"] for r in data.top_trials(rows, "minimize", 2)] == [10, 8]
+    assert [r["index"] for r in data.failed_trials(rows)] == [13, 12, 11]
+    assert data.failure_reasons(rows) == [
+        {"reason": "NaN loss at epoch 2", "n": 2, "example": 11},
+        {"reason": "out of memory", "n": 1, "example": 12},
+    ]
+    assert params.param_paths(rows) == list(scenario.points[0].params)
+
+
+def test_trial_detail_and_epoch_series(scenario: Sweep) -> None:
+    doc = scenario.store.get_trial(scenario.ids[7], with_metrics=True)
+    sweep = scenario.store.get_sweep(scenario.sweep_id)
+    series = epoch_series(doc.pop("metrics"))
+    assert series["epochs"] == [1, 2, 3] and series["last"] == [1, 3]
+    assert series["losses"] == ["train_loss", "val_loss"]
+    assert series["metrics"] == ["val_accuracy"]
+    assert series["values"]["val_accuracy"] == pytest.approx([0.31, 0.62, 0.93], abs=1e-9)
+    detail = trial_detail(doc, sweep, scenario.clock.now)
+    assert detail["objective"] == 0.93 and detail["sweep_name"] == "dashboard-test"
+    assert detail["worker"] == {"host": "h", "pid": 7, "name": "celery@w1"}
+    assert detail["history"][0]["state"] == "complete"
+    assert detail["timings"]["run_seconds"] == 8 and detail["timings"]["wait_seconds"] > 0
+    running = scenario.store.get_trial(scenario.ids[14], with_metrics=False)
+    scenario.clock.advance(5)
+    assert timings(running, scenario.clock.now)["run_seconds"] == 5
+    assert epoch_series([])["last"] == [0, -1]
+
+
+def test_worker_rows_from_the_store_and_from_inspect(scenario: Sweep) -> None:
+    activity = recent_activity(scenario.store, scenario.clock.now)
+    now = data.to_ms(scenario.clock.now) or 0
+    rows = {r["name"]: r for r in worker_rows(None, activity, now)}
+    one, two = rows["celery@w1"], rows["celery@w2"]
+    assert (one["finished"], one["per_minute"], one["device"]) == (14, 1.4, "cpu")
+    assert one["online"] is None and one["current"] == []
+    assert two["current"] == [scenario.ids[14]] and two["finished"] == 0
+    inspected = {"celery@w2": {"trials": [scenario.ids[14]], "pid": 8, "concurrency": 1},
+                 "celery@w3": {"trials": [], "pid": 9, "concurrency": 2}}
+    online = worker_rows(inspected, activity, now)
+    assert [(r["name"], r["online"]) for r in online] == [
+        ("celery@w2", True), ("celery@w3", True), ("celery@w1", False)]
+    assert inspect_workers(None) == {"workers": None, "error": None}
+    later = recent_activity(scenario.store, scenario.clock.now.replace(year=2031))
+    assert later == []

@@ -1,0 +1,124 @@
+"""Rows → figures: what each Plotly figure holds, and that it is valid JSON for plotly.js.
+
+(How they look is checked in a real browser, `test_browser`, and its screenshots.)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from dashboard import figures, parallel, params
+
+MAXIMIZE = "maximize"
+
+
+def row(index: int, objective: float, **param: Any) -> dict[str, Any]:
+    return {"id": f"s-{index}", "index": index, "state": "complete", "objective": objective,
+            "finished_at": 1_000 * index, "params": param, "layers": param.get("layers"),
+            "units": None, "train_seconds": 1.0}
+
+
+def as_json(figure: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(figure, allow_nan=False))
+
+
+@pytest.mark.parametrize(("value", "dim", "expected"), [
+    (16, {"kind": "log", "low": 16, "high": 1024}, 0.0),
+    (128, {"kind": "log", "low": 16, "high": 1024}, 0.5),
+    (2000, {"kind": "linear", "low": 0, "high": 1000}, 1.0),
+    (5, {"kind": "linear", "low": 5, "high": 5}, 0.5),
+    ("tanh", {"kind": "category", "categories": ["relu", "sigmoid", "tanh"]}, 1.0),
+    (False, {"kind": "category", "categories": ["false", "true"]}, 0.0),
+    ("elu", {"kind": "category", "categories": ["relu", "tanh"]}, None),
+    ("x", {"kind": "linear", "low": 0, "high": 1}, None),
+])
+def test_normalise_places_values_on_a_parallel_axis(value: Any, dim: dict[str, Any],
+                                                     expected: float | None) -> None:
+    assert parallel.normalise(value, dim) == pytest.approx(expected)
+
+
+def test_axis_kinds() -> None:
+    assert params.axis_kind([16, 1024, 64, None])["kind"] == "log"
+    assert params.axis_kind([1, 2, 3])["values"] == [1, 2, 3]
+    assert params.axis_kind([True, False, 1]) == {"kind": "category",
+                                                  "categories": ["1", "false", "true"]}
+    assert params.axis_kind([[64, 32], [64, 32], [16]])["categories"] == ["[16]", "[64,32]"]
+    assert params.axis_kind(["b", "a"]) == {"kind": "category", "categories": ["a", "b"]}
+
+
+def test_parallel_figure_draws_one_polyline_per_kept_trial() -> None:
+    rows = [row(i, 0.5 + i / 20, **{"model.hidden_layers": 1 + i % 3,
+                                     "model.activation": ["relu", "tanh"][i % 2],
+                                     "training.seed": i}) for i in range(10)]
+    prep = params.prepare(rows, MAXIMIZE)
+    figure = as_json(parallel.parallel_figure(params.parallel_rows(prep, cap=6), "acc",
+                                             MAXIMIZE))
+    meta = figure["layout"]["meta"]
+    bands = figure["data"][: meta["bands"]["count"]]
+    assert [d["label"] for d in meta["dims"]] == ["hidden_layers", "activation", "acc"]
+    assert sum(len(t["x"]) for t in bands) == 6 * 3  # a vertex per axis, no gaps
+    assert [k[0] for k in meta["kept"]] == [9, 8, 7, 6, 5, 4]
+    assert meta["total"] == 10 and meta["cap"] == 6
+    best = next(t for t in bands if 9 in t["customdata"])
+    assert best is bands[-1]  # the best band is drawn last, on top
+    vertices = sorted((x, y) for x, y, i in zip(best["x"], best["y"], best["customdata"],
+                                                strict=True) if i == 9)
+    assert vertices == [(0, 0.0), (1, 1.0), (2, 1.0)]  # 1 layer, tanh, the best objective
+    for trace in bands:  # one unbroken path, there and back
+        assert None not in trace["x"]
+        starts = trace["x"][::3]
+        assert starts == [0, 2] * (len(starts) // 2) + [0] * (len(starts) % 2)
+    ticks = next(t for t in figure["data"] if t["name"] == "ticks")
+    assert {"relu", "tanh", "1", "2", "3"} <= set(ticks["text"])
+
+
+def test_scatter_figure_axes_follow_the_parameter() -> None:
+    rows = [row(i, 0.1 * i, **{"model.hidden_units": 16 * 2 ** i}) for i in range(6)]
+    prep = params.prepare(rows, MAXIMIZE)
+    figure = as_json(figures.scatter_figure(params.scatter_points(prep, "model.hidden_units"),
+                                            "acc"))
+    trace = figure["data"][0]
+    assert trace["type"] == "scattergl" and trace["customdata"] == list(range(6))
+    assert figure["layout"]["xaxis"]["type"] == "log"
+    assert figure["layout"]["xaxis"]["ticktext"] == ["16", "32", "64", "128", "256", "512"]
+    assert "6 complete trials" in figure["layout"]["title"]["text"]
+
+
+def test_width_and_depth_figures() -> None:
+    cells = [{"layers": layers, "units": units, "mean": 0.8, "low": 0.7, "high": 0.9, "n": 3,
+              "trials": 6, "setting": {"model.activation": "relu"}}
+             for layers in (1, 2) for units in (32, 64)]
+    width = as_json(figures.width_figure(cells, "acc"))
+    assert [t["name"] for t in width["data"]] == ["1 layer", "2 layers"]
+    assert width["data"][0]["error_y"]["array"] == pytest.approx([0.1, 0.1])
+    assert width["data"][0]["customdata"][0] == [32, 3, "activation=relu"]
+    assert width["data"][0]["line"]["color"] != width["data"][1]["line"]["color"]
+    boxes = [{"layers": d, "n": 4, "min": 1, "q1": 2, "median": 3, "q3": 4, "max": 5,
+              "mean": 3} for d in (1, 2, 3)]
+    depth = as_json(figures.depth_figure(boxes))
+    assert [t["type"] for t in depth["data"]] == ["box", "box", "box", "scatter"]
+    assert depth["layout"]["yaxis"]["title"]["text"] == "training time per trial (s)"
+    colours = figures.depth_colours([1, 2, 3])
+    assert [b["marker"]["color"] for b in depth["data"][:3]] == [colours[1], colours[2],
+                                                                 colours[3]]
+
+
+def test_empty_figures_say_so() -> None:
+    for figure in (figures.best_figure([], "acc"), figures.width_figure([], "acc"),
+                   figures.depth_figure([]), figures.curves_figure([], "acc", 10)):
+        texts = [a["text"] for a in as_json(figure)["layout"].get("annotations", [])]
+        assert texts and "yet" in texts[0]
+
+
+def test_epoch_figures_span_the_planned_epochs() -> None:
+    series = {"epochs": [1, 2], "values": {"train_loss": [1.0, 0.5], "val_accuracy": [0.2, 0.4],
+                                           "epoch_seconds": [0.1, 0.1]},
+              "losses": ["train_loss"], "metrics": ["val_accuracy"]}
+    out = as_json(figures.epoch_figures(series, 20))
+    assert set(out) == {"loss", "metrics", "seconds"}
+    assert out["loss"]["layout"]["xaxis"]["range"] == [0.5, 20.5]
+    assert out["metrics"]["data"][0]["y"] == [0.2, 0.4]
+    assert out["seconds"]["data"][0]["type"] == "bar"
