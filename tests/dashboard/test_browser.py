@@ -7,6 +7,7 @@ while pages are open. Screenshots go to ``test-output/screenshots/`` (kept by CI
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -61,8 +62,9 @@ def shoot(page: Page, name: str) -> Path:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
-        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install chromium (make test does)",
-                    pytrace=False)
+        pytest.fail(
+            f"no Chromium at {CHROMIUM}: apt-get install chromium (make test does)", pytrace=False
+        )
     with sync_playwright() as playwright:
         browser = launch(playwright)
         yield browser
@@ -138,7 +140,11 @@ def test_sweep_figures_hold_every_point(
     lines = sum(len(t["x"]) for t in parallel["data"][: meta["bands"]["count"]])
     assert lines == complete * len(meta["dims"])  # a vertex per axis
     assert [d["label"] for d in meta["dims"]] == [
-        "hidden_layers", "hidden_units", "activation", "val_accuracy"]
+        "hidden_layers",
+        "hidden_units",
+        "activation",
+        "val_accuracy",
+    ]
     assert len(figure(page, "fig-curves")["data"]) == 10
     assert page.locator("#top-table tbody tr").count() == 20
     assert page.locator("#failed-table tbody tr").count() == mcleod.count("failed")
@@ -147,11 +153,11 @@ def test_sweep_figures_hold_every_point(
     assert f"all {complete} complete trials" in cap
     assert console.errors() == []
     page.select_option("#parallel-mode", "recent")
-    page.wait_for_function(
-        "document.getElementById('fig-parallel').layout.meta.mode === 'recent'")
+    page.wait_for_function("document.getElementById('fig-parallel').layout.meta.mode === 'recent'")
     page.select_option("#scatter-param", "model.activation")
     page.wait_for_function(
-        "document.getElementById('fig-scatter').layout.meta.param === 'model.activation'")
+        "document.getElementById('fig-scatter').layout.meta.param === 'model.activation'"
+    )
     assert trace_lengths(page, "fig-scatter") == [complete]
     assert console.errors() == []
 
@@ -162,16 +168,22 @@ def test_a_trial_that_finishes_shows_up_without_a_reload(
     sweep_id, points = make_sweep(live_store, small_sweep_spec(), owner="alice")
     ids = trial_ids(sweep_id, points)
 
-    def run(index: int, state: TrialState, objective: float | None = None,
-            error: str | None = None) -> None:
+    def run(
+        index: int, state: TrialState, objective: float | None = None, error: str | None = None
+    ) -> None:
         claimed = live_store.claim(ids[index], WORKER, stale_after=60)
         assert claimed is not None
         for epoch in (1, 2, 3):
-            live_store.report(ids[index], 1, epoch, {"val_accuracy": (objective or 0) * epoch / 3,
-                                                     "val_loss": 1 / epoch})
+            live_store.report(
+                ids[index],
+                1,
+                epoch,
+                {"val_accuracy": (objective or 0) * epoch / 3, "val_loss": 1 / epoch},
+            )
         result = {"objective": objective} if objective is not None else None
-        assert live_store.finish(ids[index], 1, state, result=result, error=error,
-                                 extra={"train_seconds": 1.5})
+        assert live_store.finish(
+            ids[index], 1, state, result=result, error=error, extra={"train_seconds": 1.5}
+        )
 
     for index in range(4):
         run(index, TrialState.COMPLETE, objective=0.5 + index / 100)
@@ -193,10 +205,16 @@ def test_a_trial_that_finishes_shows_up_without_a_reload(
     run(10, TrialState.FAILED, error="training diverged: the loss is NaN at epoch 2")
     wait_until(lambda: trace_lengths(page, "fig-scatter") == [5], 15, "the new point")
     wait_until(lambda: page.locator("#failed-table tbody tr").count() == 1, 10, "the failure")
-    wait_until(lambda: page.locator("#top-table tbody tr").first.get_attribute("data-index")
-               == "9", 10, "the new best in the top table")
-    wait_until(lambda: any(t["meta"]["index"] == 9 for t in figure(page, "fig-curves")["data"]),
-               10, "the new best's learning curve")
+    wait_until(
+        lambda: page.locator("#top-table tbody tr").first.get_attribute("data-index") == "9",
+        10,
+        "the new best in the top table",
+    )
+    wait_until(
+        lambda: any(t["meta"]["index"] == 9 for t in figure(page, "fig-curves")["data"]),
+        10,
+        "the new best's learning curve",
+    )
     best = figure(page, "fig-best")["data"][0]
     assert best["y"][-1] == 0.99 and best["customdata"][-1] == 9
     parallel = figure(page, "fig-parallel")["layout"]["meta"]
@@ -220,8 +238,9 @@ def test_the_first_result_of_an_empty_sweep_draws_every_figure(
     claimed = live_store.claim(trial_id, WORKER, stale_after=60)
     assert claimed is not None
     live_store.report(trial_id, 1, 1, {"val_accuracy": 0.7})
-    live_store.finish(trial_id, 1, TrialState.COMPLETE, result={"objective": 0.7},
-                      extra={"train_seconds": 2.0})
+    live_store.finish(
+        trial_id, 1, TrialState.COMPLETE, result={"objective": 0.7}, extra={"train_seconds": 2.0}
+    )
     wait_until(lambda: trace_lengths(page, "fig-scatter") == [1], 15, "the first point")
     wait_until(lambda: len(figure(page, "fig-curves")["data"]) == 1, 10, "its curve")
     wait_until(lambda: sum(trace_lengths(page, "fig-width")) == 1, 10, "the width figure")
@@ -244,8 +263,9 @@ def test_parallel_coordinates_keep_the_cap_as_better_trials_arrive(
 
     def complete(index: int, objective: float) -> None:
         assert live_store.claim(ids[index], WORKER, stale_after=60) is not None
-        assert live_store.finish(ids[index], 1, TrialState.COMPLETE,
-                                 result={"objective": objective})
+        assert live_store.finish(
+            ids[index], 1, TrialState.COMPLETE, result={"objective": objective}
+        )
 
     for index, objective in enumerate((0.6, 0.7, 0.8, 0.5)):
         complete(index, objective)
@@ -276,19 +296,36 @@ def test_a_running_trial_page_extends_its_curves(
     sweep_id, points = make_sweep(live_store, small_sweep_spec(), owner="alice")
     trial_id = trial_ids(sweep_id, points)[0]
     assert live_store.claim(trial_id, WORKER, stale_after=60) is not None
-    live_store.report(trial_id, 1, 1, {"train_loss": 1.0, "val_loss": 1.1, "val_accuracy": 0.4,
-                                       "epoch_seconds": 0.2})
+    live_store.report(
+        trial_id,
+        1,
+        1,
+        {"train_loss": 1.0, "val_loss": 1.1, "val_accuracy": 0.4, "epoch_seconds": 0.2},
+    )
     page, console = open_drawn(context, f"{base_url}/trials/{trial_id}")
     assert trace_lengths(page, "fig-loss") == [1, 1]
     for epoch in (2, 3):
-        live_store.report(trial_id, 1, epoch, {"train_loss": 1 / epoch, "val_loss": 1.1 / epoch,
-                                               "val_accuracy": 0.4 + epoch / 10,
-                                               "epoch_seconds": 0.2})
+        live_store.report(
+            trial_id,
+            1,
+            epoch,
+            {
+                "train_loss": 1 / epoch,
+                "val_loss": 1.1 / epoch,
+                "val_accuracy": 0.4 + epoch / 10,
+                "epoch_seconds": 0.2,
+            },
+        )
     wait_until(lambda: trace_lengths(page, "fig-loss") == [3, 3], 15, "epochs 2 and 3")
     assert trace_lengths(page, "fig-metrics") == [3]
     assert trace_lengths(page, "fig-seconds") == [3]
-    live_store.finish(trial_id, 1, TrialState.COMPLETE, result={"objective": 0.7},
-                      extra={"train_seconds": 0.6, "device": "cpu"})
+    live_store.finish(
+        trial_id,
+        1,
+        TrialState.COMPLETE,
+        result={"objective": 0.7},
+        extra={"train_seconds": 0.6, "device": "cpu"},
+    )
     wait_until(lambda: page.locator("#state").inner_text() == "complete", 15, "the finish")
     assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
     assert console.errors() == []
@@ -318,15 +355,22 @@ def test_workers_page_shows_an_online_celery_worker(
     try:
         worker = stack.start_worker()
         name = wait_until(lambda: _worker_name(worker.log_path.read_text()), 10, "its name")
-        settings = Settings(broker_url=broker_url, mongo_url=secantus_url, mongo_db=db_name,
-                            queue=stack.queue, flower_url=FLOWER)
+        settings = Settings(
+            broker_url=broker_url,
+            mongo_url=secantus_url,
+            mongo_db=db_name,
+            queue=stack.queue,
+            flower_url=FLOWER,
+        )
         app = create_dashboard_app(settings, store=stack.store, sender=control_app(settings))
         with live_server(app) as url:
             page, console = open_drawn(context, f"{url}/workers")
             row = page.locator(f'#workers-table tr[data-name="{name}"]')
             wait_until(lambda: row.count() == 1, 15, "the worker's row")
             assert "online" in row.inner_text() and "idle" in row.inner_text()
-            assert "1 online" in page.locator("#workers-note").inner_text()
+            # Other workers may share the broker (the page lists every one it reaches).
+            note = page.locator("#workers-note").inner_text()
+            assert re.search(r"\b[1-9]\d* online", note), note
             shoot(page, "workers")
             assert console.errors() == []
     finally:
