@@ -24,7 +24,7 @@ def spec(body: str) -> str:
     return "name: t\ndataset: {name: digits}\n" + body
 
 
-@pytest.mark.parametrize("name", ["mcleod-digits", "quickstart", "random-search"])
+@pytest.mark.parametrize("name", ["mcleod-digits", "mcleod-demo", "quickstart", "random-search"])
 def test_shipped_configs_are_valid(name: str) -> None:
     loaded = load_spec_file(CONFIGS / f"{name}.yaml")
     assert loaded.name == name
