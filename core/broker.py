@@ -1,8 +1,9 @@
 """Broker names and the Celery configuration every process shares.
 
-The API and scheduler send tasks by name (`TASK_NAME`) with a Celery app built from
-`celery_config`; workers build theirs from the same function and register the task. The
-settings enforce the platform's delivery rules:
+The API and scheduler send tasks by name (`TASK_NAME`, and `GROUP_TASK_NAME` for a fused
+group of trials) with a Celery app built from `celery_config`; workers build theirs from
+the same function and register the tasks. The settings enforce the platform's delivery
+rules:
 
 - JSON only: a pickled message is refused (``accept_content``);
 - late acks, reject on worker loss, prefetch one: a trial whose worker dies is redelivered;
@@ -24,6 +25,8 @@ from kombu import Exchange, Queue
 from core.settings import Settings
 
 TASK_NAME = "workers.run_trial"
+# A fused group (`scheduler.grouping`): one message, one argument, the list of its trial ids.
+GROUP_TASK_NAME = "workers.run_group"
 # Hard limit = soft limit + this grace, so a trial's own handler can record the failure.
 HARD_LIMIT_GRACE_SECONDS = 60.0
 
@@ -84,7 +87,7 @@ def celery_config(settings: Settings, broker_url: str | None = None) -> dict[str
         "task_queues": (queue,),
         "task_create_missing_queues": False,
         "task_default_delivery_mode": "persistent",
-        "task_routes": {TASK_NAME: {"queue": queue.name}},
+        "task_routes": {name: {"queue": queue.name} for name in (TASK_NAME, GROUP_TASK_NAME)},
         "worker_send_task_events": True,
         "task_send_sent_event": False,
         "worker_hijack_root_logger": False,

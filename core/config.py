@@ -12,7 +12,7 @@ import re
 from pathlib import PurePath
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 BUILTIN_DATASETS = (
     "digits",
@@ -53,6 +53,20 @@ def _check_device(value: str) -> str:
     if not _DEVICE_RE.match(value):
         raise ValueError("must be auto, cpu, cuda or cuda:N")
     return value
+
+
+FUSE_MAX = 1024
+
+
+def _check_fuse(value: Any) -> Any:
+    # YAML 1.1 reads a bare `off` as false; that is what a user writing `fuse: off` means.
+    if value is False:
+        return "off"
+    if value in ("off", "auto") and isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= FUSE_MAX:
+        return value
+    raise ValueError(f"must be off, auto or a group size from 1 to {FUSE_MAX}, got {value!r}")
 
 
 # Fields that take part in a rule across fields; expansion checks each distinct combination.
@@ -152,6 +166,8 @@ class ExecutionConfig(_Section):
     device: Annotated[str, AfterValidator(_check_device)] = "auto"
     dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
     time_limit: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 3600.0
+    # Fused trials (`scheduler.grouping`): off, auto (group size from memory) or at most K.
+    fuse: Annotated[str | int, BeforeValidator(_check_fuse)] = "auto"
 
 
 SECTIONS: dict[str, type[_Section]] = {

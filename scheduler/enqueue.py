@@ -1,7 +1,9 @@
 """Send trials to the broker by task name, without importing the workers (or torch).
 
 Messages carry a trial id and nothing else; the store holds the rest. Each message gets the
-trial's soft and hard time limits, so the worker enforces `execution.time_limit`.
+trial's soft and hard time limits, so the worker enforces `execution.time_limit`. A fused
+group (`scheduler.grouping`) is one `workers.run_group` message whose one argument is the
+list of its trial ids; it takes the plain (`build`) path below, there being far fewer.
 
 Publishing speed: Celery's ``send_task`` with publisher confirms waits for the broker's
 ack after every message (~3 ms each: 150 s for 50,000 trials). On RabbitMQ (py-amqp),
@@ -31,7 +33,7 @@ from celery import Celery
 from kombu import Connection
 from kombu.exceptions import OperationalError
 
-from core.broker import TASK_NAME, celery_config, time_limits
+from core.broker import GROUP_TASK_NAME, TASK_NAME, celery_config, time_limits
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -51,8 +53,11 @@ def sender_app(settings: Settings, broker_url: str | None = None) -> Celery:
     return app
 
 
-def enqueue(app: Celery, trials: Iterable[tuple[str, float]]) -> int:
-    """Publish one `workers.run_trial` message per (trial id, time limit); return the count.
+def enqueue(app: Celery, trials: Iterable[tuple[str | list[str], float]]) -> int:
+    """Publish one message per (trial id, time limit); return the count of messages.
+
+    A trial id goes as `workers.run_trial`; a list of ids (a fused group) as one
+    `workers.run_group` message.
 
     Returns once the broker has confirmed every message; raises `OperationalError` if it
     refused any, or a connection error if it went away (some messages may then be queued).
@@ -67,12 +72,15 @@ def enqueue(app: Celery, trials: Iterable[tuple[str, float]]) -> int:
     return count
 
 
-def _send_each(app: Celery, conn: Connection, trials: Iterable[tuple[str, float]]) -> int:
+def _send_each(
+    app: Celery, conn: Connection, trials: Iterable[tuple[str | list[str], float]]
+) -> int:
     """The plain path: ``send_task`` per message, on one producer."""
     count = 0
     with app.producer_pool.acquire(block=True) as producer:
         for trial_id, limit in trials:
-            app.send_task(TASK_NAME, args=[trial_id], producer=producer, **time_limits(limit))
+            name = TASK_NAME if isinstance(trial_id, str) else GROUP_TASK_NAME
+            app.send_task(name, args=[trial_id], producer=producer, **time_limits(limit))
             count += 1
     return count
 
@@ -109,7 +117,8 @@ class _Messages:
     serializes a template once per (time limit, trial id length), with placeholders of the
     same lengths as a task id and the trial id, and each message is the template's bytes
     with the placeholders replaced (every length prefix stays right). Trial ids with
-    characters that JSON or ``repr`` would escape get None, and go through `build`.
+    characters that JSON or ``repr`` would escape get None, and go through `build`, as do
+    groups (`workers.run_group`, whose argument is a list of ids).
     """
 
     _TASK = "00000000-0000-4000-8000-7e7e7e7e7e7e"  # a uuid's length, never a uuid4's value
@@ -121,21 +130,24 @@ class _Messages:
         self.channel_id = channel_id
         self.frame_max = frame_max
         self.routing_key = routing_key
-        self._templates: dict[float, tuple[dict[str, Any], str]] = {}
+        self._templates: dict[tuple[str, float], tuple[dict[str, Any], str]] = {}
         self._frames: dict[tuple[float, int], list[bytes] | None] = {}
 
-    def _template(self, limit: float) -> tuple[dict[str, Any], str]:
-        if limit not in self._templates:
+    def _template(self, limit: float, name: str = TASK_NAME) -> tuple[dict[str, Any], str]:
+        if (name, limit) not in self._templates:
             headers, _properties, body, _event = self.app.amqp.create_task_message(
-                "", TASK_NAME, ["-"], {}, ignore_result=True, **time_limits(limit)
+                "", name, ["-"], {}, ignore_result=True, **time_limits(limit)
             )
             _args, kwargs, embed = body
-            self._templates[limit] = (headers, json.dumps([kwargs, embed])[1:])
-        return self._templates[limit]
+            self._templates[name, limit] = (headers, json.dumps([kwargs, embed])[1:])
+        return self._templates[name, limit]
 
-    def build(self, trial_id: str, limit: float, task_id: str | None = None) -> amqp.Message:
-        """The message for one trial, as ``send_task`` would send it."""
-        headers, suffix = self._template(limit)
+    def build(
+        self, trial_id: str | list[str], limit: float, task_id: str | None = None
+    ) -> amqp.Message:
+        """The message for one trial (or group of ids), as ``send_task`` would send it."""
+        name = TASK_NAME if isinstance(trial_id, str) else GROUP_TASK_NAME
+        headers, suffix = self._template(limit, name)
         task_id = task_id or str(uuid.uuid4())
         return amqp.Message(
             f"[{json.dumps([trial_id])}, {suffix}".encode(),
@@ -150,9 +162,9 @@ class _Messages:
             reply_to=self.reply_to,
         )
 
-    def frames(self, trial_id: str, limit: float) -> bytes | None:
+    def frames(self, trial_id: str | list[str], limit: float) -> bytes | None:
         """The wire bytes publishing the trial's message, or None (use `build`)."""
-        if not self._SAFE.match(trial_id):
+        if not isinstance(trial_id, str) or not self._SAFE.match(trial_id):
             return None
         key = (limit, len(trial_id))
         if key not in self._frames:
@@ -190,7 +202,9 @@ class _Messages:
         return segments, slots
 
 
-def _publish_confirmed(app: Celery, conn: Connection, trials: Iterable[tuple[str, float]]) -> int:
+def _publish_confirmed(
+    app: Celery, conn: Connection, trials: Iterable[tuple[str | list[str], float]]
+) -> int:
     queue = app.amqp.queues[app.conf.task_default_queue]
     channel = conn.channel()
     try:

@@ -1,5 +1,10 @@
 """Submit a sweep: expand it, store it with all its trials, and enqueue them.
 
+Compatible trials go as fused groups (`scheduler.grouping`, `execution.fuse`): one
+`workers.run_group` message per group, whose soft time limit is the sum of its trials'
+`execution.time_limit` (what they would take one after another, at most the largest limit
+a trial may have), and one `workers.run_trial` message per trial trained alone.
+
 Also the stale-heartbeat requeue: a trial `running` whose worker stopped beating (its host
 died, or its network) goes back to `queued` with attempt + 1 and a new message. The
 `sweepstack scheduler` loop runs it; a trial whose worker process died on a host that still
@@ -17,14 +22,30 @@ from core.config import ExecutionConfig
 from core.spec import SweepSpec
 from core.store import Store
 from scheduler.enqueue import enqueue
-from scheduler.expand import expand
+from scheduler.expand import TrialPoint, expand
+from scheduler.grouping import group_trials
 
 log = logging.getLogger(__name__)
 DEFAULT_TIME_LIMIT: float = ExecutionConfig.model_fields["time_limit"].default
+MAX_TIME_LIMIT = 7 * 24 * 3600.0
 
 
 def _time_limit(config: dict) -> float:
     return float(config.get("execution", {}).get("time_limit", DEFAULT_TIME_LIMIT))
+
+
+def messages(sweep_id: str, trials: list[TrialPoint]) -> list[tuple[str | list[str], float]]:
+    """What `enqueue` sends for these trials: (trial id, limit) or (group's ids, limit)."""
+    by_id = {t.id: t for t in trials}
+    out: list[tuple[str | list[str], float]] = []
+    for group in group_trials((t.id, t.config) for t in trials):
+        limits = [_time_limit(by_id[key].config) for key in group]
+        ids = [f"{sweep_id}-{key}" for key in group]
+        if len(ids) == 1:
+            out.append((ids[0], limits[0]))
+        else:
+            out.append((ids, min(sum(limits), MAX_TIME_LIMIT)))
+    return out
 
 
 def submit_sweep(
@@ -32,13 +53,16 @@ def submit_sweep(
 ) -> tuple[str, int]:
     """Store the sweep and its trials, then enqueue every trial; return (sweep id, count).
 
+    Compatible trials are enqueued as fused groups (see the module docstring); the count
+    is of trials, not messages.
+
     If the broker refuses part way, the sweep's queued trials are cancelled and the error is
     raised: a sweep is accepted whole or not at all.
     """
     trials = expand(spec, with_config=True)
     sweep_id = store.create_sweep(spec, trials, owner=owner)
     try:
-        enqueue(app, ((f"{sweep_id}-{t.id}", _time_limit(t.config)) for t in trials))
+        enqueue(app, messages(sweep_id, trials))
     except Exception:
         log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
         store.cancel_sweep(sweep_id)

@@ -1,0 +1,344 @@
+"""Run a fused group end to end: claim its trials, train them as one, finish each alone.
+
+The logic behind the thin Celery task `workers.run_group`, whose one argument is the list
+of the group's trial ids (`scheduler.grouping`). Per trial it keeps every promise the
+single-trial runner (`workers.runner`) keeps:
+
+- **Claim.** Each trial is claimed as `execute_trial` claims it (`runner._claim`): a
+  finished trial, or one a live attempt holds, is skipped; a running one whose holder
+  process is gone on this host is taken over. So a redelivered group message after a
+  kill -9 trains exactly the trials that did not finish, and a trial requeued alone by
+  the stale-heartbeat scan is trained once, by whichever message claims it first.
+- **Heartbeat.** One thread beats for every trial still training. A trial whose claim
+  is lost leaves the group at the next check and is not recorded; one whose sweep is
+  cancelled leaves it and ends ``cancelled``.
+- **Report and finish.** Each epoch's row is reported per trial; each trial is finished
+  on its own as soon as it ends (a diverged model fails while the others go on). The
+  writes go, in order, through one writer thread (`_Writer`), so that the next epoch
+  trains while the store takes K reports (~5 ms each on SecantusDB: as long as a small
+  group's epoch); a trial's heartbeat stops only once its finish is written, and the
+  writer's queue is bounded, so training never runs far ahead of the record. Each
+  finish's ``extra`` holds what a single trial records plus ``group`` (a stable id of
+  the group's trial list), ``group_size`` (trials in the message) and ``fused`` (trials
+  this attempt trained fused; `workers.training.fused_plan` may split them into chunks
+  that fit in memory). One terminal record per attempt: each claimed trial is finished
+  at most once, and the store refuses a second finish of an attempt.
+- **Failures.** A training error fails its own trial. An error of the whole run (time
+  limit, a bug) fails every trial of the group not yet finished, with the reason. Only an
+  unreachable store escapes, as `StoreUnavailable`, so that the task is retried.
+
+The message's time limit is the sum of its trials' `execution.time_limit`
+(`scheduler.submit`); a trial's own limit is not enforced separately inside a group.
+Trials that turn out not to be compatible (never from `scheduler.grouping`; possible for
+a hand-made message) are trained one by one, unfused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+from pydantic import ValidationError
+
+from core.config import TrialConfig
+from core.errors import NotFound, StoreUnavailable, TrainingError
+from core.states import TrialState
+from core.store import Store
+from workers.runner import RunnerOptions, _claim, _failure_reason, versions, with_retry
+
+log = logging.getLogger(__name__)
+MAX_GROUP_TIME_LIMIT = 7 * 24 * 3600.0
+
+
+def group_id(trial_ids: list[str]) -> str:
+    """A stable id for the group these trial ids form (the same for a redelivered message)."""
+    return "g" + hashlib.sha256("\n".join(trial_ids).encode()).hexdigest()[:15]
+
+
+class GroupHeartbeat(threading.Thread):
+    """Beats for every trial of a group still training; notes lost claims and stop requests."""
+
+    def __init__(self, store: Store, attempts: dict[str, int], interval: float) -> None:
+        super().__init__(name="heartbeat-group", daemon=True)
+        self.store, self.interval = store, interval
+        self.attempts = dict(attempts)
+        self.lost: set[str] = set()
+        self.stop_requested: set[str] = set()
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.interval):
+            with self._lock:
+                beating = list(self.attempts.items())
+            for trial_id, attempt in beating:
+                try:
+                    status = self.store.heartbeat(trial_id, attempt)
+                except (StoreUnavailable, NotFound) as exc:
+                    log.warning("heartbeat for %s failed: %s", trial_id, exc)
+                    continue
+                if status == "lost":
+                    self.lost.add(trial_id)
+                elif status == "stop":
+                    self.stop_requested.add(trial_id)
+
+    def release(self, trial_id: str) -> None:
+        """Stop beating for a trial that ended."""
+        with self._lock:
+            self.attempts.pop(trial_id, None)
+
+    def should_stop(self, trial_id: str) -> bool:
+        return trial_id in self.lost or trial_id in self.stop_requested
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(timeout=5)
+
+
+class _Writer(threading.Thread):
+    """Runs a group's store writes in order, off the training thread (module docstring).
+
+    The first error (the store unreachable past the retry budget) stops the writes and is
+    raised to the training thread at its next `submit`, and by `close`.
+    """
+
+    def __init__(self, maxsize: int = 256) -> None:
+        super().__init__(name="group-writer", daemon=True)
+        self._queue: queue.Queue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.Queue(
+            maxsize
+        )
+        self.error: BaseException | None = None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self.error is not None:
+            raise self.error
+        self._queue.put((fn, args))
+
+    def run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self.error is not None:
+                continue  # drain: after a failure nothing more is written
+            fn, args = item
+            try:
+                fn(*args)
+            except Exception as exc:  # handed to the training thread
+                self.error = exc
+
+    def close(self) -> None:
+        """Wait for every write; raise the first error."""
+        self._queue.put(None)
+        self.join()
+        if self.error is not None:
+            raise self.error
+
+
+class _Run:
+    """One attempt at a group: the claimed trials, their heartbeat, and how each ended."""
+
+    def __init__(
+        self, store: Store, trial_ids: list[str], options: RunnerOptions, beat: GroupHeartbeat
+    ) -> None:
+        self.store, self.options, self.beat = store, options, beat
+        self.budget = options.store_retry_seconds
+        self.writer = _Writer()
+        self.versions = versions()
+        self.group = group_id(trial_ids)
+        self.group_size = len(trial_ids)
+        self.outcomes: dict[str, str] = {}
+        self.objectives: dict[str, dict[str, str]] = {}
+        self.fused = 0
+
+    def objective(self, sweep_id: str) -> dict[str, str]:
+        if sweep_id not in self.objectives:
+            sweep = with_retry(self.store.get_sweep, sweep_id, budget=self.budget)
+            self.objectives[sweep_id] = sweep["objective"]
+        return self.objectives[sweep_id]
+
+    def report(self, doc: dict[str, Any], epoch: int, row: dict[str, float]) -> None:
+        self.writer.submit(self._write_report, doc["_id"], doc["attempt"], epoch, row)
+
+    def _write_report(self, trial_id: str, attempt: int, epoch: int, row: dict) -> None:
+        with_retry(self.store.report, trial_id, attempt, epoch, row, budget=self.budget)
+
+    def _write_finish(self, trial_id: str, attempt: int, fields: dict[str, Any]) -> None:
+        with_retry(self.store.finish, trial_id, attempt, budget=self.budget, **fields)
+        self.beat.release(trial_id)
+
+    def finish(self, doc: dict[str, Any], outcome: Any, dtype: str | None = None) -> None:
+        """Record how one trial ended (a `TrainResult`, or an error or reason); at most once."""
+        from workers.training import TrainResult, objective_value
+
+        trial_id = doc["_id"]
+        if trial_id in self.outcomes:
+            return
+        if trial_id in self.beat.lost:
+            self.beat.release(trial_id)
+            log.warning(
+                "trial %s: attempt %s lost its claim; not recording", trial_id, doc["attempt"]
+            )
+            self.outcomes[trial_id] = "lost"
+            return
+        extra: dict[str, Any] = {
+            "versions": self.versions,
+            "group": self.group,
+            "group_size": self.group_size,
+            "fused": self.fused,
+        }
+        if dtype is not None:
+            extra["dtype"] = dtype
+        state, result, error = TrialState.FAILED, None, None
+        if isinstance(outcome, TrainResult):
+            objective = self.objective(doc["sweep_id"])
+            extra.update(
+                param_count=outcome.param_count,
+                train_seconds=outcome.train_seconds,
+                device=outcome.device.get("device"),
+                device_info=outcome.device,
+                dataset_fingerprint=outcome.dataset_fingerprint,
+            )
+            result = {
+                "objective": objective_value(outcome, objective["metric"], objective["direction"]),
+                "final": outcome.final,
+                "best": outcome.best,
+                "epochs": len(outcome.metrics),
+            }
+            if trial_id in self.beat.stop_requested:
+                state, error = TrialState.CANCELLED, "the sweep was cancelled while the trial ran"
+            else:
+                state = TrialState.COMPLETE
+        elif isinstance(outcome, BaseException):
+            error = _failure_reason(outcome)
+        else:
+            error = str(outcome)
+        self.outcomes[trial_id] = state.value
+        fields = {"state": state, "result": result, "error": error, "extra": extra}
+        self.writer.submit(self._write_finish, trial_id, doc["attempt"], fields)
+
+
+def _time_limit(configs: list[TrialConfig]) -> float:
+    return min(sum(c.execution.time_limit for c in configs), MAX_GROUP_TIME_LIMIT)
+
+
+def _fusable(configs: list[TrialConfig]) -> bool:
+    from workers.training.fused import check_compatible
+
+    try:
+        check_compatible(configs)
+    except ValueError as exc:
+        log.warning("group is not fusable (%s); training its trials one by one", exc)
+        return False
+    return True
+
+
+def _train(
+    configs: list[TrialConfig],
+    fused: bool,
+    on_epoch: Callable[[int, int, dict[str, float]], None],
+    should_stop: Callable[[int], bool],
+    on_done: Callable[[int, Any], None],
+    options: RunnerOptions,
+) -> None:
+    """Train the configs as one fused model, or (not `fused`) one by one, unfused."""
+    from workers.training import train
+    from workers.training.fused import train_fused
+
+    if fused:
+        train_fused(
+            configs,
+            on_epoch=on_epoch,
+            should_stop=should_stop,
+            on_done=on_done,
+            data_dir=options.data_dir,
+        )
+        return
+    for k, config in enumerate(configs):
+        try:
+            outcome: Any = train(
+                config,
+                on_epoch=lambda epoch, row, k=k: on_epoch(k, epoch, row),
+                should_stop=lambda k=k: should_stop(k),
+                data_dir=options.data_dir,
+            )
+        except TrainingError as err:
+            outcome = err
+        on_done(k, outcome)
+
+
+def execute_group(
+    store: Store, trial_ids: list[str], worker: dict[str, Any], options: RunnerOptions
+) -> dict[str, str]:
+    """Run the trials of a group this worker can claim; what happened to each, by id.
+
+    Outcomes as `execute_trial`'s: ``skipped``, ``complete``, ``failed``, ``cancelled``,
+    ``lost``, and ``unknown`` for an id the store does not have.
+    """
+    budget = options.store_retry_seconds
+    beat = GroupHeartbeat(store, {}, options.heartbeat_seconds)
+    run = _Run(store, trial_ids, options, beat)
+    docs: list[dict[str, Any]] = []
+    for trial_id in dict.fromkeys(trial_ids):
+        try:
+            doc = with_retry(_claim, store, trial_id, worker, options, budget=budget)
+        except NotFound:
+            log.error("trial %s does not exist; leaving it out of its group", trial_id)
+            run.outcomes[trial_id] = "unknown"
+            continue
+        if doc is None:
+            log.info("trial %s: nothing to do (finished or held by a live attempt)", trial_id)
+            run.outcomes[trial_id] = "skipped"
+            continue
+        docs.append(doc)
+        beat.attempts[trial_id] = doc["attempt"]
+    if not docs:
+        return run.outcomes
+    beat.start()
+    run.writer.start()
+    members: list[tuple[dict[str, Any], TrialConfig]] = []
+    try:
+        for doc in docs:
+            try:
+                members.append((doc, TrialConfig.model_validate(doc["config"])))
+            except ValidationError as exc:
+                run.finish(doc, exc)
+        configs = [config for _, config in members]
+        fused = bool(configs) and _fusable(configs)
+        run.fused = len(configs) if fused else 1
+        log.info("group %s: training %d trial(s), fused: %s", run.group, len(configs), fused)
+        try:
+            _train(
+                configs,
+                fused,
+                on_epoch=lambda k, epoch, row: run.report(members[k][0], epoch, row),
+                should_stop=lambda k: beat.should_stop(members[k][0]["_id"]),
+                on_done=lambda k, outcome: run.finish(
+                    members[k][0], outcome, members[k][1].execution.dtype
+                ),
+                options=options,
+            )
+        except SoftTimeLimitExceeded:
+            reason = (
+                f"time limit exceeded: the fused group of {len(configs)} trials ran past "
+                f"{_time_limit(configs):g} s, the sum of their execution.time_limit"
+            )
+            for doc, config in members:
+                run.finish(doc, reason, config.execution.dtype)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:  # a training error is a result, whatever its kind
+            log.exception("group %s failed as a whole", run.group)
+            for doc, config in members:
+                run.finish(doc, exc, config.execution.dtype)
+        run.writer.close()
+    finally:
+        if run.writer.is_alive():  # an error escaped: write what was queued, then give up
+            try:
+                run.writer.close()
+            except Exception as exc:
+                log.warning("group %s: writes after the error failed: %s", run.group, exc)
+        beat.stop()
+    return run.outcomes
