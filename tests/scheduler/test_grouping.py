@@ -13,12 +13,14 @@ from scheduler import grouping
 from scheduler.expand import expand
 from scheduler.grouping import (
     AUTO_CAP,
+    CPU_STEP_FLOPS,
     KEY_FIELDS,
     MAY_DIFFER,
     bucket,
     group_limit,
     group_trials,
     model_bytes,
+    step_flops,
 )
 from scheduler.submit import messages
 from tests.core.test_spec import CONFIGS
@@ -130,6 +132,23 @@ def test_auto_is_sized_from_memory_and_capped() -> None:
     assert model_bytes(config(execution={"dtype": "float64"})) > model_bytes(config())
     trials = [config(training={"seed": s, "epochs": 5}) for s in range(AUTO_CAP + 6)]
     assert [len(g) for g in groups_of(*trials)] == [35, 35]
+
+
+def test_on_a_cpu_compute_bound_models_are_fused_less_or_not_at_all() -> None:
+    def on(device: str, layers: int, width: int) -> dict[str, Any]:
+        return config(
+            model={"hidden_layers": layers, "hidden_units": width}, execution={"device": device}
+        )
+
+    assert group_limit(on("cpu", 2, 64)) == AUTO_CAP
+    assert group_limit(on("cpu", 5, 256)) == 2
+    assert group_limit(on("cpu", 5, 1024)) == 1
+    assert step_flops(on("cpu", 5, 1024)) > CPU_STEP_FLOPS
+    trials = [on("cpu", 5, 1024) for _ in range(3)]
+    assert groups_of(*trials) == [[0], [1], [2]]
+    # Where a GPU may train them, memory alone decides.
+    assert group_limit(on("auto", 5, 1024)) == group_limit(on("cuda", 5, 1024)) > 1
+    assert groups_of(*(on("auto", 5, 1024) for _ in range(3))) == [[0, 1, 2]]
 
 
 def test_groups_come_in_expansion_order_with_similar_widths_together() -> None:
