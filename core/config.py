@@ -160,14 +160,84 @@ class TrainingConfig(_Section):
     seed: NonNegativeInt | None = None
 
 
+STRATEGIES = ("allreduce", "local_sgd", "easgd")
+BACKENDS = ("auto", "gloo", "nccl")
+WORLD_SIZE_MAX = 1024
+
+
+class ParallelConfig(_Section):
+    """Data-parallel training of one trial on `world_size` processes (`execution.parallel`).
+
+    `allreduce` (PCL-DNN): every rank takes 1/world_size of each global batch and the
+    gradients are summed, so the result is that of one process on the global batch.
+    `local_sgd` (SparkNet): `tau` local steps, then the ranks' parameters are averaged.
+    `easgd` (DeepSpark): every `tau` steps each rank moves toward a centre variable by
+    `alpha` and the centre toward the ranks; `asynchronous` exchanges with a centre held by
+    rank 0 without a global barrier. `alpha` defaults to 0.9 / world_size (EASGD's beta 0.9).
+    `timeout` bounds every collective, so a dead rank fails the trial instead of hanging it.
+    """
+
+    world_size: Annotated[int, Field(ge=1, le=WORLD_SIZE_MAX)] = 1
+    strategy: Literal[STRATEGIES] = "allreduce"  # type: ignore[valid-type]
+    tau: Annotated[int, Field(ge=1, le=1_000_000)] = 10
+    alpha: Annotated[float, Field(gt=0, le=1)] | None = None
+    asynchronous: bool = False
+    backend: Literal[BACKENDS] = "auto"  # type: ignore[valid-type]
+    timeout: Annotated[float, Field(gt=0, le=24 * 3600)] = 300.0
+
+    @model_validator(mode="after")
+    def _rules(self) -> ParallelConfig:
+        if self.asynchronous and self.strategy != "easgd":
+            raise ValueError(
+                "asynchronous is only for strategy easgd, but strategy is "
+                f"{self.strategy!r}; set asynchronous: false"
+            )
+        if (
+            self.strategy == "easgd"
+            and not self.asynchronous
+            and self.alpha is not None
+            and self.alpha * self.world_size > 1
+        ):
+            raise ValueError(
+                f"alpha * world_size must be <= 1 for synchronous easgd (the centre moves by "
+                f"alpha times the sum of {self.world_size} differences), got alpha={self.alpha}"
+            )
+        return self
+
+    @property
+    def elastic_alpha(self) -> float:
+        """`alpha`, or its default 0.9 / world_size."""
+        return self.alpha if self.alpha is not None else 0.9 / self.world_size
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the trial trains on more than one process."""
+        return self.world_size > 1
+
+
 class ExecutionConfig(_Section):
-    """Where and how a trial runs: THEANO_FLAGS' `device` and `floatX`, and a time limit."""
+    """Where and how a trial runs: THEANO_FLAGS' `device` and `floatX`, a time limit, fusing
+    and data-parallel training (`parallel`)."""
 
     device: Annotated[str, AfterValidator(_check_device)] = "auto"
     dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
     time_limit: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 3600.0
     # Fused trials (`scheduler.grouping`): off, auto (group size from memory) or at most K.
     fuse: Annotated[str | int, BeforeValidator(_check_fuse)] = "auto"
+    parallel: ParallelConfig = ParallelConfig()
+
+    @model_validator(mode="after")
+    def _parallel_fits_device(self) -> ExecutionConfig:
+        if self.parallel.backend == "nccl" and self.device == "cpu":
+            raise ValueError(
+                "parallel.backend nccl needs a CUDA device, but device is cpu; use gloo or auto"
+            )
+        if self.parallel.world_size > 1 and self.device.startswith("cuda:"):
+            raise ValueError(
+                f"device {self.device} pins one GPU, but a parallel trial takes one GPU per "
+                f"rank (parallel.world_size {self.parallel.world_size}); use cuda or auto"
+            )
+        return self
 
 
 SECTIONS: dict[str, type[_Section]] = {

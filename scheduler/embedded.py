@@ -18,7 +18,6 @@ Every child is started with a parent-death signal, so that even a ``kill -9`` of
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
 import signal
@@ -26,27 +25,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+from core.procs import die_with_parent, free_port
 
 log = logging.getLogger(__name__)
 BIN = Path(sys.executable).parent
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(sig: int) -> Callable[[], None]:
-    def set_signal() -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
-
-    return set_signal
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_listening(port: int, timeout: float, proc: subprocess.Popen, what: str) -> None:
@@ -82,7 +66,7 @@ class Processes:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent(death_signal),
+            preexec_fn=die_with_parent(death_signal),
         )
         log_file.close()
         self.children.append((name, proc))

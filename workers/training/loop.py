@@ -117,11 +117,16 @@ def train(
     """Train the trial `config` describes and return its metrics.
 
     Raises `TrainingError` for failures that are the trial's result: non-finite loss, out of
-    memory, a model that cannot be built, an unavailable device, bad data.
+    memory, a model that cannot be built, an unavailable device, bad data. A trial with
+    `execution.parallel.world_size` above 1 trains on that many processes of this host.
     """
+    if config.execution.parallel.enabled:
+        from workers.training.parallel import train_parallel
+
+        return train_parallel(config, on_epoch=on_epoch, should_stop=should_stop, data_dir=data_dir)
     reason: str | None = None
     try:
-        return _Trainer(config, data_dir).run(on_epoch, should_stop)
+        return Trainer(config, data_dir).run(on_epoch, should_stop)
     except torch.OutOfMemoryError as err:
         # torch's first line: "CUDA out of memory. Tried to allocate X. GPU 0 has ... free.
         # Process ...": the size asked for and what was free is what a reader needs.
@@ -157,8 +162,12 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
-class _Trainer:
-    """One trial's state: data on the device, model, optimiser, schedule."""
+class Trainer:
+    """One trial's state: data on the device, model, optimiser, schedule.
+
+    `run` trains epoch by epoch with `_epoch`; the data-parallel ranks
+    (`workers.training.parallel`) subclass it and change only how an epoch trains.
+    """
 
     def __init__(self, config: TrialConfig, data_dir: Path | None) -> None:
         started = time.perf_counter()
@@ -300,11 +309,11 @@ class _Trainer:
                 self.optimizer.step()
             losses[step] = loss.detach()
             if (step + 1) % CHECK_EVERY_STEPS == 0:
-                _check_finite(losses[checked : step + 1], epoch, checked)
+                check_finite(losses[checked : step + 1], epoch, checked)
                 checked = step + 1
                 if should_stop is not None and should_stop():
                     return None
-        _check_finite(losses[checked:], epoch, checked)
+        check_finite(losses[checked:], epoch, checked)
         sizes = torch.full((steps,), batch, dtype=self.metric_dtype, device=self.device)
         sizes[-1] = used - batch * (steps - 1)
         train_loss = float((losses * sizes).sum() / used)
@@ -351,7 +360,7 @@ class _Trainer:
         return {f"{prefix}_loss": loss, f"{prefix}_rmse": math.sqrt(loss) * self.data.target_std}
 
 
-def _check_finite(losses: torch.Tensor, epoch: int, offset: int) -> None:
+def check_finite(losses: torch.Tensor, epoch: int, offset: int) -> None:
     """Raise `TrainingError` naming the first step whose loss is NaN or infinite."""
     finite = torch.isfinite(losses)
     if bool(finite.all()):

@@ -1,0 +1,32 @@
+"""Small helpers for the processes Sweepstack starts: children that die with their parent,
+and a free local port for a server or a rendezvous."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import socket
+from collections.abc import Callable
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int) -> Callable[[], None]:
+    """A `preexec_fn` that has Linux send `sig` to the child when its parent dies.
+
+    Without it a `kill -9` of the parent leaves the children running (and holding ports).
+    Elsewhere than Linux it does nothing.
+    """
+
+    def set_signal() -> None:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+
+    return set_signal
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,271 @@
+"""Start a data-parallel trial's ranks on this host and follow them to one outcome.
+
+The worker that claimed the trial calls `train_parallel` in place of the one-process loop:
+it starts `world_size` processes of `rank.py` (gloo on the CPU; one GPU each with NCCL),
+relays rank 0's epochs to `on_epoch`, and returns rank 0's result. Whatever happens, no
+rank outlives the call: the first rank to fail ends the others, a `should_stop` (the
+sweep was cancelled, the claim was lost) ends them all, a time limit raised in the worker
+ends them all, and every rank dies with the worker process (Linux parent-death signal).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.config import TrialConfig
+from core.errors import TrainingError
+from core.procs import die_with_parent, free_port
+from workers.training.loop import TrainResult
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.2
+# After the first failure, how long the other ranks get to fail on their own (a peer's
+# death shows in their collectives at once) before they are killed.
+SETTLE_SECONDS = 1.0
+
+
+@dataclass
+class _Rank:
+    index: int
+    proc: subprocess.Popen
+    fd: int
+    buffer: bytes = b""
+    closed: bool = False
+    killed_by_us: bool = False
+
+
+@dataclass
+class _Follow:
+    """What the ranks have said so far."""
+
+    ready: dict[str, Any] = field(default_factory=dict)
+    metrics: list[dict[str, float]] = field(default_factory=list)
+    result: dict[str, Any] | None = None
+    errors: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _gpu_ids(world_size: int) -> list[str]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = (
+        [v.strip() for v in visible.split(",") if v.strip()]
+        if visible is not None
+        else [str(i) for i in range(torch.cuda.device_count())]
+    )
+    if len(ids) < world_size:
+        raise TrainingError(
+            f"execution.parallel.world_size {world_size} needs one GPU per rank, but this "
+            f"worker sees {len(ids)}"
+        )
+    return ids[:world_size]
+
+
+def _on_cuda(config: TrialConfig) -> bool:
+    device = config.execution.device
+    return device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with status {code}"
+
+
+def train_parallel(
+    config: TrialConfig,
+    *,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    data_dir: Path | None = None,
+) -> TrainResult:
+    """Train `config` on `execution.parallel.world_size` local processes; rank 0's result.
+
+    Raises `TrainingError` naming the rank and the cause when any rank fails.
+    """
+    parallel = config.execution.parallel
+    size = parallel.world_size
+    gpus = _gpu_ids(size) if _on_cuda(config) else None
+    folder = Path(tempfile.mkdtemp(prefix="sweepstack-ranks-"))
+    config_path = folder / "trial.json"
+    config_path.write_text(config.model_dump_json())
+    master = f"127.0.0.1:{free_port()}"
+    threads = max(1, torch.get_num_threads())
+    ranks: list[_Rank] = []
+    started = time.perf_counter()
+    try:
+        for index in range(size):
+            read_fd, write_fd = os.pipe()
+            env = dict(os.environ)
+            env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+            env.setdefault("TP_SOCKET_IFNAME", "lo")
+            env["OMP_NUM_THREADS"] = str(threads)
+            if gpus is not None:
+                env["CUDA_VISIBLE_DEVICES"] = gpus[index]
+            argv = [
+                sys.executable, "-m", "workers.training.parallel.rank",
+                "--config", str(config_path), "--rank", str(index), "--master", master,
+                "--report-fd", str(write_fd), "--threads", str(threads),
+            ]  # fmt: skip
+            if data_dir is not None:
+                argv += ["--data-dir", str(data_dir)]
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                pass_fds=(write_fd,),
+                stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent(signal.SIGKILL),
+            )
+            os.close(write_fd)
+            ranks.append(_Rank(index, proc, read_fd))
+        log.info("trial started %d ranks (%s, master %s)", size, parallel.strategy, master)
+        follow = _follow(ranks, on_epoch, should_stop)
+    finally:
+        _end(ranks)
+        shutil.rmtree(folder, ignore_errors=True)
+    if follow.result is None:  # stopped: what rank 0 had said so far
+        return _partial(config, follow, time.perf_counter() - started)
+    fields = follow.result
+    fields["stopped_early"] = False
+    return TrainResult(**fields)
+
+
+def _follow(
+    ranks: list[_Rank],
+    on_epoch: Callable[[int, dict[str, float]], None] | None,
+    should_stop: Callable[[], bool] | None,
+) -> _Follow:
+    follow = _Follow()
+    while True:
+        _read(ranks, follow, on_epoch, POLL_SECONDS)
+        failed = follow.errors or any(r.proc.poll() not in (None, 0) for r in ranks)
+        if failed:
+            deadline = time.monotonic() + SETTLE_SECONDS
+            while time.monotonic() < deadline and any(r.proc.poll() is None for r in ranks):
+                _read(ranks, follow, on_epoch, 0.05)
+            raise TrainingError(_failure(ranks, follow))
+        if all(r.proc.poll() == 0 for r in ranks):
+            _read(ranks, follow, on_epoch, 0)  # whatever is left in the pipes
+            if follow.result is None:
+                raise TrainingError("rank 0 exited without reporting a result")
+            return follow
+        if should_stop is not None and should_stop():
+            log.info("stop asked; ending the ranks")
+            return follow
+
+
+def _read(
+    ranks: list[_Rank],
+    follow: _Follow,
+    on_epoch: Callable[[int, dict[str, float]], None] | None,
+    timeout: float,
+) -> None:
+    open_ranks = {r.fd: r for r in ranks if not r.closed}
+    if not open_ranks:
+        time.sleep(timeout)
+        return
+    readable, _, _ = select.select(list(open_ranks), [], [], timeout)
+    for fd in readable:
+        rank = open_ranks[fd]
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            rank.closed = True
+            continue
+        rank.buffer += chunk
+        *lines, rank.buffer = rank.buffer.split(b"\n")
+        for line in lines:
+            if line.strip():
+                _handle(rank.index, json.loads(line), follow, on_epoch)
+
+
+def _handle(
+    index: int,
+    event: dict[str, Any],
+    follow: _Follow,
+    on_epoch: Callable[[int, dict[str, float]], None] | None,
+) -> None:
+    kind = event.get("event")
+    if kind == "error":
+        follow.errors.append((index, str(event.get("reason", "unknown error"))))
+    elif kind == "ready":
+        follow.ready = event
+    elif kind == "epoch":
+        follow.metrics.append(event["row"])
+        if on_epoch is not None:
+            on_epoch(int(event["epoch"]), event["row"])
+    elif kind == "result":
+        follow.result = event["result"]
+
+
+def _failure(ranks: list[_Rank], follow: _Follow) -> str:
+    """The cause a reader needs: a rank that died on its own first, else the first error."""
+    for rank in ranks:
+        code = rank.proc.poll()
+        if code is not None and code < 0 and not rank.killed_by_us:
+            return f"rank {rank.index} of {len(ranks)} {_describe_exit(code)}"
+    if follow.errors:
+        index, reason = follow.errors[0]
+        return reason if reason.startswith("rank ") else f"rank {index}: {reason}"
+    for rank in ranks:
+        code = rank.proc.poll()
+        if code not in (None, 0):
+            return f"rank {rank.index} of {len(ranks)} {_describe_exit(code)}"
+    return "a rank failed"
+
+
+def _end(ranks: list[_Rank]) -> None:
+    for rank in ranks:
+        if rank.proc.poll() is None:
+            rank.killed_by_us = True
+            rank.proc.kill()
+    for rank in ranks:
+        try:
+            rank.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            log.warning("rank %d (pid %d) did not exit", rank.index, rank.proc.pid)
+        os.close(rank.fd)
+
+
+def _partial(config: TrialConfig, follow: _Follow, seconds: float) -> TrainResult:
+    """The result of a trial stopped before rank 0 finished: its epochs so far."""
+    metrics = follow.metrics
+    final = metrics[-1] if metrics else {}
+    rows = metrics
+    from workers.training.loop import BEST_DIRECTIONS
+
+    best = {
+        name: (max if direction == "maximize" else min)(row[name] for row in rows)
+        for name, direction in BEST_DIRECTIONS.items()
+        if rows and name in rows[0]
+    }
+    return TrainResult(
+        metrics=metrics,
+        final=final,
+        best=best,
+        param_count=int(follow.ready.get("param_count", 0)),
+        train_seconds=seconds,
+        setup_seconds=float(follow.ready.get("setup_seconds", 0.0)),
+        seed=int(follow.ready.get("seed", config.training.seed or 0)),
+        device={"world_size": config.execution.parallel.world_size},
+        dataset={},
+        dataset_fingerprint=str(follow.ready.get("dataset_fingerprint", "")),
+        stopped_early=True,
+    )
