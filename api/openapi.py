@@ -15,6 +15,7 @@ from api.context import context
 from api.params import accept
 from api.serialize import PREFIX
 from core.config import SECTIONS
+from core.fields import leaf_fields
 from core.query import TOP_LEVEL_SORTS
 from core.settings import Settings
 from core.spec import METRICS
@@ -23,7 +24,7 @@ from core.states import ALL_STATES
 blueprint = Blueprint("openapi", __name__, url_prefix=PREFIX)
 
 STATES = [s.value for s in ALL_STATES]
-PARAM_PATHS = [f"{name}.{key}" for name, part in SECTIONS.items() for key in part.model_fields]
+PARAM_PATHS = list(leaf_fields())  # section.key and section.sub.key (execution.parallel.tau)
 _PATHS_RE = "|".join(p.replace(".", r"\.") for p in PARAM_PATHS)
 _NAME_RE = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
 _PARAM_RE = rf"^({_PATHS_RE}):(?!\s*[\[{{$]).*$"  # section.key:value, no object, list or $

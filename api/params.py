@@ -9,7 +9,8 @@ query, never keys, and the store checks them again (`core.query`): a value start
 Trial filters:
 
 - ``state``: a state, repeated or comma-separated (``state=failed,complete``);
-- ``param``: ``section.key:value``, repeated; a value that is a JSON number, ``true``,
+- ``param``: ``section.key:value`` (``section.sub.key:value`` in a sub-section such as
+  ``execution.parallel.tau:5``), repeated; a value that is a JSON number, ``true``,
   ``false`` or ``null`` is read as one, anything else is text; a value that starts like an
   object, a list or an operator (``{``, ``[``, ``$``) is refused;
 - ``sort``: ``index``, ``objective``, ``result.<metric>``, a parameter path, ... and
@@ -92,7 +93,8 @@ def _scalar(path: str, text: str) -> Any:
 
 
 def param_filters() -> dict[str, Any]:
-    """``param=section.key:value`` pairs as ``{"section.key": value}``."""
+    """``param=section.key:value`` pairs as ``{"section.key": value}`` (the store checks that
+    the path, ``section.key`` or ``section.sub.key``, is a parameter)."""
     out: dict[str, Any] = {}
     for item in request.args.getlist("param"):
         path, sep, text = item.partition(":")

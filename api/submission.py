@@ -26,6 +26,7 @@ from flask import request
 from api.errors import ApiError, bad_parameter
 from core.config import SECTIONS, TrainingConfig
 from core.errors import Problem, SpecError, TooManyTrials
+from core.fields import section_model
 from core.settings import Settings
 from core.spec import SweepSpec, load_spec
 from scheduler.expand import count_trials
@@ -112,15 +113,22 @@ def _dimension_size(raw: Any) -> tuple[str, int] | None:
 
 def _check_dimension_sizes(document: dict[str, Any], limit: int) -> None:
     for section in SECTIONS:
-        values = document.get(section)
-        if not isinstance(values, dict):
+        _check_sizes_in(section, document.get(section), limit)
+
+
+def _check_sizes_in(section: str, values: Any, limit: int) -> None:
+    """The sizes in one section, and in its sub-sections (``execution.parallel``)."""
+    if not isinstance(values, dict):
+        return
+    for key, raw in values.items():
+        path = f"{section}.{key}"
+        if isinstance(key, str) and section_model(path) is not None:
+            _check_sizes_in(path, raw, limit)
             continue
-        for key, raw in values.items():
-            size = _dimension_size(raw)
-            if size is not None and size[1] > limit:
-                path = f"{section}.{key}.{size[0]}"
-                rule = f"has {size[1]:,} values, over this server's limit of {limit:,} trials"
-                raise SpecError([Problem(path, rule)])
+        size = _dimension_size(raw)
+        if size is not None and size[1] > limit:
+            rule = f"has {size[1]:,} values, over this server's limit of {limit:,} trials"
+            raise SpecError([Problem(f"{path}.{size[0]}", rule)])
 
 
 def _max_epochs(spec: SweepSpec) -> float:

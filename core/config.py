@@ -70,9 +70,12 @@ def _check_fuse(value: Any) -> Any:
 
 
 # Fields that take part in a rule across fields; expansion checks each distinct combination.
+# Keys are (sub-)sections, fields are dotted below them.
 CROSS_FIELDS: dict[str, tuple[str, ...]] = {
     "dataset": ("name", "path"),
     "model": ("hidden_layers", "hidden_units"),
+    "execution.parallel": ("world_size", "strategy", "alpha", "asynchronous"),
+    "execution": ("device", "parallel.backend", "parallel.world_size"),
 }
 
 

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core.errors import InvalidQuery
-from core.spec import field_adapter
+from core.fields import field_adapter
 from core.states import ALL_STATES
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -121,11 +121,13 @@ def check_states(state: str | Sequence[str] | None) -> list[str] | None:
 
 
 def param_field(path: Any, field: str = "params") -> str:
-    """The stored path of a parameter given as ``section.key`` (``params.section.key``)."""
-    if not isinstance(path, str) or path.count(".") != 1 or field_adapter(path) is None:
+    """The stored path of a parameter given as ``section.key`` or ``section.sub.key``
+    (``params.section.key``, ``params.execution.parallel.tau``)."""
+    if not isinstance(path, str) or field_adapter(path) is None:
         raise InvalidQuery(
             f"{field}.{path}" if isinstance(path, str) else field,
-            "is not a parameter (write section.key, e.g. model.hidden_units)",
+            "is not a parameter (write section.key, e.g. model.hidden_units or "
+            "execution.parallel.tau)",
         )
     return f"params.{path}"
 
@@ -163,12 +165,12 @@ def sort_field(sort: Any) -> str:
             return sort
         if sort.startswith("result."):
             return "result." + check_name("sort", sort.removeprefix("result."))
-        if sort.count(".") == 1 and field_adapter(sort) is not None:
+        if field_adapter(sort) is not None:
             return f"params.{sort}"
     raise InvalidQuery(
         "sort",
         f"must be one of {', '.join(TOP_LEVEL_SORTS)}, result.<metric> or a parameter "
-        f"(section.key), got {_show(sort)}",
+        f"(section.key or section.sub.key), got {_show(sort)}",
     )
 
 

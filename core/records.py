@@ -9,7 +9,7 @@ A **sweep** document::
 
 A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
 
-    sweep_id, key (the stable 16-hex point id), index, params (nested by section:
+    sweep_id, key (the stable 16-hex point id), index, params (nested by path:
     {"model": {"hidden_units": 64}}; dotted keys cannot be queried), config (the full
     resolved config), seed, state, attempt (the number of the latest claim; 0 = never
     claimed), history (one entry per ended attempt: {attempt, state, worker, started_at,
@@ -85,21 +85,32 @@ def to_millis(moment: datetime) -> datetime:
 
 
 def nest_params(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``{"model.hidden_units": 64}`` -> ``{"model": {"hidden_units": 64}}``."""
+    """``{"model.hidden_units": 64}`` -> ``{"model": {"hidden_units": 64}}``, at any depth
+    (``execution.parallel.tau`` under ``{"execution": {"parallel": {...}}}``)."""
     nested: dict[str, dict[str, Any]] = {}
     for path, value in params.items():
-        section, _, key = path.partition(".")
-        nested.setdefault(section, {})[key] = value
+        *parents, key = path.split(".")
+        node: dict[str, Any] = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[key] = value
     return nested
 
 
-def flatten_params(nested: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
-    """The inverse of `nest_params`: dotted paths, as the spec and the CLI write them."""
-    return {
-        f"{section}.{key}": value
-        for section, values in (nested or {}).items()
-        for key, value in values.items()
-    }
+def flatten_params(nested: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:
+    """The inverse of `nest_params`: dotted paths, as the spec and the CLI write them.
+
+    Every mapping is a section or sub-section: a parameter's value is never a mapping
+    (`core.fields`), lists (per-layer widths) are values.
+    """
+    out: dict[str, Any] = {}
+    for key, value in (nested or {}).items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            out.update(flatten_params(value, path))
+        else:
+            out[path] = value
+    return out
 
 
 def empty_counts() -> dict[str, int]:

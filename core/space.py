@@ -13,7 +13,10 @@ In YAML a leaf is one of:
 
 Any of the dict forms may carry ``when: {path: value-or-list}``: the dimension applies only
 when every named value matches (``momentum`` only when ``training.optimizer`` is sgd);
-otherwise the field keeps its default and the trial's params do not mention it.
+otherwise the field keeps its default and the trial's params do not mention it. A bare key
+names a field beside the leaf, in its own section or sub-section (``optimizer`` under
+``training``; ``strategy`` under ``execution.parallel``); a dotted key is a full path from
+the top (``training.optimizer``, ``execution.parallel.world_size``).
 """
 
 from __future__ import annotations
@@ -147,13 +150,13 @@ def _is_number(value: Any) -> bool:
 
 
 def _parse_when(raw: Any, path: str, problems: list[Problem]) -> dict[str, tuple[Any, ...]]:
-    section = path.split(".")[0]
+    parent = path.rpartition(".")[0]
     if not isinstance(raw, dict) or not raw:
         problems.append(Problem(f"{path}.when", "must map a field path to a value or a list"))
         return {}
     out: dict[str, tuple[Any, ...]] = {}
     for key, accepted in raw.items():
-        target = str(key) if "." in str(key) else f"{section}.{key}"
+        target = str(key) if "." in str(key) else f"{parent}.{key}"
         out[target] = tuple(accepted) if isinstance(accepted, list) else (accepted,)
     return out
 

@@ -4,6 +4,10 @@
 listing every problem with its dotted path and the rule it broke, e.g.
 ``model.hidden_units[2]: must be > 0, got -5``. Nothing is expanded here; see
 ``scheduler.expand``.
+
+A section may hold a sub-section (``execution.parallel``, see `core.fields`): written as a
+mapping of its own keys, whose leaves are parameters like any other at their full path
+(``execution.parallel.tau: [1, 5, 20]`` is written ``execution: {parallel: {tau: [1, 5, 20]}}``).
 """
 
 from __future__ import annotations
@@ -13,11 +17,21 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from core.config import SECTIONS, TrialConfig
 from core.errors import Problem, SpecError
-from core.space import Categorical, Dimension, Fixed, IntRange, Uniform, dedupe, parse_dimension
+from core.fields import field_adapter, section_model, set_in, sub_model
+from core.space import (
+    DIMENSION_KEYS,
+    Categorical,
+    Dimension,
+    Fixed,
+    IntRange,
+    Uniform,
+    dedupe,
+    parse_dimension,
+)
 
 METRICS = ("val_accuracy", "val_loss", "val_rmse", "train_loss")
 _DIRECTION_ALIASES = {"min": "minimize", "max": "maximize"}
@@ -71,22 +85,21 @@ class SweepSpec(_Strict):
         return [d for d in self.space.values() if d.varies]
 
     def base_config(self) -> dict[str, dict[str, Any]]:
-        """Defaults overlaid with every unconditional fixed value, as nested dicts."""
+        """Defaults overlaid with every unconditional fixed value, as nested dicts
+        (``execution.parallel.tau`` under ``{"execution": {"parallel": {...}}}``)."""
         base: dict[str, dict[str, Any]] = {s: {} for s in SECTIONS}
         for path, dim in self.space.items():
             if isinstance(dim, Fixed) and not dim.when:
-                section, key = path.split(".", 1)
-                base[section][key] = dim.value
+                set_in(base, path, dim.value)
         return base
 
     def resolve(self, params: dict[str, Any], base: dict | None = None) -> dict[str, Any]:
         """The full config of the trial with these params: fixed values, then params."""
         base = base if base is not None else self.base_config()
-        # Sections are copied one level deep: params replace values, they never mutate them.
-        config = {section: dict(values) for section, values in base.items()}
+        # The mappings are copied: params replace values, they never mutate `base`.
+        config = _copy_tree(base)
         for path, value in params.items():
-            section, key = path.split(".", 1)
-            config[section][key] = value
+            set_in(config, path, value)
         return config
 
     def trial_config(self, params: dict[str, Any]) -> TrialConfig:
@@ -94,22 +107,8 @@ class SweepSpec(_Strict):
         return TrialConfig.model_validate(self.resolve(params))
 
 
-_ADAPTERS: dict[str, TypeAdapter] = {}
-
-
-def field_adapter(path: str) -> TypeAdapter | None:
-    """The validator of one leaf (``section.key``), or None if no such field exists."""
-    if path not in _ADAPTERS:
-        section, _, key = path.partition(".")
-        model = SECTIONS.get(section)
-        if model is None or key not in model.model_fields:
-            return None
-        info = model.model_fields[key]
-        annotation = (
-            Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-        )
-        _ADAPTERS[path] = TypeAdapter(annotation)
-    return _ADAPTERS[path]
+def _copy_tree(tree: dict[str, Any]) -> dict[str, Any]:
+    return {k: _copy_tree(v) if isinstance(v, dict) else v for k, v in tree.items()}
 
 
 def _fmt(value: Any) -> str:
@@ -213,17 +212,32 @@ def _parse_document(source: str | Path | dict[str, Any], filename: str) -> dict[
 
 
 def _parse_section(section: str, raw: Any, problems: list[Problem]) -> dict[str, Dimension]:
+    """The dimensions of a section or sub-section (``execution.parallel``), by leaf path."""
     space: dict[str, Dimension] = {}
     if raw is None:
         return space
     if not isinstance(raw, dict):
         problems.append(Problem(section, f"must be a mapping, got {_fmt(raw)}"))
         return space
+    model = section_model(section)
+    if model is None:
+        raise ValueError(f"{section} is not a section of the config")
     for key, leaf in raw.items():
         path = f"{section}.{key}"
+        info = model.model_fields.get(key) if isinstance(key, str) else None
+        inner = sub_model(info) if info is not None else None
+        if inner is not None:
+            if isinstance(leaf, dict) and not any(k in leaf for k in DIMENSION_KEYS):
+                space.update(_parse_section(path, leaf, problems))
+            else:
+                # A whole sub-section is never one value: its keys are the parameters.
+                known = ", ".join(inner.model_fields)
+                rule = f"is a section: give its keys ({known}) as a mapping, got {_fmt(leaf)}"
+                problems.append(Problem(path, rule))
+            continue
         adapter = field_adapter(path)
         if adapter is None:
-            known = ", ".join(SECTIONS[section].model_fields)
+            known = ", ".join(model.model_fields)
             problems.append(Problem(path, f"unknown key (known: {known})"))
             continue
         dim, suffixes = parse_dimension(leaf, path, problems)
@@ -252,7 +266,12 @@ def _check_conditions(space: dict[str, Dimension], problems: list[Problem]) -> N
         for target, accepted in dim.when.items():
             adapter = field_adapter(target)
             if adapter is None:
-                problems.append(Problem(f"{path}.when.{target}", "no such field"))
+                rule = "no such field"
+                parent = path.rpartition(".")[0]
+                if target.rpartition(".")[0] == parent and "." in parent:
+                    # A bare key names a field of the leaf's own sub-section.
+                    rule += f" in {parent}; name a field elsewhere by its full path"
+                problems.append(Problem(f"{path}.when.{target}", rule))
                 continue
             if target == path:
                 problems.append(Problem(f"{path}.when", "a dimension cannot depend on itself"))

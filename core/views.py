@@ -160,8 +160,9 @@ class Views:
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page of a sweep's trials, and the cursor of the next page (None at the end).
 
-        `state`: a state or a list of them. `params`: ``{"model.hidden_units": 64}``, exact
-        values (strings, numbers, booleans, None for "not set"). `sort`: ``index``,
+        `state`: a state or a list of them. `params`: ``{"model.hidden_units": 64}`` (or a
+        sub-section's ``{"execution.parallel.tau": 5}``), exact values (strings, numbers,
+        booleans, None for "not set"). `sort`: ``index``,
         ``objective``, ``train_seconds``, ``finished_at``, ``started_at``, ``updated_at``,
         ``param_count``, ``attempt``, ``result.<metric>`` or a parameter path; ties are
         broken by index; missing values sort first ascending (MongoDB's order). The cursor

@@ -21,8 +21,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core.config import CROSS_FIELDS, SECTIONS
+from core.config import CROSS_FIELDS
 from core.errors import Problem, SpecError, TooManyTrials
+from core.fields import get_in, leaf_defaults, section_model, set_in
 from core.space import Dimension, IntRange
 from core.spec import SweepSpec, problems_from
 
@@ -82,11 +83,7 @@ def _ordered(spec: SweepSpec) -> list[Dimension]:
 
 def _lookup(spec: SweepSpec) -> dict[str, Any]:
     """Values that conditions may test besides params: fixed values, then defaults."""
-    out: dict[str, Any] = {}
-    for section, model in SECTIONS.items():
-        for key, info in model.model_fields.items():
-            if not info.is_required():
-                out[f"{section}.{key}"] = info.default
+    out = leaf_defaults()
     for path, dim in spec.space.items():
         if not dim.varies:
             out[path] = dim.value  # type: ignore[attr-defined]
@@ -168,13 +165,40 @@ def _random(spec: SweepSpec) -> Iterator[tuple[dict[str, Any], str]]:
             return
 
 
+#: Where a broken rule of a whole model is reported, if not at the rule's last field: each
+#: data-parallel rule spans several fields, none of them more to blame than the others.
+_REPORTED_AT = {
+    "execution.parallel": "execution.parallel",
+    "execution": "execution",
+}
+_MISSING = object()
+
+
+def _rule_values(base: dict[str, Any], section: str, combo: dict[str, Any]) -> dict[str, Any]:
+    """What a rule's model is validated with: the section's fixed leaves, the fixed values of
+    the rule's fields in its sub-sections, then the combination. A sub-section's other fixed
+    values are left to its own rule, so one broken rule is reported once."""
+    values = {k: v for k, v in (get_in(base, section) or {}).items() if not isinstance(v, dict)}
+    for name in CROSS_FIELDS[section]:
+        fixed = get_in(base, f"{section}.{name}", _MISSING)
+        if fixed is not _MISSING:
+            set_in(values, name, fixed)
+    for path, value in combo.items():
+        set_in(values, path.removeprefix(section + "."), value)
+    return values
+
+
 def _check_cross_fields(spec: SweepSpec, points: list[dict[str, Any]]) -> None:
     """Validate each distinct combination of fields that a rule spans (widths vs depth)."""
     base = spec.base_config()
     problems: list[Problem] = []
     varying = {d.path for d in spec.dimensions}
     for section, fields in CROSS_FIELDS.items():
+        model = section_model(section)
+        if model is None:
+            raise ValueError(f"CROSS_FIELDS names {section!r}, which is not a config section")
         paths = [f"{section}.{f}" for f in fields]
+        at = _REPORTED_AT.get(section, paths[-1])
         # Without a varying field in the rule, every trial has the same combination.
         rows = points if varying.intersection(paths) else (points[:1] or [{}])
         seen: set[str] = set()
@@ -184,15 +208,13 @@ def _check_cross_fields(spec: SweepSpec, points: list[dict[str, Any]]) -> None:
             if key in seen:
                 continue
             seen.add(key)
-            values = dict(base[section])
-            values.update({p.split(".", 1)[1]: v for p, v in combo.items()})
             try:
-                SECTIONS[section].model_validate(values)
+                model.model_validate(_rule_values(base, section, combo))
             except ValidationError as exc:
                 where = ", ".join(f"{p}={json.dumps(v)}" for p, v in combo.items())
                 for problem in problems_from(exc, section):
                     suffix = f" (when {where})" if where else ""
-                    path = f"{section}.{fields[-1]}" if problem.path == section else problem.path
+                    path = at if problem.path == section else problem.path
                     problems.append(Problem(path, problem.message + suffix))
             if len(problems) >= 10:
                 break

@@ -27,9 +27,12 @@ member of its group and masks the padding out exactly.
 **Never fused** (a group of one): ``fuse: off`` or 1; ``training.epochs: 0`` (nothing to
 train, so nothing to gain: the trial is one evaluation); ``execution.dtype: float16``
 (its `GradScaler` skips a step for all parameters at once when any gradient overflows,
-and a per-model scaler is not implemented); and a trial that sets a field this module
-does not know (one added after it was written) to anything but its default, since it
-cannot tell whether the fused trainer honours that field.
+and a per-model scaler is not implemented); ``execution.parallel.world_size`` above 1 (a
+data-parallel trial trains on several processes, a fused group in one); and a trial that
+sets a field this module does not know (one added after it was written) to anything but
+its default, since it cannot tell whether the fused trainer honours that field. The other
+``execution.parallel`` fields do nothing on one process, so they neither keep a trial
+apart nor make it a key.
 
 **Group size.** K caps a group. For ``auto``, K is sized from memory: the training state
 of one member, estimated from its bucketed widths (weights, gradients and two optimiser
@@ -58,6 +61,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from core.config import SECTIONS
+from core.fields import leaf_defaults
 
 #: The largest group `auto` makes; past a few dozen models a group gains little on a CPU.
 AUTO_CAP = 64
@@ -108,14 +112,12 @@ _BUILTIN_SHAPES = {"digits": (64, 10), "iris": (4, 3), "wine": (13, 3), "breast_
 #: What the estimate assumes for a user's file, which the scheduler does not read.
 _FILE_SHAPE = (1000, 100)
 
-_DEFAULTS: dict[str, Any] = {
-    f"{section}.{key}": info.default
-    for section, model in SECTIONS.items()
-    for key, info in model.model_fields.items()
-    if not info.is_required()
-}
+#: Data-parallel settings: above one process never fused, on one process inert (docstring).
+_PARALLEL = "execution.parallel."
+
+_DEFAULTS: dict[str, Any] = leaf_defaults()
 _KNOWN = frozenset(MAY_DIFFER | set(KEY_FIELDS)) | {
-    path for path in _DEFAULTS if path.startswith("dataset.")
+    path for path in _DEFAULTS if path.startswith(("dataset.", _PARALLEL))
 }
 _UNKNOWN = tuple(sorted(set(_DEFAULTS) - _KNOWN))
 
@@ -130,8 +132,10 @@ def bucket(width: int) -> int:
 
 
 def _get(config: Mapping[str, Any], path: str) -> Any:
-    section, key = path.split(".", 1)
-    values = config.get(section) or {}
+    values: Any = config
+    *parents, key = path.split(".")
+    for part in parents:
+        values = values.get(part) or {}
     return values[key] if key in values else _DEFAULTS.get(path)
 
 
@@ -151,6 +155,8 @@ def group_limit(config: Mapping[str, Any]) -> int:
     if _get(config, "training.epochs") == 0 or _get(config, "execution.dtype") == "float16":
         return 1
     if _get(config, "model.kind") != "mlp":
+        return 1
+    if _get(config, f"{_PARALLEL}world_size") > 1:
         return 1
     if any(_get(config, path) != _DEFAULTS[path] for path in _UNKNOWN):
         return 1

@@ -74,3 +74,29 @@ def test_export_reads_page_after_page(
 def test_an_unknown_format_is_400(client: FlaskClient, sweep_id: str) -> None:
     response = client.get(f"/api/v1/sweeps/{sweep_id}/export?format=xlsx", headers=ALICE)
     assert response.status_code == 400 and response.json["details"]["parameter"] == "format"
+
+
+def test_a_sub_section_leaf_is_a_column_a_filter_and_a_sort(
+    client: FlaskClient, store: Store
+) -> None:
+    spec = small_spec(
+        model={"hidden_units": 8},
+        execution={"parallel": {"world_size": 2, "strategy": "local_sgd", "tau": [1, 5, 20]}},
+    )
+    sweep_id = submit(client, spec)
+    docs = store.trials(sweep_id, limit=3)[0]
+    assert docs[1]["params"] == {"execution": {"parallel": {"tau": 5}}}
+    finish(store, docs[1]["_id"], 0.5)
+    base = f"/api/v1/sweeps/{sweep_id}"
+    text = client.get(f"{base}/export?format=csv", headers=ALICE).get_data(as_text=True)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["execution.parallel.tau"] for r in rows] == ["1", "5", "20"]
+    assert rows[1]["val_accuracy"] == "0.5"
+    lines = client.get(f"{base}/export?format=jsonl", headers=ALICE).get_data(as_text=True)
+    assert json.loads(lines.splitlines()[2])["params"] == {"execution.parallel.tau": 20}
+    page = client.get(f"{base}/trials?param=execution.parallel.tau:5", headers=ALICE).json
+    assert [t["params"] for t in page["items"]] == [{"execution.parallel.tau": 5}]
+    page = client.get(f"{base}/trials?sort=execution.parallel.tau&order=desc", headers=ALICE).json
+    assert [t["params"]["execution.parallel.tau"] for t in page["items"]] == [20, 5, 1]
+    refused = client.get(f"{base}/trials?param=execution.parallel:5", headers=ALICE)
+    assert refused.status_code == 400

@@ -120,6 +120,15 @@ def test_a_huge_dimension_is_refused_before_it_is_listed(
     assert_nothing_stored(client, settings)
 
 
+def test_a_huge_dimension_in_a_sub_section_is_refused_before_it_is_listed(
+    client: FlaskClient, settings: Settings
+) -> None:
+    spec = small_spec(execution={"parallel": {"tau": {"int": [1, 10**12]}}})
+    body = error(client.post("/api/v1/sweeps", json=spec, headers=ALICE), 422, "invalid_spec")
+    assert body["details"]["problems"][0]["path"] == "execution.parallel.tau.int"
+    assert_nothing_stored(client, settings)
+
+
 def test_epochs_over_the_limit_are_422(client: FlaskClient, settings: Settings) -> None:
     spec = small_spec(training={"epochs": [1, settings.api_max_epochs + 1]})
     body = error(client.post("/api/v1/sweeps", json=spec, headers=ALICE), 422, "invalid_spec")

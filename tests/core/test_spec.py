@@ -8,8 +8,8 @@ import pytest
 
 from core.config import TrialConfig
 from core.errors import SpecError
-from core.space import Categorical, Fixed, Uniform
-from core.spec import load_spec, load_spec_file
+from core.space import Categorical, Fixed, IntRange, Uniform
+from core.spec import field_adapter, load_spec, load_spec_file
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -121,6 +121,43 @@ def test_negative_width_and_unknown_activation_name_both_paths() -> None:
         (
             "training:\n  momentum: {value: 0.5, when: {optimizer: lbfgs}}\n",
             "training.momentum.when.training.optimizer: must be one of",
+        ),
+        ("execution:\n  parallel:\n    tau: 0\n", "execution.parallel.tau: must be >= 1, got 0"),
+        (
+            "execution:\n  parallel:\n    tau: [5, 0]\n",
+            "execution.parallel.tau[1]: must be >= 1, got 0",
+        ),
+        (
+            "execution:\n  parallel:\n    world_size: {int: [1, 2000]}\n",
+            "execution.parallel.world_size.int[1]: must be <= 1024, got 2000",
+        ),
+        (
+            "execution:\n  parallel:\n    strategy: gossip\n",
+            "execution.parallel.strategy: must be one of 'allreduce', 'local_sgd' or 'easgd', "
+            "got 'gossip'",
+        ),
+        (
+            "execution:\n  parallel:\n    foo: 1\n",
+            "execution.parallel.foo: unknown key (known: world_size, strategy, tau, alpha, "
+            "asynchronous, backend, timeout)",
+        ),
+        (
+            "execution:\n  parallel: [1, 2]\n",
+            "execution.parallel: is a section: give its keys (world_size, strategy, tau, "
+            "alpha, asynchronous, backend, timeout) as a mapping, got [1, 2]",
+        ),
+        (
+            "execution:\n  parallel: {choice: [{world_size: 2}]}\n",
+            "execution.parallel: is a section: give its keys",
+        ),
+        (
+            "execution:\n  parallel:\n    tau: {choice: [1, 2], when: {device: cpu}}\n",
+            "execution.parallel.tau.when.execution.parallel.device: no such field in "
+            "execution.parallel; name a field elsewhere by its full path",
+        ),
+        (
+            "execution:\n  parallel:\n    tau: {choice: [1, 2], when: {strategy: ring}}\n",
+            "execution.parallel.tau.when.execution.parallel.strategy: must be one of",
         ),
     ],
 )
@@ -234,3 +271,92 @@ def test_conditional_short_and_full_paths() -> None:
     )
     assert loaded.space["training.momentum"].when == {"training.optimizer": ("sgd",)}
     assert loaded.space["training.beta1"].when == {"training.optimizer": ("adam",)}
+
+
+TAU_SWEEP = """\
+name: tau-sweep
+dataset: {name: digits}
+training: {optimizer: sgd, lr: 0.1, epochs: 3}
+execution:
+  device: cpu
+  parallel:
+    world_size: 2
+    strategy: local_sgd
+    tau: [1, 5, 20, 50]
+"""
+
+
+def test_sub_section_leaves_are_parameters_at_their_full_path() -> None:
+    loaded = load_spec(TAU_SWEEP)
+    assert [d.path for d in loaded.dimensions] == ["execution.parallel.tau"]
+    assert loaded.space["execution.parallel.tau"].values() == [1, 5, 20, 50]
+    assert loaded.space["execution.parallel.world_size"].values() == [2]
+    assert loaded.base_config()["execution"] == {
+        "device": "cpu",
+        "parallel": {"world_size": 2, "strategy": "local_sgd"},
+    }
+    base = loaded.base_config()
+    resolved = loaded.resolve({"execution.parallel.tau": 20}, base)
+    assert resolved["execution"]["parallel"] == {
+        "world_size": 2,
+        "strategy": "local_sgd",
+        "tau": 20,
+    }
+    assert "tau" not in base["execution"]["parallel"]  # the base is never mutated
+    config = loaded.trial_config({"execution.parallel.tau": 5})
+    assert config.execution.device == "cpu"
+    assert (config.execution.parallel.tau, config.execution.parallel.world_size) == (5, 2)
+    assert config.execution.parallel.backend == "auto"  # unset: the default
+
+
+def test_field_adapter_knows_leaves_at_any_depth() -> None:
+    tau = field_adapter("execution.parallel.tau")
+    assert tau is not None and tau.validate_python(5) == 5
+    assert field_adapter("model.hidden_units") is not None
+    for not_a_leaf in (
+        "execution.parallel",
+        "execution.parallel.nope",
+        "execution.tau",
+        "model.hidden_units.x",
+        "parallel.tau",
+    ):
+        assert field_adapter(not_a_leaf) is None, not_a_leaf
+
+
+def test_sub_section_dimension_forms() -> None:
+    loaded = load_spec(
+        spec(
+            "execution:\n  parallel:\n"
+            "    tau: {int: [1, 50]}\n"
+            "    strategy: {choice: [local_sgd, easgd]}\n"
+            "    alpha: {uniform: [0.01, 0.2]}\n"
+            "    timeout: {range: [60, 180, 60]}\n"
+            "search: {algorithm: random, trials: 4}\n"
+        )
+    )
+    tau = loaded.space["execution.parallel.tau"]
+    assert isinstance(tau, IntRange) and (tau.low, tau.high) == (1, 50)
+    assert loaded.space["execution.parallel.strategy"].values() == ["local_sgd", "easgd"]
+    assert isinstance(loaded.space["execution.parallel.alpha"], Uniform)
+    assert loaded.space["execution.parallel.timeout"].values() == [60, 120]
+
+
+def test_conditions_inside_a_sub_section_name_its_own_fields() -> None:
+    loaded = load_spec(
+        spec(
+            "training:\n"
+            "  lr: {choice: [0.1, 0.2], when: {execution.parallel.strategy: local_sgd}}\n"
+            "execution:\n  parallel:\n"
+            "    strategy: [allreduce, local_sgd, easgd]\n"
+            "    asynchronous: {choice: [false, true], when: {strategy: easgd}}\n"
+            "    tau: {choice: [5, 20], when: {strategy: [local_sgd, easgd], "
+            "execution.device: auto}}\n"
+        )
+    )
+    asynchronous = loaded.space["execution.parallel.asynchronous"]
+    assert asynchronous.when == {"execution.parallel.strategy": ("easgd",)}
+    assert loaded.space["execution.parallel.tau"].when == {
+        "execution.parallel.strategy": ("local_sgd", "easgd"),
+        "execution.device": ("auto",),
+    }
+    assert loaded.space["training.lr"].when == {"execution.parallel.strategy": ("local_sgd",)}

@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
+from core.spec import load_spec
 from core.states import TrialState
 from core.store import Store
-from dashboard import data, params
+from dashboard import data, figures, params
 from dashboard.detail import epoch_series, timings, trial_detail
 from dashboard.workers import inspect_workers, recent_activity, worker_rows
+from tests.core import FakeClock, make_sweep, trial_ids
 from tests.dashboard.conftest import Sweep
 
 OBJECTIVES = {0: 0.80, 1: 0.82, 2: 0.85, 3: 0.75, 4: 0.90, 5: 0.88, 6: 0.91, 7: 0.93,
@@ -109,7 +111,7 @@ def test_time_by_depth_summarises_training_seconds(scenario: Sweep) -> None:
     assert (two["layers"], two["n"], two["median"], two["mean"]) == (2, 3, 10, 10)
 
 
-def test_scatter_points_by_number_category_and_index(scenario: Sweep) -> None:
+def test_scatter_scatterby_number_category_and_index(scenario: Sweep) -> None:
     prep = params.prepare(rows_of(scenario.store, scenario.sweep_id), "maximize")
     complete = sorted(OBJECTIVES)
     units = params.scatter_points(prep, "model.hidden_units")
@@ -185,3 +187,48 @@ def test_worker_rows_from_the_store_and_from_inspect(scenario: Sweep) -> None:
     assert inspect_workers(None) == {"workers": None, "error": None}
     later = recent_activity(scenario.store, scenario.clock.now.replace(year=2031))
     assert later == []
+
+
+#: Four trials that differ only in a sub-section's leaf, `execution.parallel.tau`.
+TAU_SPEC: dict[str, Any] = {
+    "name": "tau-sweep",
+    "dataset": {"name": "digits"},
+    "training": {"optimizer": "sgd", "lr": 0.1, "epochs": 3},
+    "execution": {"parallel": {"world_size": 2, "strategy": "local_sgd", "tau": [1, 5, 20, 50]}},
+    "objective": {"metric": "val_accuracy", "direction": "maximize"},
+}
+
+
+def test_a_sub_section_leaf_is_a_param_like_any_other(store: Store, clock: FakeClock) -> None:
+    sweep_id, points = make_sweep(store, load_spec(TAU_SPEC))
+    sweep = Sweep(store, clock, sweep_id, points, trial_ids(sweep_id, points))
+    for index, objective in enumerate((0.7, 0.9, 0.8)):
+        sweep.finish(index, objective=objective)
+    stored = store.get_trial(sweep.ids[1], with_metrics=False)
+    assert stored["params"] == {"execution": {"parallel": {"tau": 5}}}  # nested, queryable
+    assert stored["config"]["execution"]["parallel"] == {
+        "world_size": 2,
+        "strategy": "local_sgd",
+        "tau": 5,
+    }
+    rows = sorted(rows_of(store, sweep_id), key=lambda r: r["index"])
+    assert [r["params"] for r in rows] == [{"execution.parallel.tau": t} for t in (1, 5, 20, 50)]
+    prep = params.prepare(rows, "maximize")
+    assert prep.params == ["execution.parallel.tau"]
+    scatter = params.scatter_points(prep, "execution.parallel.tau")
+    assert (scatter["x"], scatter["y"]) == ([1, 5, 20], [0.7, 0.9, 0.8])
+    assert scatter["axis"]["kind"] == "log"  # 1 to 50, queued trials included
+    figure = figures.scatter_figure(scatter, "val_accuracy")
+    assert figure["layout"]["meta"]["param"] == "execution.parallel.tau"
+    assert figure["layout"]["title"]["text"].startswith("val_accuracy vs parallel.tau (3 ")
+    dims = params.parallel_rows(prep)["dims"]
+    assert [(d["path"], d["label"]) for d in dims] == [
+        ("execution.parallel.tau", "parallel.tau"),
+        ("objective", "objective"),
+    ]
+    found, _ = store.trials(sweep_id, params={"execution.parallel.tau": 20})
+    assert [d["index"] for d in found] == [2]
+    ordered, _ = store.trials(sweep_id, sort="execution.parallel.tau", descending=True)
+    assert [d["index"] for d in ordered] == [3, 2, 1, 0]
+    best = store.best(sweep_id, 1)
+    assert best[0]["params"] == {"execution": {"parallel": {"tau": 5}}}

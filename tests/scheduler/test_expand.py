@@ -250,3 +250,142 @@ def test_huge_int_dimension_is_never_listed() -> None:
 def test_huge_range_dimension_is_refused() -> None:
     with pytest.raises(SpecError, match=r"model.dropout.range: lists more than 1,000,000 values"):
         load_spec(spec("model:\n  dropout: {range: [0, 0.9, 0.0000001]}\n"))
+
+
+TAU_SWEEP = """\
+name: tau-sweep
+dataset: {name: digits}
+training: {optimizer: sgd, lr: 0.1, epochs: 3}
+execution:
+  parallel:
+    world_size: 2
+    strategy: local_sgd
+    tau: [1, 5, 20, 50]
+"""
+
+
+def test_a_sub_section_leaf_expands_like_any_parameter() -> None:
+    trials = expand(load_spec(TAU_SWEEP), with_config=True)
+    assert [t.params for t in trials] == [{"execution.parallel.tau": v} for v in (1, 5, 20, 50)]
+    assert trials[1].id == trial_id("tau-sweep", {"execution.parallel.tau": 5})
+    assert trials[1].config["execution"] == {
+        "parallel": {"world_size": 2, "strategy": "local_sgd", "tau": 5}
+    }
+    assert trials[1].config["training"]["seed"] == trials[1].seed
+
+
+def test_two_level_ids_are_unchanged() -> None:
+    # Pinned (ids before sub-sections existed): they must not change any existing trial id.
+    trials = expand(load_spec_file(CONFIGS / "quickstart.yaml"))
+    assert trial_id("a", {"model.hidden_units": 16}) == "8d05d543e2ae82c3"
+    assert (trials[0].id, trials[-1].id) == ("3e456a6707675ec1", "9765825d494631be")
+
+
+def test_conditions_inside_a_sub_section() -> None:
+    loaded = load_spec(
+        spec(
+            "execution:\n  parallel:\n    world_size: 4\n"
+            "    strategy: [allreduce, local_sgd, easgd]\n"
+            "    tau: {choice: [5, 20], when: {strategy: [local_sgd, easgd]}}\n"
+            "    asynchronous: {choice: [false, true], when: {strategy: easgd}}\n"
+        )
+    )
+    trials = expand(loaded)
+    assert count_trials(loaded) == len(trials) == 1 + 2 + 2 * 2
+    assert trials[0].params == {"execution.parallel.strategy": "allreduce"}
+    easgd = [t.params for t in trials if t.params["execution.parallel.strategy"] == "easgd"]
+    assert {(p["execution.parallel.tau"], p["execution.parallel.asynchronous"]) for p in easgd} == {
+        (5, False),
+        (5, True),
+        (20, False),
+        (20, True),
+    }
+    random_spec = load_spec(
+        spec(
+            "execution:\n  parallel:\n    strategy: {choice: [allreduce, easgd]}\n"
+            "    asynchronous: {choice: [false, true], when: {strategy: easgd}}\n"
+            "search: {algorithm: random, trials: 3, seed: 1}\n"
+        )
+    )
+    for t in expand(random_spec):
+        easgd_trial = t.params["execution.parallel.strategy"] == "easgd"
+        assert ("execution.parallel.asynchronous" in t.params) == easgd_trial
+
+
+def test_a_condition_elsewhere_on_a_sub_section_default_and_value() -> None:
+    body = "training:\n  lr: {choice: [0.1, 0.2], when: {execution.parallel.strategy: %s}}\n"
+    assert len(expand(load_spec(spec(body % "allreduce")))) == 2  # the default
+    assert len(expand(load_spec(spec(body % "easgd")))) == 1
+    varied = spec(body % "easgd" + "execution:\n  parallel: {strategy: [allreduce, easgd]}\n")
+    assert len(expand(load_spec(varied))) == 1 + 2
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "message"),
+    [
+        (
+            "execution:\n  parallel: {asynchronous: true}\n",
+            "execution.parallel",
+            "asynchronous is only for strategy easgd, but strategy is 'allreduce'; "
+            "set asynchronous: false",
+        ),
+        (
+            "execution:\n  parallel:\n    strategy: [easgd, local_sgd]\n    asynchronous: true\n",
+            "execution.parallel",
+            "asynchronous is only for strategy easgd, but strategy is 'local_sgd'; set "
+            'asynchronous: false (when execution.parallel.strategy="local_sgd")',
+        ),
+        (
+            "execution:\n  parallel:\n    strategy: easgd\n    world_size: [2, 4]\n"
+            "    alpha: 0.4\n",
+            "execution.parallel",
+            "alpha * world_size must be <= 1 for synchronous easgd (the centre moves by alpha "
+            "times the sum of 4 differences), got alpha=0.4 "
+            "(when execution.parallel.world_size=4)",
+        ),
+        (
+            "execution:\n  device: cpu\n  parallel: {backend: [gloo, nccl]}\n",
+            "execution",
+            "parallel.backend nccl needs a CUDA device, but device is cpu; use gloo or auto "
+            '(when execution.parallel.backend="nccl")',
+        ),
+        (
+            "execution:\n  device: [cuda, cpu]\n  parallel: {backend: nccl}\n",
+            "execution",
+            "parallel.backend nccl needs a CUDA device, but device is cpu; use gloo or auto "
+            '(when execution.device="cpu")',
+        ),
+        (
+            "execution:\n  device: [cuda, cuda:1]\n  parallel: {world_size: 2}\n",
+            "execution",
+            "device cuda:1 pins one GPU, but a parallel trial takes one GPU per rank "
+            '(parallel.world_size 2); use cuda or auto (when execution.device="cuda:1")',
+        ),
+    ],
+)
+def test_sub_section_rules_are_checked_per_combination(body: str, path: str, message: str) -> None:
+    loaded = load_spec(spec(body))
+    with pytest.raises(SpecError) as info:
+        expand(loaded)
+    (problem,) = info.value.problems
+    assert (problem.path, problem.message) == (path, message)
+
+
+def test_each_broken_rule_is_reported_once() -> None:
+    loaded = load_spec(
+        spec("execution:\n  device: cpu\n  parallel: {backend: nccl, asynchronous: true}\n")
+    )
+    with pytest.raises(SpecError) as info:
+        expand(loaded)
+    assert [p.path for p in info.value.problems] == ["execution.parallel", "execution"]
+
+
+def test_valid_parallel_combinations_expand() -> None:
+    loaded = load_spec(
+        spec(
+            "execution:\n  device: [cpu, cuda]\n  parallel:\n    world_size: [2, 8]\n"
+            "    strategy: easgd\n    alpha: 0.1\n    asynchronous: [false, true]\n"
+            "    backend: gloo\n"
+        )
+    )
+    assert len(expand(loaded)) == 8

@@ -99,6 +99,26 @@ def test_trials_never_fused(alone: dict[str, Any]) -> None:
     assert group_limit(config(**alone)) == 1
 
 
+def test_data_parallel_trials_are_never_fused() -> None:
+    parallel = config(execution={"parallel": {"world_size": 2, "strategy": "local_sgd"}})
+    assert group_limit(parallel) == 1
+    assert groups_of(parallel, parallel, config(), config()) == [[0], [1], [2, 3]]
+    spec = load_spec(
+        "name: t\ndataset: {name: digits}\ntraining: {seed: [0, 1]}\n"
+        "execution:\n  parallel:\n    world_size: 2\n    tau: [1, 5, 20]\n"
+    )
+    sent = messages("s1", expand(spec, with_config=True))
+    assert len(sent) == 6 and all(isinstance(ids, str) for ids, _ in sent)
+
+
+def test_on_one_process_the_parallel_settings_do_nothing_to_grouping() -> None:
+    one = [
+        config(execution={"parallel": {"world_size": 1, "tau": tau, "strategy": strategy}})
+        for tau, strategy in ((1, "local_sgd"), (50, "easgd"), (10, "allreduce"))
+    ]
+    assert groups_of(*one, config()) == [[0, 1, 2, 3]]
+
+
 def test_every_field_named_exists() -> None:
     sections = {name: TrialConfig.model_fields[name].annotation for name in ("model", "training")}
     sections["execution"] = TrialConfig.model_fields["execution"].annotation
