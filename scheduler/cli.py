@@ -39,9 +39,9 @@ def _load(spec_path: str) -> SweepSpec:
         raise  # unreachable; keeps type checkers content
 
 
-def _expand(spec: SweepSpec) -> list[TrialPoint]:
+def _expand(spec: SweepSpec, with_config: bool = False) -> list[TrialPoint]:
     try:
-        return expand(spec)
+        return expand(spec, with_config=with_config)
     except SpecError as exc:
         _fail_spec(exc)
         raise
@@ -64,9 +64,13 @@ def _param_columns(trials: list[TrialPoint]) -> list[str]:
 
 
 def write_jsonl(trials: list[TrialPoint], out: TextIO) -> None:
-    """One JSON object per line: id, index, seed and params."""
+    """One JSON object per line: id, index, seed and params (and the full config, if the
+    trials were expanded with it)."""
     for t in trials:
-        out.write(json.dumps({"id": t.id, "index": t.index, "seed": t.seed, "params": t.params}))
+        row = {"id": t.id, "index": t.index, "seed": t.seed, "params": t.params}
+        if t.config:
+            row["config"] = t.config
+        out.write(json.dumps(row))
         out.write("\n")
 
 
@@ -150,10 +154,17 @@ def validate(spec: str) -> None:
     show_default=True,
     help="Rows shown by --format table.",
 )
-def generate(spec: str, count_only: bool, fmt: str, out_path: str | None, limit: int) -> None:
+@click.option(
+    "--with-config",
+    is_flag=True,
+    help="jsonl: add each trial's full resolved config (what a worker trains).",
+)
+def generate(
+    spec: str, count_only: bool, fmt: str, out_path: str | None, limit: int, with_config: bool
+) -> None:
     """Print the trials a spec expands to, with their stable ids and params."""
     loaded = _load(spec)
-    trials = _expand(loaded)
+    trials = _expand(loaded, with_config=with_config and fmt == "jsonl" and not count_only)
     buffer = io.StringIO()
     if count_only:
         buffer.write(f"{len(trials)}\n")

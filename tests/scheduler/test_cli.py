@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from core.config import TrialConfig
 from scheduler.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -128,3 +129,17 @@ def test_help_lists_commands(runner: CliRunner) -> None:
     assert "validate" in result.output and "generate" in result.output
     result = runner.invoke(main, ["generate", "--help"])
     assert "--format [table|jsonl|csv]" in result.output
+
+
+def test_jsonl_with_config_gives_what_a_worker_trains(runner: CliRunner) -> None:
+    spec = str(CONFIGS / "parallel-tau.yaml")
+    result = runner.invoke(main, ["generate", spec, "--format", "jsonl", "--with-config"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.output.splitlines()]
+    assert len(rows) == 8
+    config = TrialConfig.model_validate(rows[3]["config"])
+    assert config.execution.parallel.world_size == 2
+    assert config.execution.parallel.tau == rows[3]["params"]["execution.parallel.tau"]
+    assert config.training.seed == rows[3]["seed"]
+    plain = runner.invoke(main, ["generate", spec, "--format", "jsonl"])
+    assert "config" not in json.loads(plain.output.splitlines()[0])

@@ -219,36 +219,41 @@ def test_a_diverging_parallel_trial_fails_with_the_reason() -> None:
         train(config)
 
 
-def _rank_cli(config: TrialConfig, tmp_path: Path, port: int) -> list[subprocess.Popen]:
-    path = tmp_path / "trial.json"
-    path.write_text(config.model_dump_json())
+BY_HAND = """
+name: by-hand
+dataset: {name: digits}
+model: {hidden_layers: 2, hidden_units: 32}
+training: {optimizer: sgd, lr: 0.1, batch_size: 64, epochs: 3, seed: 7}
+execution: {device: cpu, dtype: float64, parallel: {world_size: 2, strategy: allreduce}}
+"""
+
+
+def test_ranks_started_by_hand_rendezvous_at_a_tcp_store(tmp_path: Path) -> None:
+    """What the README shows for several hosts: the trial's config from `sweepstack
+    generate --with-config`, then one command per rank, all naming rank 0's store."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(BY_HAND)
+    trials = tmp_path / "trials.jsonl"
+    cli = [sys.executable, "-m", "scheduler.cli"]
+    subprocess.run(
+        [*cli, "generate", str(spec), "--format", "jsonl", "--with-config", "--out", str(trials)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+    master = f"127.0.0.1:{free_port()}"
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
-    return [
+    rank = [sys.executable, "-m", "workers.training.parallel.rank", "--config", str(trials)]
+    procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "workers.training.parallel.rank",
-                "--config",
-                str(path),
-                "--rank",
-                str(rank),
-                "--master",
-                f"127.0.0.1:{port}",
-            ],
+            [*rank, "--rank", str(index), "--master", master],
             env=env,
             cwd=ROOT,
             stdout=subprocess.PIPE,
             text=True,
         )
-        for rank in range(config.execution.parallel.world_size)
+        for index in range(2)
     ]
-
-
-def test_ranks_started_by_hand_rendezvous_at_a_tcp_store(tmp_path: Path) -> None:
-    """What a user does across hosts: one command per rank, all naming rank 0's store."""
-    config = _config({"world_size": 2, "strategy": "allreduce"})
-    procs = _rank_cli(config, tmp_path, free_port())
     outputs = [proc.communicate(timeout=120)[0] for proc in procs]
     assert [proc.returncode for proc in procs] == [0, 0]
     events = [json.loads(line) for line in outputs[0].splitlines()]

@@ -108,7 +108,8 @@ def train_parallel(
     config_path = folder / "trial.json"
     config_path.write_text(config.model_dump_json())
     master = f"127.0.0.1:{free_port()}"
-    threads = max(1, torch.get_num_threads())
+    # The worker's share of the cores, split among its ranks.
+    threads = max(1, torch.get_num_threads() // size)
     ranks: list[_Rank] = []
     started = time.perf_counter()
     try:

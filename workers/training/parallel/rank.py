@@ -266,12 +266,30 @@ def _writer(fd: int | None) -> Report:
     return report
 
 
+def _config_document(path: Path) -> dict[str, Any]:
+    """A trial config: the JSON of one, or the first line of `sweepstack generate SPEC
+    --format jsonl --with-config` (its ``config``)."""
+    text = path.read_text()
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        document = json.loads(text.splitlines()[0])
+    if isinstance(document, dict) and "config" in document and "params" in document:
+        return document["config"]
+    return document
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m workers.training.parallel.rank",
         description="Run one rank of a data-parallel Sweepstack trial.",
     )
-    parser.add_argument("--config", required=True, type=Path, help="the trial config (JSON)")
+    parser.add_argument(
+        "--config",
+        required=True,
+        type=Path,
+        help="the trial config (JSON), or a line of `sweepstack generate --with-config`",
+    )
     parser.add_argument("--rank", required=True, type=int, help="this rank, 0 .. world_size-1")
     parser.add_argument(
         "--master", required=True, help="HOST:PORT of the c10d TCP store rank 0 opens"
@@ -285,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     report = _writer(args.report_fd)
     torch.set_num_threads(max(1, args.threads))
     try:
-        config = TrialConfig.model_validate(json.loads(args.config.read_text()))
+        config = TrialConfig.model_validate(_config_document(args.config))
         size = config.execution.parallel.world_size
         if not 0 <= args.rank < size:
             raise TrainingError(f"--rank must be in 0..{size - 1}, got {args.rank}")
