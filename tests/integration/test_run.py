@@ -44,6 +44,13 @@ def processes_using(marker: str) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return "(gone)"
+
+
 def read_trials(data_dir: Path, sweep_id: str) -> dict[str, dict]:
     """Open the embedded store's data with a SecantusDB of the test's own."""
     server = SecantusProcess(data_dir / "db")
@@ -119,7 +126,13 @@ def test_kill_mid_sweep_then_resume(tmp_path: Path) -> None:
     first.send_signal(signal.SIGKILL)
     first.wait()
     first.stderr.close()
-    wait_for(lambda: processes_using(str(data)) == [], 30, "every child to exit")
+    try:
+        # SecantusDB gets SIGTERM (to close its files cleanly); on a loaded host that and the
+        # pool children noticing their parent's death can take a while.
+        wait_for(lambda: processes_using(str(data)) == [], 90, "every child to exit")
+    except AssertionError as exc:
+        left = {pid: _cmdline(pid) for pid in processes_using(str(data))}
+        raise AssertionError(f"{exc}; still running: {left}") from exc
 
     before = read_trials(data, sweep_id)
     done = {k: v for k, v in before.items() if v["state"] == "complete"}

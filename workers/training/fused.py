@@ -53,11 +53,11 @@ from workers.training.fused_model import FusedMLP, parameter_count
 from workers.training.fused_optim import FusedOptimizer, LrClock
 from workers.training.fused_plan import GroupData, chunks, fit_count
 from workers.training.loop import (
-    BEST_DIRECTIONS,
     CHECK_EVERY_STEPS,
     EVAL_CHUNK_ROWS,
     TrainResult,
     _fresh_seed,
+    best_values,
 )
 from workers.training.models import build_mlp, check_fits
 
@@ -231,12 +231,7 @@ class _Group:
     def _result(
         self, member: _Member, stopped: bool, final: dict[str, float] | None = None
     ) -> TrainResult:
-        rows = member.metrics or ([final] if final else [])
-        best = {
-            name: (max if direction == "maximize" else min)(row[name] for row in rows)
-            for name, direction in BEST_DIRECTIONS.items()
-            if rows and name in rows[0]
-        }
+        best = best_values(member.metrics or ([final] if final else []))
         shared = self.shared
         return TrainResult(
             metrics=member.metrics,

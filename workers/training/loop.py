@@ -91,6 +91,15 @@ class TrainResult:
         return asdict(self)
 
 
+def best_values(rows: list[dict[str, float]]) -> dict[str, float]:
+    """For each metric in `BEST_DIRECTIONS` that the rows have, its best value over them."""
+    return {
+        name: (max if direction == "maximize" else min)(row[name] for row in rows)
+        for name, direction in BEST_DIRECTIONS.items()
+        if rows and name in rows[0]
+    }
+
+
 def objective_value(result: TrainResult, metric: str, direction: str) -> float | None:
     """The best value of `metric` over the trial in `direction` (minimize or maximize).
 
@@ -248,12 +257,7 @@ class Trainer:
         if epochs == 0:
             final = self._untrained_row()
         train_seconds = time.perf_counter() - started
-        rows = metrics or ([final] if final else [])
-        best = {
-            name: (max if direction == "maximize" else min)(row[name] for row in rows)
-            for name, direction in BEST_DIRECTIONS.items()
-            if rows and name in rows[0]
-        }
+        best = best_values(metrics or ([final] if final else []))
         logger.info(
             "trained %d epoch(s) in %.3fs (setup %.3fs)%s",
             len(metrics),

@@ -30,7 +30,7 @@ import torch
 from core.config import TrialConfig
 from core.errors import TrainingError
 from core.procs import die_with_parent, free_port
-from workers.training.loop import TrainResult
+from workers.training.loop import TrainResult, best_values
 
 log = logging.getLogger(__name__)
 
@@ -248,19 +248,10 @@ def _end(ranks: list[_Rank]) -> None:
 def _partial(config: TrialConfig, follow: _Follow, seconds: float) -> TrainResult:
     """The result of a trial stopped before rank 0 finished: its epochs so far."""
     metrics = follow.metrics
-    final = metrics[-1] if metrics else {}
-    rows = metrics
-    from workers.training.loop import BEST_DIRECTIONS
-
-    best = {
-        name: (max if direction == "maximize" else min)(row[name] for row in rows)
-        for name, direction in BEST_DIRECTIONS.items()
-        if rows and name in rows[0]
-    }
     return TrainResult(
         metrics=metrics,
-        final=final,
-        best=best,
+        final=metrics[-1] if metrics else {},
+        best=best_values(metrics),
         param_count=int(follow.ready.get("param_count", 0)),
         train_seconds=seconds,
         setup_seconds=float(follow.ready.get("setup_seconds", 0.0)),
