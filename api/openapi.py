@@ -219,7 +219,9 @@ def _parameters(settings: Settings) -> dict[str, Any]:
         "Param": _query(
             "param",
             {"type": "array", "items": {"type": "string", "pattern": _PARAM_RE}},
-            "section.key:value; numbers, true, false and null are read as such, the rest as text.",
+            "section.key:value (section.sub.key:value in a sub-section, e.g. "
+            "execution.parallel.tau:5); numbers, true, false and null are read as such, "
+            "the rest as text.",
             style="form", explode=True,
         ),
         "Sort": _query("sort", {"type": "string", "pattern": f"^({sort_re})$"},
