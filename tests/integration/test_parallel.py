@@ -113,6 +113,10 @@ def test_a_sweep_over_tau_runs_and_shows_on_the_dashboard(stack: Stack) -> None:
     assert "parallel.tau" in str(figure)
     table = client.get(f"/dashboard/data/sweeps/{sweep_id}").get_json()
     assert "execution.parallel.tau" in str(table)
+    trial_id = trials[0]["_id"]
+    assert client.get(f"/trials/{trial_id}").status_code == 200
+    detail = client.get(f"/dashboard/data/trials/{trial_id}").get_json()
+    assert "comm_seconds" in str(detail) and "world_size" in str(detail)
 
 
 def test_kill_9_of_the_training_child_ends_its_ranks_and_the_trial_is_retried(
