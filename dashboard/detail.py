@@ -10,7 +10,10 @@ from core.records import finite_number, flatten_params
 from dashboard.data import to_ms
 
 #: Per-epoch values that are not curves of the model's quality.
-_NOT_METRICS = frozenset({"epoch", "lr", "epoch_seconds"})
+# Not quality measures: drawn in "Time per epoch" (the last three by data-parallel trials).
+_NOT_METRICS = frozenset(
+    {"epoch", "lr", "epoch_seconds", "compute_seconds", "comm_seconds", "comm_bytes"}
+)
 
 
 def jsonable(value: Any) -> Any:
@@ -94,8 +97,9 @@ def epoch_series(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The latest attempt's per-epoch metrics as series: one list per metric, by epoch.
 
     ``losses`` names the loss-like series (``loss``, ``rmse`` in the name) and
-    ``metrics`` the other quality measures; ``epoch_seconds`` and ``lr`` are kept in
-    ``values`` but in neither list. ``last`` is the (attempt, epoch) of the last row.
+    ``metrics`` the other quality measures; ``epoch_seconds``, ``lr`` and a data-parallel
+    trial's ``compute_seconds``, ``comm_seconds`` and ``comm_bytes`` are kept in ``values``
+    but in neither list. ``last`` is the (attempt, epoch) of the last row.
     """
     rows = list(rows)
     attempt = max((r["attempt"] for r in rows), default=0)

@@ -320,14 +320,34 @@ def epoch_figures(series: Mapping[str, Any], total: int | None = None
         if not epochs:
             empty_note(layout, "no epochs reported yet")
         out[key] = {"data": traces, "layout": layout}
-    seconds = series["values"].get("epoch_seconds")
-    layout = base_layout("Time per epoch", "epoch", "seconds", showlegend=False,
-                     xaxis=_epoch_axis(total), margin={"t": 36, "b": 48})
+    out["seconds"] = _seconds_figure(series, total)
+    return out
+
+
+def _seconds_figure(series: Mapping[str, Any], total: int | None) -> dict[str, Any]:
+    """Seconds per epoch; a data-parallel trial's bars are split into computing,
+    communicating (waiting for other ranks included) and the rest (evaluation)."""
+    epochs, values = list(series["epochs"]), series["values"]
+    seconds = list(values.get("epoch_seconds") or [])
+    compute, comm = values.get("compute_seconds"), values.get("comm_seconds")
+    split = bool(compute and comm and len(compute) == len(comm) == len(seconds))
+    layout = base_layout("Time per epoch", "epoch", "seconds", showlegend=split,
+                         xaxis=_epoch_axis(total), margin={"t": 36, "b": 48})
     if not epochs:
         empty_note(layout, "no epochs reported yet")
-    out["seconds"] = {
-        "data": [{"type": "bar", "name": "epoch_seconds", "x": list(epochs),
-                  "y": list(seconds or []), "marker": {"color": STATE_COLOURS["running"]}}],
+    if not split:
+        return {"data": [{"type": "bar", "name": "epoch_seconds", "x": epochs, "y": seconds,
+                          "marker": {"color": STATE_COLOURS["running"]}}], "layout": layout}
+    assert compute is not None and comm is not None
+    rest = [
+        None if None in (s, c, m) else max(0.0, s - c - m)
+        for s, c, m in zip(seconds, compute, comm, strict=True)
+    ]
+    layout["barmode"] = "stack"
+    parts = (("compute", compute, PALETTE[0]), ("communication", comm, PALETTE[1]),
+             ("evaluation and other", rest, PALETTE[7]))
+    return {
+        "data": [{"type": "bar", "name": name, "x": epochs, "y": list(ys),
+                  "marker": {"color": colour}} for name, ys, colour in parts],
         "layout": layout,
     }
-    return out

@@ -232,3 +232,15 @@ def test_a_sub_section_leaf_is_a_param_like_any_other(store: Store, clock: FakeC
     assert [d["index"] for d in ordered] == [3, 2, 1, 0]
     best = store.best(sweep_id, 1)
     assert best[0]["params"] == {"execution": {"parallel": {"tau": 5}}}
+
+
+def test_epoch_series_keeps_parallel_timings_out_of_the_quality_metrics() -> None:
+    rows = [
+        {"attempt": 1, "epoch": e, "metrics": {"val_loss": 1.0 / e, "val_accuracy": 0.5,
+                                               "compute_seconds": 0.2, "comm_seconds": 0.1,
+                                               "comm_bytes": 4e6, "epoch_seconds": 0.4}}
+        for e in (1, 2)
+    ]
+    series = epoch_series(rows)
+    assert series["metrics"] == ["val_accuracy"] and series["losses"] == ["val_loss"]
+    assert series["values"]["comm_bytes"] == [4e6, 4e6]

@@ -122,3 +122,17 @@ def test_epoch_figures_span_the_planned_epochs() -> None:
     assert out["loss"]["layout"]["xaxis"]["range"] == [0.5, 20.5]
     assert out["metrics"]["data"][0]["y"] == [0.2, 0.4]
     assert out["seconds"]["data"][0]["type"] == "bar"
+
+
+def test_a_parallel_trial_splits_its_time_per_epoch() -> None:
+    series = {"epochs": [1, 2],
+              "values": {"val_loss": [1.0, 0.5], "epoch_seconds": [1.0, 0.5],
+                         "compute_seconds": [0.6, 0.3], "comm_seconds": [0.3, 0.1],
+                         "comm_bytes": [1e6, 1e6]},
+              "losses": ["val_loss"], "metrics": []}
+    seconds = as_json(figures.epoch_figures(series, 2))["seconds"]
+    assert [t["name"] for t in seconds["data"]] == ["compute", "communication",
+                                                    "evaluation and other"]
+    assert seconds["layout"]["barmode"] == "stack"
+    rest = seconds["data"][2]["y"]
+    assert rest == pytest.approx([0.1, 0.1])
