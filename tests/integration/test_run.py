@@ -44,11 +44,15 @@ def processes_using(marker: str) -> list[int]:
     return found
 
 
-def _cmdline(pid: int) -> str:
+def _describe(pid: int) -> str:
+    """A leftover process for a failure message: command line, state, threads, signals."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
     except OSError:
         return "(gone)"
+    keep = ("State", "PPid", "Threads", "SigPnd", "ShdPnd", "SigBlk", "SigCgt")
+    return argv + " | " + "; ".join(line for line in status if line.startswith(keep))
 
 
 def read_trials(data_dir: Path, sweep_id: str) -> dict[str, dict]:
@@ -131,8 +135,9 @@ def test_kill_mid_sweep_then_resume(tmp_path: Path) -> None:
         # pool children noticing their parent's death can take a while.
         wait_for(lambda: processes_using(str(data)) == [], 90, "every child to exit")
     except AssertionError as exc:
-        left = {pid: _cmdline(pid) for pid in processes_using(str(data))}
-        raise AssertionError(f"{exc}; still running: {left}") from exc
+        left = {pid: _describe(pid) for pid in processes_using(str(data))}
+        logs = {p.name: p.read_text()[-1500:] for p in (data / "logs").glob("*.log")}
+        raise AssertionError(f"{exc}; still running: {left}; logs: {logs}") from exc
 
     before = read_trials(data, sweep_id)
     done = {k: v for k, v in before.items() if v["state"] == "complete"}
