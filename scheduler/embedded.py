@@ -105,7 +105,9 @@ def start_store(procs: Processes, data_dir: Path) -> str:
     proc = procs.start(
         "store",
         [
-            str(BIN / "secantusd-py"),
+            sys.executable,
+            "-m",
+            "scheduler.embedded_store",
             "--host",
             "127.0.0.1",
             "--port",

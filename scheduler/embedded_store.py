@@ -1,0 +1,53 @@
+"""``python -m scheduler.embedded_store``: SecantusDB for `sweepstack run`, stopped once.
+
+`secantusd-py` stops from inside a signal handler; a second SIGTERM arriving while the
+first handler holds the server's stop event re-enters it and deadlocks on that event's lock
+(seen after a ``kill -9`` of `sweepstack run`: the store's parent-death signal came more
+than once and the store never exited). Here SIGTERM and SIGINT are blocked in every thread
+and the main thread takes them with `sigwait`: the first one stops the server, any more
+wait in the queue, and the process exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+_STOP = {signal.SIGTERM, signal.SIGINT}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m scheduler.embedded_store",
+        description="Serve a SecantusDB store until SIGTERM or SIGINT.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--storage-path", required=True)
+    parser.add_argument("--log-level", default="WARNING")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # Blocked before the server starts its threads, so that they inherit the mask and
+    # the signals wait for `sigwait` below instead of interrupting some thread.
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
+    from secantus import SecantusDBServer
+
+    server = SecantusDBServer(
+        host=args.host,
+        port=args.port,
+        storage_path=args.storage_path,
+        enable_test_commands=False,
+    )
+    server.start()
+    received = signal.sigwait(_STOP)
+    logging.getLogger(__name__).info("%s: stopping", signal.Signals(received).name)
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
