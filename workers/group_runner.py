@@ -4,7 +4,7 @@ The logic behind the thin Celery task `workers.run_group`, whose one argument is
 of the group's trial ids (`scheduler.grouping`). Per trial it keeps every promise the
 single-trial runner (`workers.runner`) keeps:
 
-- **Claim.** Each trial is claimed as `execute_trial` claims it (`runner._claim`): a
+- **Claim.** Each trial is claimed as `execute_trial` claims it (`runner.claim_trial`): a
   finished trial, or one a live attempt holds, is skipped; a running one whose holder
   process is gone on this host is taken over. So a redelivered group message after a
   kill -9 trains exactly the trials that did not finish, and a trial requeued alone by
@@ -49,7 +49,7 @@ from core.config import TrialConfig
 from core.errors import NotFound, StoreUnavailable, TrainingError
 from core.states import TrialState
 from core.store import Store
-from workers.runner import RunnerOptions, _claim, _failure_reason, versions, with_retry
+from workers.runner import RunnerOptions, claim_trial, failure_reason, versions, with_retry
 
 log = logging.getLogger(__name__)
 MAX_GROUP_TIME_LIMIT = 7 * 24 * 3600.0
@@ -212,7 +212,7 @@ class _Run:
             else:
                 state = TrialState.COMPLETE
         elif isinstance(outcome, BaseException):
-            error = _failure_reason(outcome)
+            error = failure_reason(outcome)
         else:
             error = str(outcome)
         self.outcomes[trial_id] = state.value
@@ -283,7 +283,7 @@ def execute_group(
     docs: list[dict[str, Any]] = []
     for trial_id in dict.fromkeys(trial_ids):
         try:
-            doc = with_retry(_claim, store, trial_id, worker, options, budget=budget)
+            doc = with_retry(claim_trial, store, trial_id, worker, options, budget=budget)
         except NotFound:
             log.error("trial %s does not exist; leaving it out of its group", trial_id)
             run.outcomes[trial_id] = "unknown"

@@ -122,9 +122,12 @@ class Heartbeat(threading.Thread):
         self.join(timeout=5)
 
 
-def _claim(
+def claim_trial(
     store: Store, trial_id: str, worker: dict[str, Any], options: RunnerOptions
 ) -> dict[str, Any] | None:
+    """Claim the trial for `worker`: its document, or None when it is finished or held by a
+    live attempt. A claim whose holder was a process on this host that has died is taken
+    over at once rather than after the stale-heartbeat wait."""
     stale = options.stale_after_seconds
     doc = store.claim(trial_id, worker, stale_after=stale)
     if doc is not None:
@@ -150,7 +153,9 @@ def _objective(store: Store, sweep_id: str, budget: float) -> dict[str, str]:
     return _OBJECTIVES[sweep_id]
 
 
-def _failure_reason(exc: BaseException) -> str:
+def failure_reason(exc: BaseException) -> str:
+    """The reason recorded for a failed trial: a training error's own words, else the
+    exception and the end of its traceback."""
     if isinstance(exc, TrainingError):
         return exc.reason
     if isinstance(exc, ValidationError):
@@ -174,7 +179,7 @@ def execute_trial(
     from workers.training import objective_value, train  # torch loads only in workers
 
     budget = options.store_retry_seconds
-    doc = with_retry(_claim, store, trial_id, worker, options, budget=budget)
+    doc = with_retry(claim_trial, store, trial_id, worker, options, budget=budget)
     if doc is None:
         log.info("trial %s: nothing to do (finished or held by a live attempt)", trial_id)
         return "skipped"
@@ -218,7 +223,7 @@ def execute_trial(
         limit = doc.get("config", {}).get("execution", {}).get("time_limit")
         error = f"time limit exceeded: execution.time_limit is {limit} s"
     except Exception as exc:  # a training error is a result, whatever its kind
-        error = _failure_reason(exc)
+        error = failure_reason(exc)
         log.info("trial %s failed: %s", trial_id, error.splitlines()[0])
     finally:
         beat.stop()
