@@ -7,11 +7,9 @@ norm, init schemes, regression. Failures and stops stay per model.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import torch
 
 from core.config import TrialConfig
 from core.errors import TrainingError
@@ -23,14 +21,6 @@ from workers.training.fused_optim import KINDS
 TOLERANCE = 1e-5
 CLASSIFICATION_KEYS = {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "epoch_seconds"}
 REGRESSION = {"name": "synthetic_regression", "samples": 300, "features": 8}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _config(**sections: dict[str, Any]) -> TrialConfig:

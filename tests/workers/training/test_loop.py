@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +20,6 @@ from workers.training.loop import CHECK_EVERY_STEPS
 
 CLASSIFICATION_KEYS = {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "epoch_seconds"}
 REGRESSION_KEYS = {"epoch", "train_loss", "val_loss", "val_rmse", "lr", "epoch_seconds"}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _config(**sections: dict[str, Any]) -> TrialConfig:

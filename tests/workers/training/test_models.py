@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import nn
@@ -20,12 +18,8 @@ from workers.training.models import (
 
 
 @pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _seeded() -> None:
     torch.manual_seed(0)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _linears(model: nn.Module) -> list[nn.Linear]:

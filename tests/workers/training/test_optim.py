@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -12,14 +11,6 @@ from torch import nn
 from core.config import OPTIMIZERS, TrainingConfig
 from core.errors import TrainingError
 from workers.training.optim import build_optimizer, build_scheduler, current_lr
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _problem() -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:

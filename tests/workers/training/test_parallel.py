@@ -10,12 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from core.config import TrialConfig
 from core.errors import TrainingError
@@ -24,14 +23,6 @@ from workers.training import train
 
 ROOT = Path(__file__).resolve().parents[3]
 METRICS = ("train_loss", "val_loss", "val_accuracy")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _config(parallel: dict[str, Any] | None = None, **sections: dict[str, Any]) -> TrialConfig:
