@@ -67,10 +67,14 @@
     }
     const finished = ["complete", "failed", "pruned", "cancelled"].includes(t.state);
     kv($("result"), rows.length ? rows : [["result", finished ? "none" : "not yet"]]);
+    // A sub-section (execution.parallel) shows as dotted keys: parallel.world_size.
+    const leaves = (obj, prefix) => Object.entries(obj).flatMap(([k, v]) =>
+      v && typeof v === "object" && !Array.isArray(v)
+        ? leaves(v, prefix + k + ".") : [[prefix + k, show(v)]]);
     const sections = Object.entries(t.config).map(([section, values]) => {
       const table = SS.el("table", { class: "kv" });
       kv(table, typeof values === "object" && values !== null
-        ? Object.entries(values).map(([k, v]) => [k, show(v)]) : [[section, show(values)]]);
+        ? leaves(values, "") : [[section, show(values)]]);
       return [SS.el("h3", { class: "muted", text: section }), table];
     });
     $("config").replaceChildren(...sections.flat());
