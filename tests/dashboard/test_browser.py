@@ -18,6 +18,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Response, sync_playwright
 
 from core.settings import Settings
+from core.spec import load_spec
 from core.states import TrialState
 from core.store import Store
 from dashboard import params
@@ -383,3 +384,57 @@ def _worker_name(log: str) -> str | None:
         if line.rstrip().endswith(" ready."):
             return line.split()[-2]
     return None
+
+
+def test_a_data_parallel_sweep_shows_tau_and_the_communication_split(
+    context: BrowserContext, base_url: str, live_store: Store
+) -> None:
+    """`execution.parallel.tau` is a parameter like any other on the sweep page, and a
+    parallel trial's page splits each epoch into compute, communication and the rest."""
+    spec = load_spec(
+        {
+            "name": "browser-parallel",
+            "dataset": {"name": "digits"},
+            "execution": {
+                "parallel": {"world_size": 2, "strategy": "local_sgd", "tau": [1, 5, 20, 50]}
+            },
+            "objective": {"metric": "val_accuracy", "direction": "maximize"},
+        }
+    )
+    sweep_id, points = make_sweep(live_store, spec)
+    ids = trial_ids(sweep_id, points)
+    for index, trial_id in enumerate(ids):
+        assert live_store.claim(trial_id, WORKER, stale_after=60) is not None
+        for epoch in (1, 2, 3):
+            live_store.report(
+                trial_id,
+                1,
+                epoch,
+                {"val_accuracy": 0.8 + index / 100, "val_loss": 1 / epoch,
+                 "epoch_seconds": 0.5, "compute_seconds": 0.3, "comm_seconds": 0.1 / (index + 1),
+                 "comm_bytes": 1e6 / (index + 1)},
+            )
+        live_store.finish(
+            trial_id, 1, TrialState.COMPLETE, result={"objective": 0.8 + index / 100},
+            extra={"train_seconds": 1.5, "device_info": {"world_size": 2, "backend": "gloo"}},
+        )
+    page, console = open_drawn(context, f"{base_url}/sweeps/{sweep_id}")
+    labels = [d["label"] for d in figure(page, "fig-parallel")["layout"]["meta"]["dims"]]
+    assert labels == ["parallel.tau", "val_accuracy"]
+    page.select_option("#scatter-param", "execution.parallel.tau")
+    page.wait_for_function(
+        "document.getElementById('fig-scatter').layout.meta.param === 'execution.parallel.tau'"
+    )
+    assert trace_lengths(page, "fig-scatter") == [4]
+    shoot(page, "sweep-parallel-tau")
+    assert console.errors() == []
+    page.close()
+    page, console = open_drawn(context, f"{base_url}/trials/{ids[0]}")
+    seconds = figure(page, "fig-seconds")
+    assert [t["name"] for t in seconds["data"]] == [
+        "compute", "communication", "evaluation and other"
+    ]
+    assert [t["name"] for t in figure(page, "fig-metrics")["data"]] == ["val_accuracy"]
+    assert "parallel.tau" in page.locator("#config").inner_text()
+    shoot(page, "trial-parallel")
+    assert console.errors() == []
