@@ -3,8 +3,10 @@
 `Store` is the platform's one source of truth (DESIGN.md). It is thread-safe (one pymongo
 client, shared), must be created after a fork (pymongo clients are not fork-safe), and turns
 every connection failure into `StoreUnavailable`, which callers retry. Its writes are in
-`core.lifecycle`, its reads in `core.views`, the document shapes in `core.records`, and
-the checking of user input and the paging order in `core.query`.
+`core.lifecycle` (one trial's transitions) and `core.sweep_actions` (cancel, requeue,
+retry, delete), its reads in `core.views` (sweeps, trial pages) and `core.dashboard_reads`
+(changes and aggregates), the document shapes in `core.records`, and the checking of user
+input and the paging order in `core.query`.
 
 Collections, their indexes (created idempotently by `ensure_indexes`), and what they serve:
 
@@ -67,10 +69,11 @@ from bson.codec_options import CodecOptions
 from pymongo import IndexModel
 from pymongo.errors import ConfigurationError
 
+from core.dashboard_reads import DashboardReads
 from core.errors import ConfigError
-from core.lifecycle import Lifecycle
 from core.query import check_seconds
 from core.records import TrialPointLike, utcnow
+from core.sweep_actions import SweepActions
 from core.views import available
 
 __all__ = ["INDEXES", "Store", "TrialPointLike"]
@@ -95,7 +98,7 @@ INDEXES: dict[str, list[IndexModel]] = {
 }
 
 
-class Store(Lifecycle):
+class Store(SweepActions, DashboardReads):
     """Sweeps, trials and metrics in one MongoDB database (see the module docstring).
 
     `clock` returns the current UTC time (tests pass a fake one); `change_lag` is how many
