@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from core.spec import SweepSpec, load_spec
+from core.states import TrialState
 from core.store import Store
 from scheduler.expand import TrialPoint, expand
 
@@ -83,3 +84,17 @@ def make_sweep(
 def trial_ids(sweep_id: str, points: list[TrialPoint]) -> list[str]:
     """The store ids of the points, in index order."""
     return [f"{sweep_id}-{p.id}" for p in points]
+
+
+def run(store: Store, trial_id: str, *, stale_after: float = 60) -> dict[str, Any]:
+    """Claim the trial as `WORKER`; its document."""
+    claimed = store.claim(trial_id, WORKER, stale_after=stale_after)
+    assert claimed is not None
+    return claimed
+
+
+def complete(store: Store, trial_id: str, objective: float | None, **result: Any) -> None:
+    """Claim the trial and finish it complete with `objective` (and `result`)."""
+    attempt = run(store, trial_id)["attempt"]
+    outcome = {"objective": objective, **result}
+    assert store.finish(trial_id, attempt, TrialState.COMPLETE, result=outcome)

@@ -18,23 +18,28 @@ def test_defaults_without_environment() -> None:
 
 
 def test_values_are_parsed() -> None:
-    settings = Settings.from_env({
-        "SWEEPSTACK_BROKER_URL": "amqp://u:p@h//",
-        "SWEEPSTACK_API_TOKENS": "alice:tok1, bob:tok2",
-        "SWEEPSTACK_DATA_DIR": "/tmp/x",
-        "SWEEPSTACK_HEARTBEAT_SECONDS": "2.5",
-    })
+    settings = Settings.from_env(
+        {
+            "SWEEPSTACK_BROKER_URL": "amqp://u:p@h//",
+            "SWEEPSTACK_API_TOKENS": "alice:tok1, bob:tok2",
+            "SWEEPSTACK_DATA_DIR": "/tmp/x",
+            "SWEEPSTACK_HEARTBEAT_SECONDS": "2.5",
+        }
+    )
     assert settings.broker_url == "amqp://u:p@h//"
     assert settings.api_tokens == {"tok1": "alice", "tok2": "bob"}
     assert settings.data_dir == Path("/tmp/x")
     assert settings.heartbeat_seconds == 2.5
 
 
-@pytest.mark.parametrize(("name", "value", "message"), [
-    ("SWEEPSTACK_API_TOKENS", "alice", "SWEEPSTACK_API_TOKENS item 0: must be name:token"),
-    ("SWEEPSTACK_HEARTBEAT_SECONDS", "soon", "must be a number, got 'soon'"),
-    ("SWEEPSTACK_STALE_AFTER_SECONDS", "-1", "must be > 0, got -1"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("SWEEPSTACK_API_TOKENS", "alice", "SWEEPSTACK_API_TOKENS item 0: must be name:token"),
+        ("SWEEPSTACK_HEARTBEAT_SECONDS", "soon", "must be a number, got 'soon'"),
+        ("SWEEPSTACK_STALE_AFTER_SECONDS", "-1", "must be > 0, got -1"),
+    ],
+)
 def test_malformed_values_name_the_variable(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Settings.from_env({name: value})

@@ -5,24 +5,12 @@ Against the real server of the `mongo_url` fixture, each test on a database of i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from core.errors import InvalidQuery, InvalidTransition, NotFound
 from core.states import TrialState
 from core.store import Store
-from tests.core import WORKER, FakeClock, make_sweep, open_store, trial_ids, width_spec
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(mongo_url: str, db_name: str, clock: FakeClock) -> Iterator[Store]:
-    yield from open_store(mongo_url, db_name, clock)
+from tests.core import WORKER, FakeClock, make_sweep, trial_ids, width_spec
 
 
 def finish(store: Store, trial_id: str, state: TrialState = TrialState.COMPLETE) -> None:

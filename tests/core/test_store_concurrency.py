@@ -8,28 +8,18 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import pytest
 
 from core.store import Store
-from tests.core import WORKER, FakeClock, make_sweep, open_store, small_spec, trial_ids, width_spec
+from tests.core import WORKER, FakeClock, make_sweep, small_spec, trial_ids, width_spec
 
 T = TypeVar("T")
 THREADS = 8
 Threads = Callable[[Callable[[Store, int], Any]], list[Any]]
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(mongo_url: str, db_name: str, clock: FakeClock) -> Iterator[Store]:
-    yield from open_store(mongo_url, db_name, clock)
 
 
 @pytest.fixture

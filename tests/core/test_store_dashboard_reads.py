@@ -5,7 +5,6 @@ Against the real server of the `mongo_url` fixture, each test on a database of i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -13,18 +12,7 @@ import pytest
 from core.errors import InvalidQuery, NotFound
 from core.states import TrialState
 from core.store import Store
-from tests.core import WORKER, FakeClock, make_sweep, open_store, trial_ids
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(mongo_url: str, db_name: str, clock: FakeClock) -> Iterator[Store]:
-    yield from open_store(mongo_url, db_name, clock)
-
+from tests.core import WORKER, FakeClock, complete, make_sweep, run, trial_ids
 
 FIELDS = ["state", "params", "objective", "worker.name", "config.model.hidden_units"]
 
@@ -108,3 +96,64 @@ def test_metrics_after_gives_the_rows_after_a_position(store: Store) -> None:
         store.metrics_after(trial_id, 1, -2)
     with pytest.raises(InvalidQuery, match="attempt"):
         store.metrics_after(trial_id, True)  # type: ignore[arg-type]
+
+
+def test_changed_since_returns_what_changed_and_a_watermark(store: Store, clock: FakeClock) -> None:
+    sweep_id, points = make_sweep(store)
+    ids = trial_ids(sweep_id, points)
+    everything, mark = store.changed_since(sweep_id, None)
+    assert len(everything) == 36 and "config" not in everything[0]
+    assert mark == clock.now
+    clock.advance(1)
+    run(store, ids[3])
+    clock.advance(1)
+    store.heartbeat(ids[3], 1)
+    run(store, ids[7])
+    changed, mark2 = store.changed_since(sweep_id, mark)
+    assert [t["index"] for t in changed] == [3, 7] and mark2 == clock.now
+    assert store.changed_since(sweep_id, mark2)[0] == []
+
+    store.change_lag = timedelta(seconds=5)
+    again, mark3 = store.changed_since(sweep_id, mark2)
+    assert again == [] and mark3 == mark2  # a watermark never moves back
+    with pytest.raises(InvalidQuery, match="since"):
+        store.changed_since(sweep_id, "yesterday")  # type: ignore[arg-type]
+
+
+def test_objective_by_param_summarises_complete_trials(store: Store) -> None:
+    sweep_id, points = make_sweep(store)
+    by_width: dict[int, list[float]] = {}
+    for i, (tid, point) in enumerate(zip(trial_ids(sweep_id, points), points[:12], strict=False)):
+        objective = i / 10
+        complete(store, tid, objective)
+        by_width.setdefault(point.params["model.hidden_units"], []).append(objective)
+    run(store, trial_ids(sweep_id, points)[12])
+    rows = store.objective_by_param(sweep_id, "model.hidden_units")
+    assert [r["value"] for r in rows] == sorted(by_width)
+    for row in rows:
+        values = by_width[row["value"]]
+        assert row["n"] == len(values)
+        assert row["mean"] == pytest.approx(sum(values) / len(values))
+        assert (row["min"], row["max"]) == (min(values), max(values))
+    assert store.objective_by_param(sweep_id, "training.lr") == [
+        {"value": None, "mean": pytest.approx(0.55), "min": 0.0, "max": 1.1, "n": 12}
+    ]
+    with pytest.raises(InvalidQuery, match="param"):
+        store.objective_by_param(sweep_id, "$objective")
+
+
+def test_finished_per_minute_counts_finishes_in_each_minute(store: Store, clock: FakeClock) -> None:
+    sweep_id, points = make_sweep(store)
+    ids = trial_ids(sweep_id, points)
+    complete(store, ids[0], 0.1)
+    clock.advance(60)
+    complete(store, ids[1], 0.2)
+    run(store, ids[2])
+    store.finish(ids[2], 1, "failed", error="x")
+    clock.advance(120)
+    store.cancel_sweep(sweep_id)
+    rows = store.finished_per_minute(sweep_id, minutes=5)
+    assert [r["n"] for r in rows] == [0, 1, 2, 0, 0]
+    assert rows[-1]["minute"] == clock.now.replace(second=0, microsecond=0)
+    with pytest.raises(InvalidQuery, match="minutes"):
+        store.finished_per_minute(sweep_id, minutes=0)

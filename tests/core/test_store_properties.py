@@ -9,10 +9,8 @@ counts equal the counts of the trials; one metrics row per (trial, attempt, epoc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
@@ -20,22 +18,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from core.errors import InvalidQuery, InvalidTransition
 from core.states import TERMINAL_STATES
 from core.store import Store
-from tests.core import WORKER, FakeClock, make_sweep, open_store, trial_ids, width_spec
+from tests.core import WORKER, FakeClock, make_sweep, trial_ids, width_spec
 
 TRIALS = 4
 ENDED = {"complete", "failed", "pruned", "cancelled", "lost"}
 trial = st.integers(0, TRIALS - 1)
 which = st.sampled_from(["current", "previous", "next"])
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(mongo_url: str, db_name: str, clock: FakeClock) -> Iterator[Store]:
-    yield from open_store(mongo_url, db_name, clock)
 
 
 class Lifecycle(RuleBasedStateMachine):
