@@ -10,9 +10,10 @@ their timeout is long enough for a 100,000-trial submit.
 from __future__ import annotations
 
 import os
-import sys
 
 import click
+
+from scheduler.gunicorn import gunicorn_argv as serve_argv
 
 #: Seconds gunicorn lets one request run before restarting its worker.
 REQUEST_TIMEOUT = 600
@@ -20,15 +21,9 @@ REQUEST_TIMEOUT = 600
 
 def gunicorn_argv(host: str, port: int, workers: int, threads: int) -> list[str]:
     """The gunicorn command line serving ``api.wsgi:app``."""
-    return [
-        sys.executable, "-m", "gunicorn", "api.wsgi:app",
-        "--bind", f"{host}:{port}",
-        "--workers", str(workers),
-        "--worker-class", "gthread",
-        "--threads", str(threads),
-        "--timeout", str(REQUEST_TIMEOUT),
-        "--access-logfile", "-",
-    ]  # fmt: skip
+    return serve_argv(
+        "api.wsgi:app", host, port, workers=workers, threads=threads, timeout=REQUEST_TIMEOUT
+    )
 
 
 @click.command()

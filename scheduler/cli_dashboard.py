@@ -10,9 +10,10 @@ work, each with its own copy.) `sweepstack api` serves the same pages with the R
 from __future__ import annotations
 
 import os
-import sys
 
 import click
+
+from scheduler.gunicorn import gunicorn_argv as serve_argv
 
 #: Seconds gunicorn lets one request run: the first look at a 50,000-trial sweep reads
 #: it whole from the store, which takes seconds on SecantusDB.
@@ -20,16 +21,10 @@ REQUEST_TIMEOUT = 300
 
 
 def gunicorn_argv(host: str, port: int, threads: int) -> list[str]:
-    """The gunicorn command line serving ``dashboard.wsgi:app``."""
-    return [
-        sys.executable, "-m", "gunicorn", "dashboard.wsgi:app",
-        "--bind", f"{host}:{port}",
-        "--workers", "1",
-        "--worker-class", "gthread",
-        "--threads", str(threads),
-        "--timeout", str(REQUEST_TIMEOUT),
-        "--access-logfile", "-",
-    ]  # fmt: skip
+    """The gunicorn command line serving ``dashboard.wsgi:app``: one process, `threads`."""
+    return serve_argv(
+        "dashboard.wsgi:app", host, port, workers=1, threads=threads, timeout=REQUEST_TIMEOUT
+    )
 
 
 @click.command()

@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from core.procs import die_with_parent, free_port
+from scheduler.gunicorn import gunicorn_argv
 
 log = logging.getLogger(__name__)
-BIN = Path(sys.executable).parent
 
 
 def wait_listening(port: int, timeout: float, proc: subprocess.Popen, what: str) -> None:
@@ -134,21 +134,15 @@ def start_workers(procs: Processes, env: dict[str, str], workers: int, queue: st
 
 def start_dashboard(procs: Processes, env: dict[str, str], port: int) -> str:
     """The dashboard under gunicorn on 127.0.0.1:port; returns its URL."""
-    proc = procs.start(
-        "dashboard",
-        [
-            str(BIN / "gunicorn"),
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "1",
-            "--threads",
-            "4",
-            "--timeout",
-            "60",
-            "dashboard.wsgi:app",
-        ],
-        env,
+    argv = gunicorn_argv(
+        "dashboard.wsgi:app",
+        "127.0.0.1",
+        port,
+        workers=1,
+        threads=4,
+        timeout=60,
+        access_log=False,
     )
+    proc = procs.start("dashboard", argv, env)
     wait_listening(port, 60, proc, "the dashboard")
     return f"http://127.0.0.1:{port}/"
