@@ -49,7 +49,14 @@ from core.config import TrialConfig
 from core.errors import NotFound, StoreUnavailable, TrainingError
 from core.states import TrialState
 from core.store import Store
-from workers.runner import RunnerOptions, claim_trial, failure_reason, versions, with_retry
+from workers.runner import (
+    RunnerOptions,
+    claim_trial,
+    failure_reason,
+    record_outcome,
+    versions,
+    with_retry,
+)
 
 log = logging.getLogger(__name__)
 MAX_GROUP_TIME_LIMIT = 7 * 24 * 3600.0
@@ -171,7 +178,7 @@ class _Run:
 
     def finish(self, doc: dict[str, Any], outcome: Any, dtype: str | None = None) -> None:
         """Record how one trial ended (a `TrainResult`, or an error or reason); at most once."""
-        from workers.training import TrainResult, objective_value
+        from workers.training import TrainResult
 
         trial_id = doc["_id"]
         if trial_id in self.outcomes:
@@ -193,20 +200,7 @@ class _Run:
             extra["dtype"] = dtype
         state, result, error = TrialState.FAILED, None, None
         if isinstance(outcome, TrainResult):
-            objective = self.objective(doc["sweep_id"])
-            extra.update(
-                param_count=outcome.param_count,
-                train_seconds=outcome.train_seconds,
-                device=outcome.device.get("device"),
-                device_info=outcome.device,
-                dataset_fingerprint=outcome.dataset_fingerprint,
-            )
-            result = {
-                "objective": objective_value(outcome, objective["metric"], objective["direction"]),
-                "final": outcome.final,
-                "best": outcome.best,
-                "epochs": len(outcome.metrics),
-            }
+            result = record_outcome(outcome, self.objective(doc["sweep_id"]), extra)
             if trial_id in self.beat.stop_requested:
                 state, error = TrialState.CANCELLED, "the sweep was cancelled while the trial ran"
             else:

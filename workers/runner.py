@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
@@ -30,6 +30,9 @@ from core.config import TrialConfig
 from core.errors import StoreUnavailable, TrainingError
 from core.states import TrialState
 from core.store import Store
+
+if TYPE_CHECKING:
+    from workers.training import TrainResult
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -164,6 +167,28 @@ def failure_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{tail}"
 
 
+def record_outcome(
+    outcome: TrainResult, objective: dict[str, str], extra: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``result`` of a trained trial for `Store.finish`; its other record fields (params,
+    times, device, dataset) go into `extra`."""
+    from workers.training import objective_value
+
+    extra.update(
+        param_count=outcome.param_count,
+        train_seconds=outcome.train_seconds,
+        device=outcome.device.get("device"),
+        device_info=outcome.device,
+        dataset_fingerprint=outcome.dataset_fingerprint,
+    )
+    return {
+        "objective": objective_value(outcome, objective["metric"], objective["direction"]),
+        "final": outcome.final,
+        "best": outcome.best,
+        "epochs": len(outcome.metrics),
+    }
+
+
 def execute_trial(
     store: Store,
     trial_id: str,
@@ -176,7 +201,7 @@ def execute_trial(
     Outcomes: ``skipped`` (finished already, or held by a live attempt), ``complete``,
     ``failed``, ``cancelled``, ``lost`` (another attempt took the claim over).
     """
-    from workers.training import objective_value, train  # torch loads only in workers
+    from workers.training import train  # torch loads only in workers
 
     budget = options.store_retry_seconds
     doc = with_retry(claim_trial, store, trial_id, worker, options, budget=budget)
@@ -202,19 +227,7 @@ def execute_trial(
         outcome = train(
             config, on_epoch=on_epoch, should_stop=should_stop, data_dir=options.data_dir
         )
-        extra.update(
-            param_count=outcome.param_count,
-            train_seconds=outcome.train_seconds,
-            device=outcome.device.get("device"),
-            device_info=outcome.device,
-            dataset_fingerprint=outcome.dataset_fingerprint,
-        )
-        result = {
-            "objective": objective_value(outcome, objective["metric"], objective["direction"]),
-            "final": outcome.final,
-            "best": outcome.best,
-            "epochs": len(outcome.metrics),
-        }
+        result = record_outcome(outcome, objective, extra)
         if beat.stop_requested:
             state, error = TrialState.CANCELLED, "the sweep was cancelled while the trial ran"
         else:

@@ -58,6 +58,7 @@ from workers.training.loop import (
     TrainResult,
     _fresh_seed,
     best_values,
+    oom_reason,
 )
 from workers.training.models import build_mlp, check_fits
 
@@ -148,15 +149,10 @@ def train_fused(
         reason = None
         try:
             _Group(configs, chunk, shared, done).run(on_epoch, should_stop)
-        except torch.OutOfMemoryError as err:  # worded as `train` words it
-            sentences = _first_line(err).removeprefix("CUDA out of memory.").strip().split(". ")
-            reason = f"CUDA out of memory: {'. '.join(sentences[:2]).rstrip('.')}"
-        except MemoryError as err:
-            reason = f"out of memory on the CPU: {_first_line(err)}"
-        except RuntimeError as err:
-            if "DefaultCPUAllocator" not in str(err) and "can't allocate memory" not in str(err):
+        except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
+            reason = oom_reason(err)  # worded as `train` words it
+            if reason is None:
                 raise
-            reason = f"out of memory on the CPU: {_first_line(err)}"
         except TrainingError as err:  # a rule of the whole group, such as batch norm's
             reason = err.reason
         if reason is not None:
@@ -166,11 +162,6 @@ def train_fused(
                 if outcomes[k] is None:
                     done(k, TrainingError(reason.strip()))
     return outcomes  # type: ignore[return-value]
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 class _Group:

@@ -133,25 +133,32 @@ def train(
         from workers.training.parallel import train_parallel
 
         return train_parallel(config, on_epoch=on_epoch, should_stop=should_stop, data_dir=data_dir)
-    reason: str | None = None
     try:
         return Trainer(config, data_dir).run(on_epoch, should_stop)
-    except torch.OutOfMemoryError as err:
-        # torch's first line: "CUDA out of memory. Tried to allocate X. GPU 0 has ... free.
-        # Process ...": the size asked for and what was free is what a reader needs.
-        sentences = _first_line(err).removeprefix("CUDA out of memory.").strip().split(". ")
-        reason = f"CUDA out of memory: {'. '.join(sentences[:2]).rstrip('.')}"
-    except MemoryError as err:
-        reason = f"out of memory on the CPU: {_first_line(err)}"
-    except RuntimeError as err:
-        if "DefaultCPUAllocator" not in str(err) and "can't allocate memory" not in str(err):
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
+        reason = oom_reason(err)
+        if reason is None:
             raise
-        reason = f"out of memory on the CPU: {_first_line(err)}"
     # Out of the except blocks the error's traceback, and the tensors its frames held, are
     # gone, so the cache can really be emptied and the worker goes on with a clean device.
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    raise TrainingError(reason or "out of memory")
+    raise TrainingError(reason)
+
+
+def oom_reason(err: BaseException) -> str | None:
+    """The failure reason for running out of memory (CUDA or CPU), or None for another error."""
+    if isinstance(err, torch.OutOfMemoryError):
+        # torch's first line: "CUDA out of memory. Tried to allocate X. GPU 0 has ... free.
+        # Process ...": the size asked for and what was free is what a reader needs.
+        sentences = first_line(err).removeprefix("CUDA out of memory.").strip().split(". ")
+        return f"CUDA out of memory: {'. '.join(sentences[:2]).rstrip('.')}"
+    if isinstance(err, MemoryError) or (
+        isinstance(err, RuntimeError)
+        and ("DefaultCPUAllocator" in str(err) or "can't allocate memory" in str(err))
+    ):
+        return f"out of memory on the CPU: {first_line(err)}"
+    return None
 
 
 def warm_up() -> None:
@@ -166,7 +173,8 @@ def warm_up() -> None:
     logger.info("training warm-up took %.2fs", time.perf_counter() - started)
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """An error's first line of text, or its type's name."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
 

@@ -38,7 +38,13 @@ import torch.distributed.rpc as rpc
 
 from core.config import TrialConfig
 from core.errors import TrainingError
-from workers.training.loop import CHECK_EVERY_STEPS, Trainer, check_finite
+from workers.training.loop import (
+    CHECK_EVERY_STEPS,
+    Trainer,
+    check_finite,
+    first_line,
+    oom_reason,
+)
 from workers.training.models import count_parameters
 from workers.training.optim import current_lr
 from workers.training.parallel.strategies import (
@@ -236,20 +242,16 @@ def failure_reason(exc: BaseException, rank: int) -> str:
     """The one-line-plus-context reason a rank reports for an error."""
     if isinstance(exc, TrainingError):
         return exc.reason
-    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
-        return f"out of memory on rank {rank}: {_first_line(exc)}"
+    memory = oom_reason(exc)
+    if memory is not None:
+        return f"rank {rank}: {memory}"
     if isinstance(exc, RuntimeError) and "timed out" in str(exc).lower():
         return (
             f"rank {rank}: a collective timed out (execution.parallel.timeout): another rank "
-            f"stopped answering; {_first_line(exc)}"
+            f"stopped answering; {first_line(exc)}"
         )
     tail = "".join(traceback.format_exception(exc)[-3:]).strip()
     return f"rank {rank}: {type(exc).__name__}: {exc}\n{tail}"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _writer(fd: int | None) -> Report:
