@@ -131,9 +131,7 @@ def test_kill_mid_sweep_then_resume(tmp_path: Path) -> None:
     first.wait()
     first.stderr.close()
     try:
-        # SecantusDB gets SIGTERM (to close its files cleanly); on a loaded host that and the
-        # pool children noticing their parent's death can take a while.
-        wait_for(lambda: processes_using(str(data)) == [], 90, "every child to exit")
+        wait_for(lambda: processes_using(str(data)) == [], 30, "every child to exit")
     except AssertionError as exc:
         left = {pid: _describe(pid) for pid in processes_using(str(data))}
         logs = {p.name: p.read_text()[-1500:] for p in (data / "logs").glob("*.log")}

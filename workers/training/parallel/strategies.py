@@ -245,6 +245,8 @@ class ElasticAsync(Strategy):
         super().__init__(config, rank, model, device)
         self.alpha = config.elastic_alpha
         self.window = torch.zeros(STATS, dtype=torch.float64)
+        # The loss stays on the device until a window closes: no device sync per step.
+        self.window_loss = torch.zeros((), dtype=torch.float64, device=device)
         self.window_started = time.perf_counter()
         self.window_comm = 0.0
         self.finished = False
@@ -260,15 +262,17 @@ class ElasticAsync(Strategy):
         now = time.perf_counter()
         comm = self.meter.seconds - self.window_comm
         stats = self.window.clone()
+        stats[0] = float(self.window_loss)
         stats[2] = now - self.window_started - comm
         stats[3] = comm
         self.window.zero_()
+        self.window_loss.zero_()
         self.window_started, self.window_comm = now, self.meter.seconds
         return stats
 
     def after_step(self, model: nn.Module, loss_sum: torch.Tensor, rows: int) -> None:
         super().after_step(model, loss_sum, rows)
-        self.window[0] += float(loss_sum)
+        self.window_loss += loss_sum
         self.window[1] += rows
         if self.steps % self.config.tau:
             return
