@@ -3,9 +3,11 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.integration.stack import Stack
 from tests.services import SecantusProcess, broker_url_or_fail, reachable
 
 
@@ -53,3 +55,13 @@ def db_name() -> str:
 def broker_url() -> str:
     """The real RabbitMQ; fails (never skips) when it is not there."""
     return broker_url_or_fail()
+
+
+@pytest.fixture
+def stack(broker_url: str, secantus_url: str, db_name: str, tmp_path: Path) -> Iterator[Stack]:
+    """A queue, a database and workers of the test's own, on the real services."""
+    s = Stack(broker_url, secantus_url, db_name, tmp_path)
+    try:
+        yield s
+    finally:
+        s.close()

@@ -24,6 +24,14 @@ log = logging.getLogger(__name__)
 def register(app: Celery, context: WorkerContext) -> None:
     """Register `workers.run_trial` and `workers.run_group` on `app`, bound to `context`."""
 
+    def _options() -> RunnerOptions:
+        settings = context.settings
+        return RunnerOptions(
+            heartbeat_seconds=settings.heartbeat_seconds,
+            stale_after_seconds=settings.stale_after_seconds,
+            data_dir=None,
+        )
+
     @app.task(
         name=TASK_NAME,
         bind=True,
@@ -33,24 +41,18 @@ def register(app: Celery, context: WorkerContext) -> None:
         ignore_result=True,
     )
     def run_trial(self: Task, trial_id: str) -> str:
-        settings = context.settings
-        options = RunnerOptions(
-            heartbeat_seconds=settings.heartbeat_seconds,
-            stale_after_seconds=settings.stale_after_seconds,
-            data_dir=None,
-        )
         if not isinstance(trial_id, str):
             log.error("refusing a message whose argument is not a trial id: %r", trial_id)
             return "refused"
         try:
             return execute_trial(
-                context.store, trial_id, worker_identity(self.request.hostname), options
+                context.store, trial_id, worker_identity(self.request.hostname), _options()
             )
         except NotFound:
             log.error("trial %s does not exist; dropping the message", trial_id)
             return "unknown"
         except StoreUnavailable as exc:
-            delay = min(300, 5 * 2 ** min(self.request.retries, 6))
+            delay = _retry_delay(self.request.retries)
             log.warning("store unavailable for %s (%s); retrying in %d s", trial_id, exc, delay)
             raise self.retry(exc=exc, countdown=delay) from exc
 
@@ -63,12 +65,6 @@ def register(app: Celery, context: WorkerContext) -> None:
         ignore_result=True,
     )
     def run_group(self: Task, trial_ids: list[str]) -> str:
-        settings = context.settings
-        options = RunnerOptions(
-            heartbeat_seconds=settings.heartbeat_seconds,
-            stale_after_seconds=settings.stale_after_seconds,
-            data_dir=None,
-        )
         if (
             not isinstance(trial_ids, list)
             or not trial_ids
@@ -78,10 +74,10 @@ def register(app: Celery, context: WorkerContext) -> None:
             return "refused"
         try:
             outcomes = execute_group(
-                context.store, trial_ids, worker_identity(self.request.hostname), options
+                context.store, trial_ids, worker_identity(self.request.hostname), _options()
             )
         except StoreUnavailable as exc:
-            delay = min(300, 5 * 2 ** min(self.request.retries, 6))
+            delay = _retry_delay(self.request.retries)
             log.warning(
                 "store unavailable for a group of %d (%s); retrying in %d s",
                 len(trial_ids),
@@ -93,3 +89,8 @@ def register(app: Celery, context: WorkerContext) -> None:
         for outcome in outcomes.values():
             counts[outcome] = counts.get(outcome, 0) + 1
         return ", ".join(f"{state} {n}" for state, n in sorted(counts.items()))
+
+
+def _retry_delay(retries: int) -> int:
+    """Seconds before a task retries after the store was unreachable: 5, 10, 20 ... 300."""
+    return min(300, 5 * 2 ** min(retries, 6))

@@ -6,8 +6,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from flask.testing import FlaskClient
@@ -31,15 +29,6 @@ QUICK = {
     "training": {"epochs": 2},
     "objective": {"metric": "val_accuracy", "direction": "maximize"},
 }
-
-
-@pytest.fixture
-def stack(broker_url: str, secantus_url: str, db_name: str, tmp_path: Path) -> Iterator[Stack]:
-    s = Stack(broker_url, secantus_url, db_name, tmp_path)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 @pytest.fixture

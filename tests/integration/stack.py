@@ -7,7 +7,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from kombu import Connection
 from core.settings import Settings
 from core.spec import load_spec
 from core.store import Store
+from scheduler.commands import worker_commands
 from scheduler.enqueue import sender_app
 from scheduler.submit import submit_sweep
 
@@ -41,27 +41,10 @@ class Worker:
     def __init__(self, env: dict[str, str], log_path: Path, concurrency: int = 1) -> None:
         self.log_path = log_path
         self.log = open(log_path, "a")  # noqa: SIM115
+        # The command `sweepstack worker` runs; its thread settings come from `env`.
+        ((argv, _),) = worker_commands(concurrency, None, "INFO", env["SWEEPSTACK_QUEUE"])
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "workers.main",
-                "worker",
-                "-Q",
-                env["SWEEPSTACK_QUEUE"],
-                "--pool",
-                "prefork",
-                "--concurrency",
-                str(concurrency),
-                "--loglevel",
-                "INFO",
-                "--without-mingle",
-                "--without-gossip",
-                "--hostname",
-                f"test-{uuid.uuid4().hex[:6]}@%h",
-            ],
+            [*argv, "--without-gossip", "--hostname", f"test-{uuid.uuid4().hex[:6]}@%h"],
             env=env,
             cwd=ROOT,
             stdout=self.log,
