@@ -123,6 +123,7 @@ class Store(SweepActions, DashboardReads):
         self._clock = clock
         self.change_lag = timedelta(seconds=check_seconds("change_lag", change_lag))
         self._objectives = {}
+        self._best = {}
         self._indexed = False
 
     @classmethod

@@ -161,6 +161,7 @@ class SweepActions(Lifecycle):
             )
         self._sweeps.delete_one({"_id": sweep_id})
         self._objectives.pop(sweep_id, None)
+        self._best = {key: value for key, value in self._best.items() if key[0] != sweep_id}
         trials = self._trials.delete_many({"sweep_id": sweep_id}).deleted_count
         metrics = self._metrics.delete_many({"sweep_id": sweep_id}).deleted_count
         log.info("deleted sweep %s: %d trials, %d metric rows", sweep_id, trials, metrics)

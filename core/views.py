@@ -10,6 +10,7 @@ read is shaped for the planner of SecantusDB is in the `core.store` docstring.
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,6 +26,7 @@ from core.query import (
     after,
     check_id,
     check_limit,
+    check_name,
     check_states,
     decode_cursor,
     encode_cursor,
@@ -65,6 +67,7 @@ class Views:
     _metrics: Collection
     _clock: Callable[[], datetime]
     _objectives: dict[str, tuple[str, str]]
+    _best: dict[tuple[str, int], tuple[int, list[dict[str, Any]]]]
     change_lag: timedelta
 
     def _sweep(self, sweep_id: str, owner: str | None = None) -> dict[str, Any]:
@@ -291,6 +294,16 @@ class Views:
         """The `k` complete trials with the best objective, by the sweep's direction."""
         check_limit(k, "k")
         _metric, direction = self._objective(sweep_id)
+        # A complete trial's objective never changes, so the answer can only change when the
+        # sweep's complete count does: remember it per count (reading every complete trial
+        # takes seconds at 50,000 trials, and pages ask on every poll).
+        counted = self._sweeps.find_one({"_id": sweep_id}, {f"counts.{_COMPLETE}": 1})
+        if counted is None:
+            raise NotFound("sweep", sweep_id)
+        complete = (counted.get("counts") or {}).get(_COMPLETE, 0)
+        remembered = self._best.get((sweep_id, k))
+        if remembered is not None and remembered[0] == complete:
+            return copy.deepcopy(remembered[1])
         keyed = self._ordered(
             sweep_id,
             [_COMPLETE],
@@ -302,7 +315,31 @@ class Views:
         )
         keyed.sort(key=lambda item: item[1])  # equal objectives: the earlier trial first
         keyed.sort(key=lambda item: item[0], reverse=direction == "maximize")
-        return self._fetch(sweep_id, [index for _, index, _ in keyed[:k]], [_COMPLETE])
+        best = self._fetch(sweep_id, [index for _, index, _ in keyed[:k]], [_COMPLETE])
+        if len(self._best) > 1000:
+            self._best.clear()
+        self._best[(sweep_id, k)] = (complete, copy.deepcopy(best))
+        return best
+
+    @available
+    def trials_by_id(
+        self, trial_ids: Iterable[str], fields: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
+        """`fields` (dotted paths) of these trials, by id, in batched reads; `NotFound` for an
+        id that is not in the store."""
+        ids = [check_id("trial_id", t) for t in trial_ids]
+        for path in fields:
+            for part in path.split("."):
+                check_name("fields", part)
+        out: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(ids), 1000):
+            batch = ids[start : start + 1000]
+            for doc in self._trials.find({"_id": {"$in": batch}}, dict.fromkeys(fields, 1)):
+                out[doc["_id"]] = doc
+        for trial_id in ids:
+            if trial_id not in out:
+                raise NotFound("trial", trial_id)
+        return out
 
     @available
     def get_trial(self, trial_id: str, *, with_metrics: bool = True) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from core.errors import NotFound, SpecError, SweepstackError
+from core.records import flatten_params
 from core.settings import Settings
 from core.states import TERMINAL_STATES, TrialState
 from core.store import Store
@@ -88,20 +89,10 @@ def _best_text(best: dict[str, Any] | None, objective: dict[str, str]) -> str:
     if not best:
         return "no complete trial yet"
     value = best.get("objective")
-    params = ", ".join(f"{k.split('.', 1)[-1]}={v}" for k, v in _flat(best.get("params", {})))
+    flat = flatten_params(best.get("params"))
+    params = ", ".join(f"{k.split('.', 1)[-1]}={v}" for k, v in flat.items())
     shown = f"{value:.4f}" if isinstance(value, float) else str(value)
     return f"best {objective['metric']} {shown} ({params}) trial {best['_id']}"
-
-
-def _flat(params: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    out = []
-    for key, value in params.items():
-        path = f"{prefix}.{key}" if prefix else key
-        if isinstance(value, dict):
-            out.extend(_flat(value, path))
-        else:
-            out.append((path, value))
-    return out
 
 
 def _status_view(

@@ -72,10 +72,9 @@ def submit_sweep(
 
 def enqueue_ids(store: Store, app: Celery, trial_ids: Iterable[str]) -> int:
     """Enqueue trials already in the store (requeued or retried), with their time limits."""
-    pairs = []
-    for trial_id in trial_ids:
-        doc = store.get_trial(trial_id, with_metrics=False)
-        pairs.append((trial_id, _time_limit(doc.get("config", {}))))
+    ids = list(trial_ids)
+    docs = store.trials_by_id(ids, ["config.execution.time_limit"])
+    pairs = [(trial_id, _time_limit(docs[trial_id].get("config", {}))) for trial_id in ids]
     return enqueue(app, pairs) if pairs else 0
 
 
