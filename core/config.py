@@ -163,6 +163,8 @@ class TrainingConfig(_Section):
     seed: NonNegativeInt | None = None
 
 
+#: The longest `execution.time_limit`, and the longest a fused group's message may run.
+MAX_TIME_LIMIT = 7 * 24 * 3600
 STRATEGIES = ("allreduce", "local_sgd", "easgd")
 BACKENDS = ("auto", "gloo", "nccl")
 WORLD_SIZE_MAX = 1024
@@ -224,7 +226,7 @@ class ExecutionConfig(_Section):
 
     device: Annotated[str, AfterValidator(_check_device)] = "auto"
     dtype: Literal[DTYPES] = "float32"  # type: ignore[valid-type]
-    time_limit: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] = 3600.0
+    time_limit: Annotated[float, Field(gt=0, le=MAX_TIME_LIMIT)] = 3600.0
     # Fused trials (`scheduler.grouping`): off, auto (group size from memory) or at most K.
     fuse: Annotated[str | int, BeforeValidator(_check_fuse)] = "auto"
     parallel: ParallelConfig = ParallelConfig()

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from core.config import SECTIONS, TrialConfig
+from core.config import REGRESSION_DATASETS, SECTIONS, TrialConfig
 from core.errors import Problem, SpecError
 from core.fields import field_adapter, section_model, set_in, sub_model
 from core.space import (
@@ -294,7 +294,7 @@ def _check_objective(
             tasks.add(t)
         elif names is not None and names.finite:
             for n in names.values():
-                tasks.add("regression" if n == "synthetic_regression" else "classification")
+                tasks.add("regression" if n in REGRESSION_DATASETS else "classification")
     if objective.metric == "val_accuracy" and "regression" in tasks:
         problems.append(
             Problem(

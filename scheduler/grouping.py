@@ -170,12 +170,19 @@ def group_limit(config: Mapping[str, Any]) -> int:
 
 def fusion_key(config: Mapping[str, Any]) -> str | None:
     """What compatible trials share, as canonical text; None for a trial never fused."""
-    if group_limit(config) == 1:
-        return None
+    return _fusion(config)[0]
+
+
+def _fusion(config: Mapping[str, Any]) -> tuple[str | None, int, list[int]]:
+    """(fusion key or None, group limit, widths) of one trial, each worked out once."""
+    limit = group_limit(config)
+    if limit == 1:
+        return None, 1, []
+    layer_widths = widths(config)
     dataset = {k: _get(config, f"dataset.{k}") for k in SECTIONS["dataset"].model_fields}
     shared = {path: _get(config, path) for path in KEY_FIELDS}
-    key = {"dataset": dataset, **shared, "buckets": [bucket(w) for w in widths(config)]}
-    return json.dumps(key, sort_keys=True, default=str)
+    key = {"dataset": dataset, **shared, "buckets": [bucket(w) for w in layer_widths]}
+    return json.dumps(key, sort_keys=True, default=str), limit, layer_widths
 
 
 def _data_shape(config: Mapping[str, Any]) -> tuple[int, int]:
@@ -236,12 +243,12 @@ def group_trials(trials: Iterable[tuple[str, Mapping[str, Any]]]) -> list[list[s
     limits: dict[str, int] = {}
     singles: list[tuple[int, list[str]]] = []
     for position, (trial_id, config) in enumerate(trials):
-        key = fusion_key(config)
+        key, limit, layer_widths = _fusion(config)
         if key is None:
             singles.append((position, [trial_id]))
             continue
-        classes.setdefault(key, []).append((widths(config), position, trial_id))
-        limits[key] = group_limit(config)
+        classes.setdefault(key, []).append((layer_widths, position, trial_id))
+        limits[key] = limit
     groups = list(singles)
     for key, members in classes.items():
         members.sort()

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 from celery import Celery
 
-from core.config import ExecutionConfig
+from core.config import MAX_TIME_LIMIT, ExecutionConfig
 from core.spec import SweepSpec
 from core.store import Store
 from scheduler.enqueue import enqueue
@@ -27,7 +27,6 @@ from scheduler.grouping import group_trials
 
 log = logging.getLogger(__name__)
 DEFAULT_TIME_LIMIT: float = ExecutionConfig.model_fields["time_limit"].default
-MAX_TIME_LIMIT = 7 * 24 * 3600.0
 
 
 def _time_limit(config: dict) -> float:
@@ -44,7 +43,7 @@ def messages(sweep_id: str, trials: list[TrialPoint]) -> list[tuple[str | list[s
         if len(ids) == 1:
             out.append((ids[0], limits[0]))
         else:
-            out.append((ids, min(sum(limits), MAX_TIME_LIMIT)))
+            out.append((ids, min(sum(limits), float(MAX_TIME_LIMIT))))
     return out
 
 
