@@ -37,13 +37,15 @@ class WorkerContext:
         return self._store
 
 
+def _torch_threads() -> int:
+    return max(1, int(os.environ.get("SWEEPSTACK_TORCH_THREADS", "1") or 1))
+
+
 def set_torch_threads() -> None:
     """One torch thread per process unless told otherwise: 2 x 2 on 2 cores ran 7x slower."""
-    threads = int(os.environ.get("SWEEPSTACK_TORCH_THREADS", "1") or 1)
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     import torch
 
-    torch.set_num_threads(max(1, threads))
+    torch.set_num_threads(_torch_threads())
 
 
 def preload_training() -> None:
@@ -65,6 +67,8 @@ def create_worker_app(settings: Settings) -> Celery:
     app.conf.update(celery_config(settings))
     context = WorkerContext(settings)
     register(app, context)
+    # OpenMP reads this when torch loads, which is here, in the parent, before the fork.
+    os.environ.setdefault("OMP_NUM_THREADS", str(_torch_threads()))
     preload_training()
 
     @worker_process_init.connect(weak=False)

@@ -54,6 +54,7 @@ from workers.runner import (
     claim_trial,
     failure_reason,
     record_outcome,
+    sweep_objective,
     versions,
     with_retry,
 )
@@ -157,14 +158,10 @@ class _Run:
         self.group = group_id(trial_ids)
         self.group_size = len(trial_ids)
         self.outcomes: dict[str, str] = {}
-        self.objectives: dict[str, dict[str, str]] = {}
         self.fused = 0
 
     def objective(self, sweep_id: str) -> dict[str, str]:
-        if sweep_id not in self.objectives:
-            sweep = with_retry(self.store.get_sweep, sweep_id, budget=self.budget)
-            self.objectives[sweep_id] = sweep["objective"]
-        return self.objectives[sweep_id]
+        return sweep_objective(self.store, sweep_id, self.budget)
 
     def report(self, doc: dict[str, Any], epoch: int, row: dict[str, float]) -> None:
         self.writer.submit(self._write_report, doc["_id"], doc["attempt"], epoch, row)

@@ -147,7 +147,7 @@ def claim_trial(
 _OBJECTIVES: dict[str, dict[str, str]] = {}
 
 
-def _objective(store: Store, sweep_id: str, budget: float) -> dict[str, str]:
+def sweep_objective(store: Store, sweep_id: str, budget: float) -> dict[str, str]:
     """The sweep's objective; it never changes, so each process asks the store once."""
     if sweep_id not in _OBJECTIVES:
         if len(_OBJECTIVES) > 1000:
@@ -210,7 +210,7 @@ def execute_trial(
         return "skipped"
     attempt = doc["attempt"]
     if objective is None:
-        objective = _objective(store, doc["sweep_id"], budget)
+        objective = sweep_objective(store, doc["sweep_id"], budget)
     beat = Heartbeat(store, trial_id, attempt, options.heartbeat_seconds)
     beat.start()
 
