@@ -148,7 +148,7 @@ def sweep_payload(state: DashboardState, store: Store, table: SweepTable, now: d
     with it, so the page's first poll brings what changed since.
     """
     prep = table.prepared(PREPARED_SECONDS)
-    values = {name: table.memo(name, compute, PREPARED_SECONDS)
+    values = {name: table.memo(name, compute, PREPARED_SECONDS, versioned=name in AGGREGATES)
               for name, compute in _aggregates(table.sweep).items()}
     sweep = table.sweep
     metric, _ = _objective(sweep)
@@ -193,8 +193,9 @@ def sweep_changes(table: SweepTable, now: datetime, since: int,
         current[name] = version
         if versions.get(name) != version:
             out[name] = value
-    _, top = table.memo("top", aggregates["top"], PREPARED_SECONDS)
-    _, finished = table.memo("finished", aggregates["finished"], PREPARED_SECONDS)
+    _, top = table.memo("top", aggregates["top"], PREPARED_SECONDS, versioned=False)
+    _, finished = table.memo("finished", aggregates["finished"], PREPARED_SECONDS,
+                             versioned=False)
     out["versions"] = current
     out["summary"] = {**data.summary(table.sweep["counts"], finished, data.to_ms(now) or 0),
                       "best": _best(top)}
@@ -236,8 +237,9 @@ def sweeps_payload(state: DashboardState, store: Store, now: datetime,
 def sweep_summary(table: SweepTable, now: datetime) -> dict[str, Any]:
     """A sweep's counts, throughput, ETA and best: what the Sweeps page asks per sweep."""
     aggregates = _aggregates(table.sweep)
-    _, top = table.memo("top", aggregates["top"], PREPARED_SECONDS)
-    _, finished = table.memo("finished", aggregates["finished"], PREPARED_SECONDS)
+    _, top = table.memo("top", aggregates["top"], PREPARED_SECONDS, versioned=False)
+    _, finished = table.memo("finished", aggregates["finished"], PREPARED_SECONDS,
+                             versioned=False)
     return {
         **sweep_meta(table.sweep),
         **data.summary(table.sweep["counts"], finished, data.to_ms(now) or 0),
@@ -306,10 +308,11 @@ def figure_payload(table: SweepTable, which: str, *, param: str | None = None,
 def _scatter(table: SweepTable, param: str) -> dict[str, Any]:
     metric, _ = _objective(table.sweep)
     return table.memo(f"scatter:{param}", lambda p: figures.scatter_figure(
-        params.scatter_points(p, param), metric), PREPARED_SECONDS)[1]
+        params.scatter_points(p, param), metric), PREPARED_SECONDS, versioned=False)[1]
 
 
 def _parallel(table: SweepTable, mode: str) -> dict[str, Any]:
     metric, direction = _objective(table.sweep)
     return table.memo(f"parallel:{mode}", lambda p: parallel.parallel_figure(
-        params.parallel_rows(p, mode), metric, direction), PREPARED_SECONDS)[1]
+        params.parallel_rows(p, mode), metric, direction), PREPARED_SECONDS,
+        versioned=False)[1]

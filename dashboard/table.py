@@ -63,7 +63,7 @@ class SweepTable:
         # (table version, when, rows prepared), and name -> (version, digest, value) of
         # what was computed from them
         self._prep: tuple[int, float, Prepared] | None = None
-        self._memo: dict[str, tuple[int, str, Any]] = {}
+        self._memo: dict[str, tuple[int, str | None, Any]] = {}
 
     def sync(self, store: Store, min_interval: float = 1.0) -> None:
         """Read what changed in the store since the last sync, unless one ran recently."""
@@ -123,17 +123,19 @@ class SweepTable:
         return version, prep
 
     def memo(self, name: str, compute: Callable[[Prepared], T],
-             max_age: float = 0.0) -> tuple[str, T]:
+             max_age: float = 0.0, *, versioned: bool = True) -> tuple[str, T]:
         """``(digest, compute(prepared))`` for the table's `prepared` rows (same `max_age`),
         cached with them. The digest lets a page say which version it has, whatever
-        process computed it."""
+        process computed it; it costs a serialisation of the value, so a caller that does
+        not need it passes ``versioned=False`` (and gets "")."""
         version, prep = self._prepared(max_age)
         cached = self._memo.get(name)
-        if cached is not None and cached[0] == version:
-            return cached[1], cached[2]
-        value = compute(prep)
-        self._memo[name] = (version, digest(value), value)
-        return self._memo[name][1], value
+        if cached is None or cached[0] != version:
+            cached = (version, None, compute(prep))
+        if versioned and cached[1] is None:
+            cached = (version, digest(cached[2]), cached[2])
+        self._memo[name] = cached
+        return cached[1] or "", cached[2]
 
 
 class Tables:
