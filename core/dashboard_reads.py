@@ -19,6 +19,7 @@ from core.states import FINISH_STATES, TrialState
 from core.views import Views, available
 
 _COMPLETE = TrialState.COMPLETE.value
+_FINISHED = frozenset(s.value for s in FINISH_STATES)
 
 
 class DashboardReads(Views):
@@ -93,7 +94,7 @@ class DashboardReads(Views):
             {"sweep_id": sweep_id, "updated_at": {"$gte": start}},
             {"_id": 0, "state": 1, "finished_at": 1},
         )
-        finished = {s.value for s in FINISH_STATES}
+        finished = _FINISHED
         per: Counter[datetime] = Counter()
         for row in rows:
             at = row.get("finished_at")
@@ -136,7 +137,7 @@ class DashboardReads(Views):
             {"sweep_id": sweep_id, "updated_at": {"$gt": start}},
             {"_id": 0, "state": 1, "finished_at": 1},
         )
-        finished = {s.value for s in FINISH_STATES}
+        finished = _FINISHED
         done = sum(
             1
             for row in rows

@@ -39,6 +39,9 @@ _QUEUED = TrialState.QUEUED.value
 _RUNNING = TrialState.RUNNING.value
 _FAILED = TrialState.FAILED.value
 _CANCELLED = TrialState.CANCELLED.value
+_STATES = frozenset(s.value for s in TrialState)
+# What `finish` accepts: a finish state, or cancelled after a stop request.
+_FINISHES = frozenset(s.value for s in FINISH_STATES) | {_CANCELLED}
 
 
 class Lifecycle(Views):
@@ -339,11 +342,11 @@ class Lifecycle(Views):
     def _finish_state(state: Any) -> str:
         value = getattr(state, "value", state)
         names = ", ".join(sorted(s.value for s in FINISH_STATES))
-        if value not in {s.value for s in TrialState}:
+        if value not in _STATES:
             raise InvalidTransition(
                 _RUNNING, str(value), f"not a trial state; finish accepts {names}"
             )
-        if value not in {s.value for s in FINISH_STATES} | {_CANCELLED}:
+        if value not in _FINISHES:
             raise InvalidTransition(_RUNNING, value, f"not a finish; finish accepts {names}")
         return value
 

@@ -19,6 +19,7 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError
 
+from core.states import FINISH_STATES
 from core.store import Store
 from dashboard.data import RUNNING, to_ms
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 
 #: Trial fields the Workers page reads of recent changes.
 WORKER_FIELDS = ("state", "worker.name", "worker.host", "device", "finished_at")
-_FINISHED = frozenset({"complete", "failed", "pruned"})
+_FINISHED = frozenset(s.value for s in FINISH_STATES)
 _TRIAL_ID = re.compile(r"[0-9a-f]{12}-[0-9a-f]{16}")
 
 
