@@ -108,10 +108,7 @@ class Lifecycle(Views):
     def _trial_doc(
         sweep_id: str, spec: SweepSpec, base: dict, point: TrialPointLike, now: datetime
     ) -> dict[str, Any]:
-        config = point.config
-        if not config:
-            config = spec.resolve(point.params, base)
-            config["training"]["seed"] = point.seed
+        config = point.config or spec.seeded_config(point.params, point.seed, base)
         return trial_document(
             sweep_id,
             key=point.id,

@@ -102,6 +102,15 @@ class SweepSpec(_Strict):
             set_in(config, path, value)
         return config
 
+    def seeded_config(
+        self, params: dict[str, Any], seed: int, base: dict | None = None
+    ) -> dict[str, Any]:
+        """The full config of the trial with these params, with its own `seed` as
+        ``training.seed``: what the store keeps and a worker trains."""
+        config = self.resolve(params, base)
+        config["training"]["seed"] = seed
+        return config
+
     def trial_config(self, params: dict[str, Any]) -> TrialConfig:
         """The typed config of one trial, every default filled in."""
         return TrialConfig.model_validate(self.resolve(params))

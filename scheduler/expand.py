@@ -239,16 +239,14 @@ def expand(spec: SweepSpec, *, with_config: bool = False) -> list[TrialPoint]:
         points = list(_grid(spec))
         keys = [canonical(p) for p in points]
     _check_cross_fields(spec, points)
-    fixed_seed = spec.base_config()["training"].get("seed")
-    base = spec.base_config() if with_config else None
+    base = spec.base_config()
+    fixed_seed = base["training"].get("seed")
     out = []
     for index, (params, key) in enumerate(zip(points, keys, strict=True)):
         tid = trial_id(spec.name, params, key)
         seed = params.get("training.seed", fixed_seed)
         if seed is None:
             seed = int(tid[:8], 16) % (2**31)
-        config = spec.resolve(params, base) if with_config else {}
-        if with_config:
-            config["training"]["seed"] = seed
+        config = spec.seeded_config(params, seed, base) if with_config else {}
         out.append(TrialPoint(index=index, id=tid, params=params, seed=seed, config=config))
     return out
