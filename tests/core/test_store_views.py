@@ -299,3 +299,18 @@ def test_get_trial_with_and_without_metrics(store: Store) -> None:
     assert "metrics" not in store.get_trial(tid, with_metrics=False)
     with pytest.raises(NotFound):
         store.get_trial(f"{sweep_id}-ffffffffffffffff")
+
+
+def test_best_is_remembered_until_another_trial_completes(store: Store) -> None:
+    sweep_id, points = make_sweep(store)
+    ids = trial_ids(sweep_id, points)
+    complete(store, ids[0], 0.5)
+    first = store.best(sweep_id, 1)
+    first[0]["objective"] = -1.0  # a caller's copy: the remembered answer is not touched
+    assert [t["objective"] for t in store.best(sweep_id, 1)] == [0.5]
+    run(store, ids[1])
+    store.finish(ids[1], 1, "failed", error="x")  # not a completion: same answer
+    assert [t["index"] for t in store.best(sweep_id, 1)] == [0]
+    complete(store, ids[2], 0.9)
+    assert [t["index"] for t in store.best(sweep_id, 1)] == [2]
+    assert [t["index"] for t in store.best(sweep_id, 2)] == [2, 0]
