@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 
 from celery import Celery
-from flask import Flask, abort, request
+from flask import Flask
 
 from api.context import ApiContext
 from api.errors import register_error_handlers
 from api.serialize import JSONProvider
+from api.submission import limit_body
 from core.errors import ConfigError
 from core.query import MAX_LIMIT
 from core.settings import Settings
@@ -52,13 +53,6 @@ def _sender(settings: Settings) -> Celery:
     return sender_app(settings)
 
 
-def _limit_body() -> None:
-    """413 before reading a body whose declared length is over the limit (any route)."""
-    limit = request.max_content_length
-    if limit is not None and (request.content_length or 0) > limit:
-        abort(413)
-
-
 def _mount_dashboard(app: Flask) -> None:
     """Register the dashboard blueprint at ``/`` if the dashboard package provides one."""
     try:
@@ -85,7 +79,7 @@ def create_app(
         sender=sender if sender is not None else _sender(settings),
     )
     register_error_handlers(app)
-    app.before_request(_limit_body)
+    app.before_request(limit_body)
     for module in (sweeps, trials, celery_workers, health, openapi):
         app.register_blueprint(module.blueprint)
     openapi.register_root(app)

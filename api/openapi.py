@@ -59,7 +59,7 @@ TIME = {"type": "string", "format": "date-time"}
 ANY_OBJ = {"type": "object"}
 
 
-def _schemas() -> dict[str, Any]:
+def _schemas(settings: Settings) -> dict[str, Any]:
     counts = obj({state: {"type": "integer", "minimum": 0} for state in STATES})
     trial = obj(
         {
@@ -125,7 +125,7 @@ def _schemas() -> dict[str, Any]:
         "Deleted": obj({"id": STR, "deleted": {"const": True}, "trials": INT, "metrics": INT}),
         "Health": obj({"status": {"const": "ok"}, "store": part, "broker": part}),
         "Workers": obj({"queue": STR, "workers": {"type": "array", "items": worker}}),
-        "SweepSpec": _spec_schema(),
+        "SweepSpec": _spec_schema(settings),
     }
 
 
@@ -139,12 +139,35 @@ def _page(item: str) -> dict[str, Any]:
     )
 
 
-def _spec_schema() -> dict[str, Any]:
+#: A string without NUL (refused anywhere in a spec).
+_NO_NUL = "^[^\\u0000]*$"
+
+
+def _limits_text(settings: Settings) -> str:
+    """The rules across fields and the server's ceilings, which JSON Schema cannot state."""
+    return (
+        "The outline of a sweep spec; the server checks the full rules and answers 422 with "
+        "every problem. Beyond the outline: exactly one of dataset.name or dataset.path; "
+        "dataset.path inside the server's datasets folder (relative, or absolute inside it; "
+        "no ~, no .., no symlink out); every integer within 64 bits, every number finite, "
+        "no string holding NUL, no key given twice (400); at most "
+        f"{settings.api_max_trials:,} trials (and limits.max_trials); training.epochs at "
+        f"most {settings.api_max_epochs:,}; execution.parallel.world_size at most "
+        f"{settings.max_world_size}; at most {settings.max_model_parameters:,} estimated "
+        "model parameters; a synthetic set's samples x features at most "
+        f"{settings.max_dataset_elements:,}; epochs x the dataset's rows at most "
+        f"{settings.max_epoch_samples:,}; a description of at most "
+        f"{settings.max_description_bytes:,} UTF-8 bytes."
+    )
+
+
+def _spec_schema(settings: Settings) -> dict[str, Any]:
     """The outline of a sweep spec; the full rules are checked by the server (422)."""
     return obj(
         {
-            "name": {"type": "string", "minLength": 1, "maxLength": 200},
-            "description": STR,
+            "name": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": _NO_NUL},
+            "description": {"type": "string", "maxLength": settings.max_description_bytes,
+                            "pattern": _NO_NUL},
             **{section: {"type": ["object", "null"]} for section in SECTIONS},
             "objective": obj(
                 {"metric": {"enum": list(METRICS)},
@@ -153,8 +176,9 @@ def _spec_schema() -> dict[str, Any]:
             ),
             "search": obj(
                 {"algorithm": {"enum": ["grid", "random"]},
-                 "trials": {"type": ["integer", "null"], "minimum": 1},
-                 "seed": {"type": "integer", "minimum": 0}},
+                 "trials": {"type": ["integer", "null"], "minimum": 1,
+                            "maximum": settings.api_max_trials},
+                 "seed": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}},
                 required=[], additionalProperties=False,
             ),
             "limits": obj(
@@ -164,6 +188,17 @@ def _spec_schema() -> dict[str, Any]:
         },
         required=["name", "dataset"],
         additionalProperties=False,
+        description=_limits_text(settings),
+        **{"x-limits": {
+            "body_bytes": settings.api_max_body_bytes,
+            "trials": settings.api_max_trials,
+            "epochs": settings.api_max_epochs,
+            "world_size": settings.max_world_size,
+            "model_parameters": settings.max_model_parameters,
+            "dataset_elements": settings.max_dataset_elements,
+            "epoch_samples": settings.max_epoch_samples,
+            "description_bytes": settings.max_description_bytes,
+        }},
     )  # fmt: skip
 
 
@@ -176,13 +211,15 @@ EXAMPLE_SPEC = {
 }
 
 ERRORS = {
-    "400": "A query parameter, path value or body key is unknown, malformed or an operator",
+    "400": "A query parameter, path value or body key is unknown, malformed or an operator; "
+    "a body that is not plain JSON or YAML (a key given twice, NUL, a 4,300-digit number)",
     "401": "No bearer token, or one the server does not know",
     "404": "No such sweep or trial, or it belongs to someone else",
     "409": "The sweep's state forbids it (active trials, or cancelled)",
-    "413": "The body is over the size limit",
+    "413": "The body is over the size limit, with a Content-Length or chunked",
     "415": "The body is neither JSON nor YAML",
-    "422": "The spec breaks its rules, or expands past the trial limit",
+    "422": "The spec breaks its rules, expands past the trial limit, or asks for more than "
+    "this server allows (see the SweepSpec schema's description and x-limits)",
     "503": "The store or the broker did not answer",
 }
 
@@ -325,7 +362,7 @@ def document(settings: Settings) -> dict[str, Any]:
         },
         "paths": _paths(),
         "components": {
-            "schemas": _schemas(),
+            "schemas": _schemas(settings),
             "parameters": _parameters(settings),
             "responses": {f"E{s}": _json(ref("Error"), text) for s, text in ERRORS.items()},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

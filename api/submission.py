@@ -1,17 +1,22 @@
 """Reading a sweep spec from a request body, and the server's limits on what it may ask for.
 
 The body is JSON (``application/json``) or YAML (``application/yaml``, ``application/x-yaml``,
-``text/yaml``); anything else is 415. Before `core.spec.load_spec` sees it, the document is
-checked for what the spec rules do not cover but a server must:
+``text/yaml``); anything else is 415. A body over ``SWEEPSTACK_API_MAX_BODY_BYTES`` is 413,
+with a Content-Length or chunked (`limit_body`), never cut short. Before
+`core.spec.load_spec` sees it, the document is checked for what the spec rules do not cover
+but a server must:
 
 - JSON's types only (YAML timestamps stay strings, no sets or binary), string keys, no key
-  starting with ``$`` or holding a NUL, at most `MAX_DEPTH` levels, no YAML aliases (a
-  "billion laughs" document is small until it is stored) -> 400;
+  starting with ``$`` or holding a NUL, no string holding a NUL, no key given twice in one
+  mapping, no integer of more than 4,300 digits, at most `MAX_DEPTH` levels, no YAML aliases
+  (a "billion laughs" document is small until it is stored) -> 400;
 - an ``int`` or ``range`` dimension with more values than the server's trial limit -> 422
   before it is enumerated (the spec parser lists every value of a dimension);
-- then the spec rules (422, every problem listed), the trial count against the smaller of
-  ``limits.max_trials`` and ``SWEEPSTACK_API_MAX_TRIALS`` (422 ``too_many_trials`` naming the
-  count), and ``training.epochs`` against ``SWEEPSTACK_API_MAX_EPOCHS`` (422).
+- then the spec rules (422, every problem listed: integers past 64 bits, NaN and infinities
+  among them), the trial count against the smaller of ``limits.max_trials`` and
+  ``SWEEPSTACK_API_MAX_TRIALS`` (422 ``too_many_trials`` naming the count; counting stops
+  once past it), ``training.epochs`` against ``SWEEPSTACK_API_MAX_EPOCHS``, and the server's
+  ceilings and datasets folder (`core.limits`) (422).
 """
 
 from __future__ import annotations
@@ -21,27 +26,64 @@ import math
 from typing import Any
 
 import yaml
-from flask import request
+from flask import abort, request
 
 from api.errors import ApiError, bad_parameter
 from core.config import SECTIONS, TrainingConfig
-from core.errors import Problem, SpecError, TooManyTrials
+from core.errors import Problem, SpecError
 from core.fields import section_model
+from core.limits import check_spec_limits
 from core.settings import Settings
-from core.spec import SweepSpec, load_spec
-from scheduler.expand import count_trials
+from core.spec import DuplicateKey, SpecLoader, SweepSpec, load_spec, number_error, unique_keys
+from scheduler.expand import check_count
 
 JSON_TYPES = ("application/json",)
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
 MAX_DEPTH = 32
 
 
-class _SpecLoader(yaml.SafeLoader):
-    """YAML's safe loader without aliases and without timestamps (they stay strings)."""
+#: After a body passes the limit, at most this many times the limit is read and dropped,
+#: so that the client, still sending, reads the 413 instead of a reset connection.
+_DRAIN_FACTOR = 4
+
+
+def limit_body() -> None:
+    """413 for a body over the limit, however it is sent (the app's ``before_request``).
+
+    A declared Content-Length is checked before reading. A body without one (``Transfer-
+    Encoding: chunked``) is read here, up to one byte past the limit: Werkzeug's own limit
+    stops reading at the limit and hands over what it read as if it were the whole body,
+    so a longer spec would be cut, not refused. What is read stays cached for the view.
+    """
+    limit = request.max_content_length
+    if limit is None:
+        return
+    length = request.content_length
+    if length is not None:
+        if length > limit:
+            abort(413)
+        return
+    if not request.environ.get("wsgi.input_terminated"):
+        return  # Werkzeug then reads no body at all: nothing can be cut
+    data = request.get_data(cache=True)  # at most `limit` bytes
+    if len(data) < limit:
+        return
+    raw = request.environ["wsgi.input"]
+    extra = raw.read(1)
+    if extra:
+        left = _DRAIN_FACTOR * limit
+        while left > 0 and (chunk := raw.read(min(left, 65536))):
+            left -= len(chunk)
+        abort(413)
+
+
+class _SpecLoader(SpecLoader):
+    """The spec loader (no duplicate keys) without aliases and without timestamps (they stay
+    strings)."""
 
     yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        for first, resolvers in SpecLoader.yaml_implicit_resolvers.items()
     }
 
     def compose_node(self, parent: Any, index: Any) -> Any:
@@ -60,10 +102,14 @@ def _malformed(message: str) -> ApiError:
 def _parse(text: str, yaml_body: bool) -> Any:
     try:
         if not yaml_body:
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=unique_keys)
         return yaml.load(text, Loader=_SpecLoader)  # a SafeLoader subclass
     except RecursionError as exc:
         raise _malformed(f"the body nests deeper than {MAX_DEPTH} levels") from exc
+    except DuplicateKey as exc:
+        raise ApiError(
+            400, "malformed_body", f"duplicate key {exc.key!r} in an object", {"key": exc.key}
+        ) from exc
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"
         raise _malformed(f"not valid JSON: {exc.msg} at {where}") from exc
@@ -73,6 +119,8 @@ def _parse(text: str, yaml_body: bool) -> Any:
         raise _malformed(f"not valid YAML: {exc.problem or exc.context}{where}") from exc
     except yaml.YAMLError as exc:
         raise _malformed(f"not valid YAML: {exc}") from exc
+    except ValueError as exc:  # an integer past Python's 4,300-digit limit, in either
+        raise _malformed(number_error(exc)) from exc
 
 
 def check_document(value: Any, path: str = "body", depth: int = 0) -> None:
@@ -84,16 +132,19 @@ def check_document(value: Any, path: str = "body", depth: int = 0) -> None:
             if not isinstance(key, str):
                 raise bad_parameter(path, f"keys must be strings, got {key!r}")
             if key.startswith("$") or "\x00" in key:
-                raise bad_parameter(f"{path}.{key}", "keys may not start with $ or hold NUL")
+                shown = key.replace("\x00", "\\0")
+                raise bad_parameter(f"{path}.{shown}", "keys may not start with $ or hold NUL")
             check_document(item, f"{path}.{key}", depth + 1)
     elif isinstance(value, list):
         for i, item in enumerate(value):
             check_document(item, f"{path}[{i}]", depth + 1)
+    elif isinstance(value, str) and "\x00" in value:
+        raise bad_parameter(path, "strings may not hold NUL")
     elif not (value is None or isinstance(value, str | int | float | bool)):
         raise bad_parameter(path, f"must be a JSON value, got a {type(value).__name__}")
 
 
-def _dimension_size(raw: Any) -> tuple[str, int] | None:
+def _dimension_size(raw: Any) -> tuple[str, float] | None:
     """How many values an ``int`` or ``range`` dimension has, without listing them."""
     if not isinstance(raw, dict):
         return None
@@ -107,7 +158,8 @@ def _dimension_size(raw: Any) -> tuple[str, int] | None:
     if numbers and all(type(x) in (int, float) and math.isfinite(x) for x in body):
         start, stop, step = body
         if step > 0:
-            return "range", max(math.ceil((stop - start) / step), 0)
+            steps = (stop - start) / step  # inf when it overflows: [0.0, 1e308, 1e-308]
+            return "range", max(math.ceil(steps), 0) if math.isfinite(steps) else math.inf
     return None
 
 
@@ -127,7 +179,8 @@ def _check_sizes_in(section: str, values: Any, limit: int) -> None:
             continue
         size = _dimension_size(raw)
         if size is not None and size[1] > limit:
-            rule = f"has {size[1]:,} values, over this server's limit of {limit:,} trials"
+            many = f"{size[1]:,}" if math.isfinite(size[1]) else "more than any number of"
+            rule = f"has {many} values, over this server's limit of {limit:,} trials"
             raise SpecError([Problem(f"{path}.{size[0]}", rule)])
 
 
@@ -141,15 +194,14 @@ def _max_epochs(spec: SweepSpec) -> float:
 
 
 def check_limits(spec: SweepSpec, settings: Settings) -> int:
-    """The trial count, after checking it and the epochs against the server's limits."""
-    count = count_trials(spec)
-    limit = min(spec.limits.max_trials, settings.api_max_trials)
-    if count > limit:
-        raise TooManyTrials(count, limit)
+    """The trial count, after checking it, the epochs and the server's ceilings
+    (`core.limits`, which the CLI applies too) against the server's limits."""
+    count = check_count(spec, min(spec.limits.max_trials, settings.api_max_trials))
     epochs = _max_epochs(spec)
     if epochs > settings.api_max_epochs:
         rule = f"must be <= {settings.api_max_epochs:,} on this server, got {epochs:g}"
         raise SpecError([Problem("training.epochs", rule)])
+    check_spec_limits(spec, settings)
     return count
 
 

@@ -43,9 +43,26 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, lt=1)]
 
 
-def _check_suffix(value: str | None) -> str | None:
-    if value is not None and PurePath(value).suffix.lower() not in DATASET_FILE_SUFFIXES:
-        raise ValueError(f"must end in one of {', '.join(DATASET_FILE_SUFFIXES)}")
+def dataset_path_rule(value: str) -> str | None:
+    """The rule a `dataset.path` breaks on its own, before any folder is consulted, or None.
+
+    Files are read from the datasets folder (``SWEEPSTACK_DATASETS_DIR``, `core.limits`), so
+    a path may not climb out of it by its spelling: no NUL, no ``~``, no ``..`` part.
+    """
+    if "\x00" in value:
+        return "must not contain a NUL character"
+    if value.startswith("~"):
+        return "must not start with ~: paths are read from the datasets folder"
+    if ".." in PurePath(value).parts:
+        return "must not contain a .. part: paths are read from the datasets folder"
+    if PurePath(value).suffix.lower() not in DATASET_FILE_SUFFIXES:
+        return f"must end in one of {', '.join(DATASET_FILE_SUFFIXES)}"
+    return None
+
+
+def _check_dataset_path(value: str | None) -> str | None:
+    if value is not None and (rule := dataset_path_rule(value)) is not None:
+        raise ValueError(rule)
     return value
 
 
@@ -86,11 +103,12 @@ class _Section(BaseModel):
 class DatasetConfig(_Section):
     """Where the data comes from and how it is split.
 
-    Exactly one of `name` (a built-in set) or `path` (a .npz, .csv or .parquet file) is given.
+    Exactly one of `name` (a built-in set) or `path` (a .npz, .csv or .parquet file in the
+    datasets folder, relative to it or absolute inside it) is given.
     """
 
     name: Literal[BUILTIN_DATASETS] | None = None  # type: ignore[valid-type]
-    path: Annotated[str | None, AfterValidator(_check_suffix)] = None
+    path: Annotated[str | None, AfterValidator(_check_dataset_path)] = None
     target: str | None = None
     task: Literal["auto", "classification", "regression"] = "auto"
     validation_fraction: Fraction = 0.2

@@ -34,13 +34,20 @@ class SpecError(SweepstackError):
 
 
 class TooManyTrials(SpecError):
-    """A spec expands to more trials than its limit allows."""
+    """A spec expands to more trials than its limit allows.
 
-    def __init__(self, count: int, limit: int, path: str = "limits.max_trials") -> None:
+    `at_least`: counting stopped once past the limit, so `count` is a lower bound.
+    """
+
+    def __init__(
+        self, count: int, limit: int, path: str = "limits.max_trials", *, at_least: bool = False
+    ) -> None:
         self.count = count
         self.limit = limit
+        self.at_least = at_least
+        many = f"at least {count:,}" if at_least else f"{count:,}"
         super().__init__(
-            [Problem(path, f"the sweep expands to {count:,} trials, over the limit of {limit:,}")]
+            [Problem(path, f"the sweep expands to {many} trials, over the limit of {limit:,}")]
         )
 
 

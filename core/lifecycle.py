@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import bson
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from core.errors import InvalidQuery, InvalidTransition, NotFound
@@ -61,8 +62,11 @@ class Lifecycle(Views):
         """Store a sweep and all its trials (queued, attempt 0); return the new sweep id.
 
         Trials go in first, in batches, and the sweep document last: a sweep that is
-        visible is complete. If a batch fails, what was inserted is removed (best effort)
-        and the error is raised. Not idempotent: a retry makes another sweep.
+        visible is complete. The sweep document (which holds the whole spec) and the first
+        trial are encoded before anything is written, so a value BSON cannot store is
+        refused with nothing written. Should anything fail part way (the store, an encoding,
+        an interrupt), what was inserted is removed (best effort) and the error is raised.
+        Not idempotent: a retry makes another sweep.
         """
         if owner is not None and not isinstance(owner, str):
             raise InvalidQuery("owner", f"must be a string, got {owner!r}")
@@ -76,25 +80,31 @@ class Lifecycle(Views):
         sweep_id = secrets.token_hex(6)
         now = self._clock()
         base = spec.base_config()
+        sweep = sweep_document(
+            sweep_id,
+            name=spec.name,
+            description=spec.description,
+            spec=spec.document,
+            metric=spec.objective.metric,
+            direction=spec.objective.direction,
+            owner=owner,
+            trial_count=len(trials),
+            max_index=max(indexes, default=-1),
+            now=now,
+        )
+        first = [self._trial_doc(sweep_id, spec, base, p, now) for p in trials[:1]]
+        try:
+            for doc in (sweep, *first):
+                bson.encode(doc)
+        except (bson.errors.InvalidDocument, OverflowError) as exc:
+            raise InvalidQuery("spec", f"cannot be stored: {exc}") from exc
         try:
             for start in range(0, len(trials), self.insert_batch):
                 batch = trials[start : start + self.insert_batch]
                 docs = [self._trial_doc(sweep_id, spec, base, p, now) for p in batch]
                 self._trials.insert_many(docs, ordered=False)
-            sweep = sweep_document(
-                sweep_id,
-                name=spec.name,
-                description=spec.description,
-                spec=spec.document,
-                metric=spec.objective.metric,
-                direction=spec.objective.direction,
-                owner=owner,
-                trial_count=len(trials),
-                max_index=max(indexes, default=-1),
-                now=now,
-            )
             self._sweeps.insert_one(sweep)
-        except PyMongoError:
+        except BaseException:
             try:
                 self._trials.delete_many({"sweep_id": sweep_id})
             except PyMongoError as exc:

@@ -31,6 +31,17 @@ def _tokens(raw: str) -> dict[str, str]:
 _INT_FIELDS = frozenset(
     {"api_max_body_bytes", "api_max_trials", "api_max_epochs", "api_page_size", "api_max_page_size"}
 )
+# Ceilings on what a spec may ask for (core.limits), checked at submit by the API and the CLI.
+_CEILING_FIELDS = frozenset(
+    {
+        "max_world_size",
+        "max_model_parameters",
+        "max_dataset_elements",
+        "max_epoch_samples",
+        "max_description_bytes",
+    }
+)
+_PATH_FIELDS = frozenset({"data_dir", "datasets_dir"})
 
 
 def _positive_int(name: str, raw: str) -> int:
@@ -65,6 +76,15 @@ class Settings:
     # Seconds the API waits for the store or broker before answering 503.
     api_timeout_seconds: float = 5.0
     flower_url: str | None = None
+    # Inputs (core.limits): the folder every dataset.path must lie in (resolved, symlinks
+    # followed; the API checks it at submit, the worker again before reading), and the
+    # ceilings a spec is held to at submit (422 naming the field and the limit).
+    datasets_dir: Path = field(default_factory=Path.cwd)
+    max_world_size: int = 8
+    max_model_parameters: int = 100_000_000
+    max_dataset_elements: int = 100_000_000
+    max_epoch_samples: int = 10_000_000_000
+    max_description_bytes: int = 4096
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -77,9 +97,9 @@ class Settings:
                 continue
             if f.name == "api_tokens":
                 values[f.name] = _tokens(raw)
-            elif f.name == "data_dir":
+            elif f.name in _PATH_FIELDS:
                 values[f.name] = Path(raw).expanduser()
-            elif f.name in _INT_FIELDS:
+            elif f.name in _INT_FIELDS or f.name in _CEILING_FIELDS:
                 values[f.name] = _positive_int(f.name, raw)
             elif f.name in ("heartbeat_seconds", "stale_after_seconds", "api_timeout_seconds"):
                 try:

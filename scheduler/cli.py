@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from core.errors import SpecError, SweepstackError
+from core.limits import check_spec_limits
+from core.settings import Settings
 from core.spec import SweepSpec, load_spec_file
 from scheduler.expand import TrialPoint, expand
 
@@ -32,8 +34,15 @@ def _fail_spec(exc: SpecError) -> None:
 
 
 def _load(spec_path: str) -> SweepSpec:
+    """The spec, valid and within this deployment's limits (`core.limits`, the API's too)."""
     try:
-        return load_spec_file(spec_path)
+        settings = Settings.from_env()
+    except SweepstackError as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        spec = load_spec_file(spec_path)
+        check_spec_limits(spec, settings)
+        return spec
     except SpecError as exc:
         _fail_spec(exc)
         raise  # unreachable; keeps type checkers content

@@ -6,7 +6,8 @@ generator seeded by `search.seed`. Either way the same spec yields the same tria
 same ids, in any process: a trial id is a hash of the sweep name and the canonical params.
 
 The count is computed before anything is expanded, so a 50-million-point grid is refused in
-microseconds with `TooManyTrials` naming the count.
+microseconds with `TooManyTrials` naming the count; conditional dimensions are counted by
+groups of values and never walked past the limit (`tally`).
 """
 
 from __future__ import annotations
@@ -90,31 +91,147 @@ def _lookup(spec: SweepSpec) -> dict[str, Any]:
     return out
 
 
-def count_trials(spec: SweepSpec) -> int:
-    """How many trials the spec expands to, without expanding it."""
-    if spec.search.algorithm == "random":
-        return spec.search.trials or 0
-    dims = _ordered(spec)
-    controllers = {p for d in dims for p in d.when}
-    lookup = _lookup(spec)
+@dataclass(frozen=True)
+class Tally:
+    """A trial count: `count` is exact when `exact`, else a lower bound past the limit it
+    was counted against. `visits` is how many steps the counting took (tests bound it)."""
 
-    def count(i: int) -> int:
+    count: int
+    exact: bool
+    visits: int
+
+
+class _Past(Exception):
+    """Counting passed its limit; the count so far is enough to refuse the spec."""
+
+
+def _classes(dim: Dimension, clauses: list[tuple[int, tuple[Any, ...]]]) -> dict[frozenset, int]:
+    """A controller's values grouped by which of the clauses naming it they satisfy, with
+    how many values each group holds. Values in one group lead to the same trial counts,
+    so counting walks groups, not values (10 values tested by one clause: 2 groups)."""
+
+    def signature(value: Any) -> frozenset:
+        return frozenset(c for c, accepted in clauses if value in accepted)
+
+    if isinstance(dim, IntRange):
+        # Only values some clause names can differ from the rest: never list the range.
+        named: dict[int, frozenset] = {}
+        for _, accepted in clauses:
+            for a in accepted:
+                if isinstance(a, int | float) and float(a).is_integer():
+                    n = int(a)
+                    if dim.low <= n <= dim.high and (n - dim.low) % dim.step == 0:
+                        named[n] = signature(n)
+        groups: dict[frozenset, int] = {}
+        for sig in named.values():
+            groups[sig] = groups.get(sig, 0) + 1
+        rest = dim.size - len(named)
+        if rest:
+            groups[frozenset()] = groups.get(frozenset(), 0) + rest
+        return groups
+    groups = {}
+    for value in dim.values():
+        sig = signature(value)
+        groups[sig] = groups.get(sig, 0) + 1
+    return groups
+
+
+def tally(spec: SweepSpec, limit: int | None = None) -> Tally:
+    """Count the trials of `spec` without expanding it, stopping once past `limit`.
+
+    Dimensions without conditions multiply. Those that other dimensions' `when` names
+    (controllers) are walked by groups of values (`_classes`), with the counts of what
+    follows remembered per state of the controllers still to be tested. Every walk down
+    to the last dimension adds at least one trial, and a controller checks the count
+    before each next group, so with a limit the walk ends after at most limit + 1 of them,
+    whatever the spec: the count is then a lower bound (`exact` false) that is enough to
+    refuse the spec.
+    """
+    if spec.search.algorithm == "random":
+        return Tally(spec.search.trials or 0, True, 0)
+    dims = _ordered(spec)
+    varying = {d.path for d in dims}
+    base = _lookup(spec)
+    # Every (dimension, varying target) condition gets an id; conditions on fixed values
+    # or defaults are settled once, here.
+    clauses: dict[str, list[tuple[int, tuple[Any, ...]]]] = {}
+    needs: list[list[tuple[str, int]]] = []
+    settled: list[bool] = []
+    for dim in dims:
+        own: list[tuple[str, int]] = []
+        ok = True
+        for target, accepted in dim.when.items():
+            if target in varying:
+                cid = sum(len(v) for v in clauses.values())
+                clauses.setdefault(target, []).append((cid, accepted))
+                own.append((target, cid))
+            elif target not in base or base[target] not in accepted:
+                ok = False
+        needs.append(own)
+        settled.append(ok)
+    groups = {d.path: _classes(d, clauses[d.path]) for d in dims if d.path in clauses}
+    # The controllers whose state still matters from dimension i on, for the memo's key.
+    live: list[tuple[str, ...]] = []
+    ahead: set[str] = set()
+    for own in reversed(needs):
+        ahead |= {target for target, _ in own}
+        live.append(tuple(sorted(ahead)))
+    live.reverse()
+    state = {
+        path: frozenset(c for c, accepted in clauses[path] if base.get(path) in accepted)
+        for path in clauses
+    }
+    memo: dict[tuple[Any, ...], int] = {}
+    reached = 0
+    visits = 0
+
+    def count(i: int, factor: int) -> int:
+        nonlocal reached, visits
+        visits += 1
         if i == len(dims):
+            reached += factor
             return 1
+        key = (i, *(state[p] for p in live[i]))
+        if key in memo:
+            reached += factor * memo[key]
+            return memo[key]
         dim = dims[i]
-        if dim.when and not dim.active(lookup):
-            return count(i + 1)
-        if dim.path not in controllers:
+        if not settled[i] or not all(cid in state[t] for t, cid in needs[i]):
+            total = count(i + 1, factor)
+        elif dim.path not in groups:
             size = dim.size if isinstance(dim, IntRange) else len(dim.values())
-            return size * count(i + 1)
-        total = 0
-        for value in dim.values():
-            lookup[dim.path] = value
-            total += count(i + 1)
-        del lookup[dim.path]
+            total = size * count(i + 1, factor * size)
+        else:
+            before = state[dim.path]
+            total = 0
+            for sig, weight in groups[dim.path].items():
+                if limit is not None and reached > limit:
+                    raise _Past  # more to count: what was reached is a lower bound
+                state[dim.path] = sig
+                total += weight * count(i + 1, factor * weight)
+            state[dim.path] = before
+        memo[key] = total
         return total
 
-    return count(0)
+    try:
+        total = count(0, 1)
+    except _Past:
+        return Tally(reached, False, visits)
+    return Tally(total, True, visits)
+
+
+def count_trials(spec: SweepSpec, limit: int | None = None) -> int:
+    """How many trials the spec expands to, without expanding it; past `limit`, some
+    count over `limit` (see `tally`)."""
+    return tally(spec, limit).count
+
+
+def check_count(spec: SweepSpec, limit: int) -> int:
+    """The trial count of `spec`, or `TooManyTrials` if it is over `limit`."""
+    result = tally(spec, limit)
+    if result.count > limit:
+        raise TooManyTrials(result.count, limit, at_least=not result.exact)
+    return result.count
 
 
 def _grid(spec: SweepSpec) -> Iterator[dict[str, Any]]:
@@ -134,11 +251,16 @@ def _grid(spec: SweepSpec) -> Iterator[dict[str, Any]]:
         if dim.when and not dim.active(lookup):
             yield from walk(i + 1, params)
             return
+        # An inactive dimension keeps its default (in `lookup`) for the conditions after it.
+        before = lookup.get(dim.path, _MISSING)
         for value in dim.values():
             params[dim.path] = lookup[dim.path] = value
             yield from walk(i + 1, params)
         del params[dim.path]
-        lookup.pop(dim.path, None)
+        if before is _MISSING:
+            lookup.pop(dim.path, None)
+        else:
+            lookup[dim.path] = before
 
     yield from walk(0, {})
 
@@ -228,9 +350,7 @@ def expand(spec: SweepSpec, *, with_config: bool = False) -> list[TrialPoint]:
     Raises `TooManyTrials` before expanding if the count is over `limits.max_trials`, and
     `SpecError` if a combination breaks a rule that spans fields.
     """
-    total = count_trials(spec)
-    if total > spec.limits.max_trials:
-        raise TooManyTrials(total, spec.limits.max_trials)
+    check_count(spec, spec.limits.max_trials)
     if spec.search.algorithm == "random":
         pairs = list(_random(spec))
         points = [p for p, _ in pairs]

@@ -16,7 +16,6 @@ import platform
 import socket
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -158,13 +157,14 @@ def sweep_objective(store: Store, sweep_id: str, budget: float) -> dict[str, str
 
 def failure_reason(exc: BaseException) -> str:
     """The reason recorded for a failed trial: a training error's own words, else the
-    exception and the end of its traceback."""
+    exception in one line. The traceback goes to the worker's log, not the record: it
+    names the server's files, and users read the record."""
     if isinstance(exc, TrainingError):
         return exc.reason
     if isinstance(exc, ValidationError):
         return f"invalid trial config: {exc}"
-    tail = "".join(traceback.format_exception(exc)[-3:]).strip()
-    return f"{type(exc).__name__}: {exc}\n{tail}"
+    log.error("trial failed with an unexpected error", exc_info=exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def record_outcome(

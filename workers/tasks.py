@@ -29,7 +29,7 @@ def register(app: Celery, context: WorkerContext) -> None:
         return RunnerOptions(
             heartbeat_seconds=settings.heartbeat_seconds,
             stale_after_seconds=settings.stale_after_seconds,
-            data_dir=None,
+            data_dir=settings.datasets_dir,
         )
 
     @app.task(

@@ -37,6 +37,7 @@ from sklearn.model_selection import train_test_split
 
 from core.config import DatasetConfig
 from core.errors import TrainingError
+from core.limits import OutsideDatasets, confine
 
 logger = logging.getLogger(__name__)
 
@@ -103,23 +104,33 @@ class Dataset:
 
 
 def load_dataset(config: DatasetConfig, base_dir: Path | None = None) -> Dataset:
-    """Load, split and standardise the set `config` names; a relative path is under `base_dir`.
+    """Load, split and standardise the set `config` names.
 
-    Raises `TrainingError` for a missing or unreadable file, a missing target, or a feature
-    that is not numeric.
+    A file is read only from inside `base_dir`, the worker's datasets folder
+    (``SWEEPSTACK_DATASETS_DIR``; None: the current folder): a relative path from there, an
+    absolute one only if it lies in it, symlinks followed (`core.limits.confine`). The API
+    refused anything else at submit; this is the worker's own check, with its own folder.
+
+    Raises `TrainingError` for a path outside the folder, a missing or unreadable file, a
+    missing target, or a feature that is not numeric. No message quotes the file's
+    contents or the folder's place on the worker.
     """
     if config.name is not None:
         return _load_cached(config.model_dump_json(), None)
     assert config.path is not None  # DatasetConfig guarantees exactly one source
-    path = Path(config.path).expanduser()
-    if not path.is_absolute() and base_dir is not None:
-        path = base_dir / path
+    root = base_dir if base_dir is not None else Path.cwd()
     try:
+        path = confine(config.path, root)
         stat = path.stat()
-    except OSError as err:
+    except OutsideDatasets as err:
+        raise TrainingError(f"dataset.path {config.path}: {err}") from None
+    except (OSError, ValueError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else "invalid path"
         raise TrainingError(
-            f"dataset.path {config.path}: cannot open {path} ({err.strerror})"
+            f"dataset.path {config.path}: cannot open it in the datasets folder ({reason})"
         ) from None
+    if not path.is_file():
+        raise TrainingError(f"dataset.path {config.path}: not a file")
     return _load_cached(config.model_dump_json(), (str(path), stat.st_mtime_ns, stat.st_size))
 
 
@@ -136,9 +147,10 @@ def _load_cached(config_json: str, file_key: tuple[str, int, int] | None) -> Dat
         x, y, names = _builtin(config)
         source = config.name
     else:
-        path = Path(file_key[0])
-        x, y, names = _read_file(path, config)
-        source = str(path)
+        # Named as the spec names it: the record and errors never show the worker's folders.
+        assert config.path is not None
+        x, y, names = _read_file(Path(file_key[0]), config)
+        source = config.path
     logger.info("loaded dataset %s: %d rows, %d features", source, x.shape[0], x.shape[1])
     return _prepare(config, x, y, names, source)
 
@@ -192,75 +204,87 @@ def _synthetic_classification(config: DatasetConfig) -> tuple[np.ndarray, np.nda
 
 
 def _read_file(path: Path, config: DatasetConfig) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    # Errors name the file as the spec does, and never quote its contents (a header, a
+    # parser's excerpt): a path that is not a data set must not leak what it holds.
+    shown = str(config.path)
     suffix = path.suffix.lower()
     if suffix == ".npz":
-        return _read_npz(path, config)
+        return _read_npz(path, config, shown)
     try:
         frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
     except (OSError, ValueError, pd.errors.ParserError, ImportError) as err:
-        raise TrainingError(f"dataset.path {path.name}: cannot read it: {err}") from None
-    return _split_frame(frame, path.name, config.target or "target")
+        raise TrainingError(
+            f"dataset.path {shown}: cannot read it as {suffix[1:]} ({type(err).__name__})"
+        ) from None
+    return _split_frame(frame, shown, config.target or "target")
 
 
-def _read_npz(path: Path, config: DatasetConfig) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _read_npz(
+    path: Path, config: DatasetConfig, shown: str
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
     except (OSError, ValueError) as err:
-        raise TrainingError(f"dataset.path {path.name}: cannot read it: {err}") from None
-    keys = ", ".join(sorted(arrays)) or "none"
+        raise TrainingError(
+            f"dataset.path {shown}: cannot read it as npz ({type(err).__name__})"
+        ) from None
     if "X" not in arrays:
-        raise TrainingError(f"dataset.path {path.name}: no array 'X' (arrays: {keys})")
+        raise TrainingError(f"dataset.path {shown}: no array 'X' ({len(arrays)} arrays)")
     target = config.target or ("y" if "y" in arrays else "target")
     if target not in arrays:
-        raise TrainingError(f"dataset.target: no array {target!r} in {path.name} (arrays: {keys})")
+        raise TrainingError(f"dataset.target: no array {target!r} in {shown}")
     x, y = arrays["X"], arrays[target]
     if x.ndim == 1:
         x = x.reshape(-1, 1)
     if x.ndim != 2 or not np.issubdtype(x.dtype, np.number):
         raise TrainingError(
-            f"dataset.path {path.name}: 'X' must be a 2-D numeric array, got shape "
+            f"dataset.path {shown}: 'X' must be a 2-D numeric array, got shape "
             f"{x.shape} and dtype {x.dtype}"
         )
     y = y.reshape(-1) if y.ndim == 2 and y.shape[1] == 1 else y
     if y.ndim != 1 or y.shape[0] != x.shape[0]:
         raise TrainingError(
-            f"dataset.target: {target!r} in {path.name} must be 1-D with one value per row of X "
+            f"dataset.target: {target!r} in {shown} must be 1-D with one value per row of X "
             f"({x.shape[0]}), got shape {y.shape}"
         )
     return x.astype(np.float64), y, [f"x{i}" for i in range(x.shape[1])]
 
 
 def _split_frame(
-    frame: pd.DataFrame, file_name: str, target: str
+    frame: pd.DataFrame, shown: str, target: str
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Features and target of a table. Columns are named in errors only by the spec's own
+    words (the target) or by position, never by the file's header."""
     columns = [str(c) for c in frame.columns]
     if target not in columns:
         raise TrainingError(
-            f"dataset.target: column {target!r} not found in {file_name}; "
-            f"columns are: {', '.join(columns) or 'none'}"
+            f"dataset.target: no column {target!r} in {shown} ({len(columns)} columns)"
         )
     frame.columns = columns
     features = [c for c in columns if c != target]
     if not features:
-        raise TrainingError(f"dataset.path {file_name}: no feature columns besides {target!r}")
+        raise TrainingError(f"dataset.path {shown}: no feature columns besides {target!r}")
     for column in features:
         dtype = frame[column].dtype
         if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
             raise TrainingError(
-                f"dataset.path {file_name}: feature column {column!r} is not numeric "
-                f"(dtype {dtype}); encode it as numbers or drop it"
+                f"dataset.path {shown}: feature column {columns.index(column) + 1} is not "
+                f"numeric (dtype {dtype}); encode it as numbers or drop it"
             )
     x = frame[features].to_numpy(dtype=np.float64, na_value=np.nan)
-    missing = [c for c, bad in zip(features, np.isnan(x).any(axis=0), strict=True) if bad]
+    missing = [
+        str(columns.index(c) + 1)
+        for c, bad in zip(features, np.isnan(x).any(axis=0), strict=True)
+        if bad
+    ]
     if missing:
         raise TrainingError(
-            f"dataset.path {file_name}: feature column(s) {', '.join(map(repr, missing))} "
-            "have missing values"
+            f"dataset.path {shown}: feature column(s) {', '.join(missing)} have missing values"
         )
     y_series = frame[target]
     if y_series.isna().any():
-        raise TrainingError(f"dataset.target: column {target!r} in {file_name} has missing values")
+        raise TrainingError(f"dataset.target: column {target!r} in {shown} has missing values")
     return x, y_series.to_numpy(), features
 
 

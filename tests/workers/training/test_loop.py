@@ -212,7 +212,7 @@ def test_file_dataset_under_data_dir(tmp_path: Path) -> None:
     frame.to_csv(tmp_path / "two.csv", index=False)
     config = _config(dataset={"path": "two.csv"}, training={"epochs": 5})
     result = train(config, data_dir=tmp_path)
-    assert result.dataset["source"] == str(tmp_path / "two.csv")
+    assert result.dataset["source"] == "two.csv"
     assert result.final["val_accuracy"] > 0.8
 
 
