@@ -360,3 +360,56 @@ def test_conditions_inside_a_sub_section_name_its_own_fields() -> None:
         "execution.device": ("auto",),
     }
     assert loaded.space["training.lr"].when == {"execution.parallel.strategy": ("local_sgd",)}
+
+
+# -- values no spec may hold, wherever they are (issue 16) ----------------------------------
+
+
+def test_a_key_given_twice_is_refused_with_its_line() -> None:
+    (problem,) = problems("name: t\ndataset:\n  name: digits\n  name: iris\n")
+    assert "found duplicate key 'name'" in problem and "<spec>:4:3" in problem
+
+
+def test_a_nul_in_any_string_names_the_field() -> None:
+    assert problems(spec('model:\n  activation: [relu, "ta\\0nh"]\n')) == [
+        "model.activation[1]: must not contain a NUL character"
+    ]
+    assert problems('name: "a\\0"\ndataset: {name: digits}\n') == [
+        "name: must not contain a NUL character"
+    ]
+
+
+def test_integers_past_64_bits_are_refused_before_any_rule() -> None:
+    assert problems(spec(f"training:\n  seed: [1, {2**63}]\n")) == [
+        f"training.seed[1]: must be a 64-bit integer (-2**63 to 2**63-1), got {2**63}"
+    ]
+    assert problems(spec(f"search: {{seed: {-(2**63) - 1}}}\n"))[0].startswith("search.seed:")
+    # A dict source can hold any int: its size is named, not printed.
+    with pytest.raises(SpecError, match="an integer of 3322 bits"):
+        load_spec({"name": "t", "dataset": {"name": "digits"}, "training": {"seed": 10**1000}})
+
+
+def test_an_integer_of_more_than_4300_digits_is_a_spec_error() -> None:
+    assert problems(spec(f"training:\n  seed: {'9' * 5000}\n")) == [
+        "<spec>: a number has more than 4,300 digits"
+    ]
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
+def test_nan_and_infinities_are_refused(value: str) -> None:
+    (problem,) = problems(spec(f"training:\n  weight_decay: {{range: [0, {value}, 1]}}\n"))
+    assert problem.startswith("training.weight_decay.range[1]: must be a finite number")
+
+
+@pytest.mark.parametrize(
+    ("path", "rule"),
+    [
+        ("~/data.csv", "must not start with ~"),
+        ("../data.csv", "must not contain a .. part"),
+        ("a/../../data.csv", "must not contain a .. part"),
+        ("data.txt", "must end in one of .npz, .csv, .parquet"),
+    ],
+)
+def test_dataset_path_rules_of_its_own(path: str, rule: str) -> None:
+    (problem,) = problems(f"name: t\ndataset: {{path: '{path}'}}\n")
+    assert problem.startswith(f"dataset.path: {rule}")

@@ -89,6 +89,28 @@ def test_too_many_trials_exits_2(runner: CliRunner, tmp_path: Path) -> None:
     assert "limits.max_trials: the sweep expands to 200,000 trials" in result.output
 
 
+def test_validate_and_generate_apply_the_servers_ceilings(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    path = tmp_path / "wide.yaml"
+    path.write_text(
+        "name: wide\ndataset: {path: /etc/passwd.csv}\nexecution: {parallel: {world_size: 1024}}\n"
+    )
+    env = {"SWEEPSTACK_DATASETS_DIR": str(tmp_path)}
+    for command in ("validate", "generate"):
+        result = runner.invoke(main, [command, str(path)], env=env)
+        assert result.exit_code == 2, result.output
+        assert "error: dataset.path: is outside the datasets folder" in result.output
+        assert "error: execution.parallel.world_size: processes per trial must be <= 8" in (
+            result.output
+        )
+    path.write_text("name: ok\ndataset: {path: d.csv}\nexecution: {parallel: {world_size: 16}}\n")
+    result = runner.invoke(
+        main, ["validate", str(path)], env={**env, "SWEEPSTACK_MAX_WORLD_SIZE": "16"}
+    )
+    assert result.exit_code == 0, result.output
+
+
 def test_jsonl_has_id_and_params(runner: CliRunner) -> None:
     result = runner.invoke(main, ["generate", MCLEOD, "--format", "jsonl"])
     rows = [json.loads(line) for line in result.output.splitlines()]
