@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -136,10 +137,15 @@ def _classes(dim: Dimension, clauses: list[tuple[int, tuple[Any, ...]]]) -> dict
     return groups
 
 
+def _size(dim: Dimension) -> int:
+    return dim.size if isinstance(dim, IntRange) else len(dim.values())
+
+
 def tally(spec: SweepSpec, limit: int | None = None) -> Tally:
     """Count the trials of `spec` without expanding it, stopping once past `limit`.
 
-    Dimensions without conditions multiply. Those that other dimensions' `when` names
+    Dimensions active in every trial multiply: their product alone, when past the limit,
+    refuses the spec at once. Those that other dimensions' `when` names
     (controllers) are walked by groups of values (`_classes`), with the counts of what
     follows remembered per state of the controllers still to be tested. Every walk down
     to the last dimension adds at least one trial, and a controller checks the count
@@ -169,6 +175,12 @@ def tally(spec: SweepSpec, limit: int | None = None) -> Tally:
                 ok = False
         needs.append(own)
         settled.append(ok)
+    # Dimensions active in every trial multiply every count: their product is a lower bound
+    # that refuses most giant specs before any walk.
+    always = [ok and not own for own, ok in zip(needs, settled, strict=True)]
+    bound = math.prod(_size(d) for d, a in zip(dims, always, strict=True) if a)
+    if limit is not None and bound > limit:
+        return Tally(bound, all(always), 0)
     groups = {d.path: _classes(d, clauses[d.path]) for d in dims if d.path in clauses}
     # The controllers whose state still matters from dimension i on, for the memo's key.
     live: list[tuple[str, ...]] = []
@@ -191,7 +203,7 @@ def tally(spec: SweepSpec, limit: int | None = None) -> Tally:
         if i == len(dims):
             reached += factor
             return 1
-        key = (i, *(state[p] for p in live[i]))
+        key = (i, *[state[p] for p in live[i]])
         if key in memo:
             reached += factor * memo[key]
             return memo[key]
@@ -199,7 +211,7 @@ def tally(spec: SweepSpec, limit: int | None = None) -> Tally:
         if not settled[i] or not all(cid in state[t] for t, cid in needs[i]):
             total = count(i + 1, factor)
         elif dim.path not in groups:
-            size = dim.size if isinstance(dim, IntRange) else len(dim.values())
+            size = _size(dim)
             total = size * count(i + 1, factor * size)
         else:
             before = state[dim.path]

@@ -406,18 +406,23 @@ SEVEN = {
 }
 
 
-def seven_controllers(dependents: int = 1) -> str:
+def seven_controllers(dependents: int = 1, gated: bool = False) -> str:
     """Issue 16's reproducer: 7 dimensions of 10 values named in `when:` (6.3 s to count,
     by walking all 10**7 combinations). Each dependent accepts a different value of every
-    controller, so the values fall into dependents + 1 groups."""
-    lines = [f"  {key}: {json.dumps(values)}" for key, values in SEVEN.items()]
+    controller, so the values fall into dependents + 1 groups. `gated`: each controller is
+    itself conditional (on a condition that always holds), so that no product of
+    dimensions active in every trial refuses the spec before the walk."""
+    gate = ", when: {model.init: [default, orthogonal]}" if gated else ""
+    lines = [f"  {key}: {{choice: {json.dumps(values)}{gate}}}" for key, values in SEVEN.items()]
     targets = ["epochs", "lr_step_size", "optimizer", "lr_schedule"][:dependents]
     choices = {"epochs": [1, 2], "lr_step_size": [3, 4], "optimizer": ["sgd", "adam"],
                "lr_schedule": ["step", "cosine"]}  # fmt: skip
     for j, target in enumerate(targets):
         when = ", ".join(f"{key}: {json.dumps(values[j])}" for key, values in SEVEN.items())
         lines.append(f"  {target}: {{choice: {json.dumps(choices[target])}, when: {{{when}}}}}")
-    return spec("training:\n" + "\n".join(lines) + "\nlimits: {max_trials: 1000000}\n")
+    model = "model:\n  init: [default, orthogonal]\n" if gated else ""
+    body = model + "training:\n" + "\n".join(lines) + "\nlimits: {max_trials: 1000000}\n"
+    return spec(body)
 
 
 def test_conditional_dimensions_are_counted_by_groups_not_combinations() -> None:
@@ -430,15 +435,21 @@ def test_conditional_dimensions_are_counted_by_groups_not_combinations() -> None
     assert info.value.count > loaded.limits.max_trials and info.value.at_least
 
 
+def test_dimensions_in_every_trial_refuse_a_spec_before_any_walk() -> None:
+    counted = tally(load_spec(seven_controllers(dependents=4)), 100_000)
+    assert (counted.count, counted.exact, counted.visits) == (10**7, False, 0)
+
+
 def test_counting_stops_past_the_limit_however_the_values_split() -> None:
-    # Four dependents, each accepting other values: 5 groups per controller, 5**7 states.
-    loaded = load_spec(seven_controllers(dependents=4))
+    # Four dependents, each accepting other values: 5 groups per controller, 5**7 states,
+    # and every controller conditional, so only the walk can tell the count.
+    loaded = load_spec(seven_controllers(dependents=4, gated=True))
     dims = len(loaded.dimensions)
     for limit in (500, 100_000):
         counted = tally(loaded, limit)
         assert counted.count > limit and not counted.exact
-        assert counted.visits <= (limit + 2) * (dims + 1)
-    assert tally(loaded).count == 10**7 + 4
+        assert 0 < counted.visits <= (limit + 2) * (dims + 1)
+    assert tally(loaded).count == 2 * (10**7 + 4)
 
 
 def test_a_large_int_range_controller_is_never_listed() -> None:

@@ -308,3 +308,26 @@ def test_a_file_that_is_not_a_data_set_never_shows_its_contents(tmp_path: Path) 
     assert "cannot read it as parquet" in _refused(DatasetConfig(path="blob.parquet"), root)
     (root / "dir.csv").mkdir()
     assert "not a file" in _refused(DatasetConfig(path="dir.csv"), root)
+
+
+def test_a_trial_config_outside_the_workers_folder_fails_with_a_plain_reason(
+    tmp_path: Path,
+) -> None:
+    # What the worker does with a stored config: validate it, train it with its own folder.
+    from pydantic import ValidationError
+
+    from core.config import TrialConfig
+    from workers.runner import failure_reason
+    from workers.training import train
+
+    root, outside = _folders(tmp_path)
+    config = TrialConfig.model_validate({"dataset": {"path": str(outside / "private.csv")}})
+    with pytest.raises(TrainingError) as caught:
+        train(config, data_dir=root)
+    assert failure_reason(caught.value).endswith("is outside the datasets folder; give a path "
+                                                 "inside it (SWEEPSTACK_DATASETS_DIR)")  # fmt: skip
+    with pytest.raises(ValidationError) as invalid:
+        TrialConfig.model_validate({"dataset": {"path": "a\x00.csv"}})
+    reason = failure_reason(invalid.value)
+    assert "must not contain a NUL character" in reason
+    assert "Traceback" not in reason and str(Path(__file__).parents[3]) not in reason
