@@ -9,7 +9,12 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -382,3 +387,44 @@ def test_a_failure_in_a_later_batch_leaves_no_trial_behind(store: Store) -> None
         store.create_sweep(spec, trials, owner="alice")
     assert store.db["trials"].count_documents({}) == 0
     assert store.db["sweeps"].count_documents({}) == 0
+
+
+GUNICORN_APP = """
+from api.app import create_app
+from core.settings import Settings
+
+app = create_app(Settings(broker_url="amqp://unused//", mongo_url="mongodb://unused",
+                          api_tokens={"tok-alice": "alice"}))
+"""
+
+
+def test_gunicorn_refuses_a_chunked_body_over_the_limit_and_reads_one_under_it(
+    tmp_path: Path,
+) -> None:
+    """The same through gunicorn, which serves the API in production: over the limit 413,
+    at the limit the whole body is read (its last line breaks a rule: 422, before the
+    store or broker is needed)."""
+    (tmp_path / "limits_app.py").write_text(GUNICORN_APP)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    gunicorn = Path(sys.executable).parent / "gunicorn"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    proc = subprocess.Popen(
+        [str(gunicorn), "-b", f"127.0.0.1:{port}", "-w", "1", "limits_app:app"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        invalid = padded_spec(1_048_576).replace(b"[8, 16]", b"[8, -1]")
+        assert post_chunked(port, padded_spec(1_300_000))[0] == 413
+        status, body = post_chunked(port, invalid)
+        assert status == 422 and body["details"]["problems"][0]["path"] == "model.hidden_units[1]"
+    finally:
+        proc.terminate()
+        proc.wait(30)
