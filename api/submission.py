@@ -30,11 +30,12 @@ from flask import abort, request
 
 from api.errors import ApiError, bad_parameter
 from core.config import SECTIONS, TrainingConfig
+from core.documents import DuplicateKey, SpecLoader, number_error, unique_keys
 from core.errors import Problem, SpecError
 from core.fields import section_model
 from core.limits import check_spec_limits
 from core.settings import Settings
-from core.spec import DuplicateKey, SpecLoader, SweepSpec, load_spec, number_error, unique_keys
+from core.spec import SweepSpec, load_spec
 from scheduler.expand import check_count
 
 JSON_TYPES = ("application/json",)
