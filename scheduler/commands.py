@@ -279,7 +279,7 @@ def scheduler(interval: float | None, once: bool) -> None:
     )
     while True:
         try:
-            ids = requeue_stale(store, app, settings.stale_after_seconds)
+            ids = requeue_stale(store, app, settings.stale_after_seconds, settings.max_attempts)
             if once:
                 click.echo(f"requeued {len(ids)} stale trials")
                 return

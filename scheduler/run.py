@@ -230,7 +230,7 @@ def run(
                     break
                 procs.check()
                 if time.monotonic() - last_requeue > REQUEUE_EVERY_SECONDS:
-                    requeue_stale(store, app, settings.stale_after_seconds)
+                    requeue_stale(store, app, settings.stale_after_seconds, settings.max_attempts)
                     last_requeue = time.monotonic()
                 time.sleep(0.5)
         counts = store.counts(sweep_id)
