@@ -64,6 +64,7 @@ class SweepActions(Lifecycle):
         sweep_id: str | None = None,
         *,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        count_lost: bool = True,
     ) -> list[str]:
         """Send running trials whose heartbeat is older than `stale_after` s back to the queue.
 
@@ -72,6 +73,8 @@ class SweepActions(Lifecycle):
         (as `Lifecycle.claim` does). Returns the ids this call requeued (each by exactly one
         of any concurrent callers), so the caller can publish them again. A trial whose
         sweep was cancelled is cancelled instead; neither it nor a failed one is returned.
+        ``count_lost=False`` requeues without counting: for a caller that stopped those
+        attempts itself (a resumed ``sweepstack run``), whose trials are no poison.
         """
         stale = timedelta(seconds=check_seconds("stale_after", stale_after))
         check_max_attempts(max_attempts)
@@ -95,7 +98,8 @@ class SweepActions(Lifecycle):
                 beat = doc["heartbeat_at"]
                 lost = history_entry(doc, "lost", now, f"no heartbeat since {beat.isoformat()}")
                 cancel = doc.get("stop_requested") or self._cancelled(doc["sweep_id"])
-                poisoned = not cancel and doc.get("lost_attempts", 0) + 1 >= max_attempts
+                losses = doc.get("lost_attempts", 0) + 1
+                poisoned = count_lost and not cancel and losses >= max_attempts
                 if cancel:
                     to = _CANCELLED
                     change = {"state": _CANCELLED, "finished_at": now, "updated_at": now}
@@ -119,7 +123,11 @@ class SweepActions(Lifecycle):
                         "attempt": doc["attempt"],
                         "heartbeat_at": beat,
                     },
-                    {"$set": change, "$push": {"history": lost}, "$inc": {"lost_attempts": 1}},
+                    {
+                        "$set": change,
+                        "$push": {"history": lost},
+                        "$inc": {"lost_attempts": 1 if count_lost else 0},
+                    },
                 )
                 if moved.modified_count:
                     moves.setdefault(doc["sweep_id"], Counter()).update({_RUNNING: -1, to: 1})

@@ -42,7 +42,7 @@ def _resume(store: Store, app: Any, sweep_id: str) -> int:
     """
     from scheduler.submit import enqueue_ids
 
-    store.requeue_stale(0.0, sweep_id=sweep_id)
+    store.requeue_stale(0.0, sweep_id=sweep_id, count_lost=False)  # we stopped them: no poison
     queued: list[str] = []
     cursor = None
     while True:

@@ -129,6 +129,18 @@ def test_concurrent_requeues_count_one_loss(store: Store, clock: FakeClock) -> N
     assert store.get_trial(tid)["lost_attempts"] == 1
 
 
+def test_requeue_without_counting_never_fails_a_trial(store: Store, clock: FakeClock) -> None:
+    sweep_id, points = make_sweep(store)
+    tid = trial_ids(sweep_id, points)[0]
+    for _ in range(3):  # a `sweepstack run` stopped and resumed three times
+        run(store, tid)
+        clock.advance(1)
+        assert store.requeue_stale(0, sweep_id=sweep_id, max_attempts=1, count_lost=False) == [tid]
+    trial = store.get_trial(tid)
+    assert trial["state"] == "queued" and trial["attempt"] == 3
+    assert trial.get("lost_attempts", 0) == 0
+
+
 def test_retry_failed_queues_failed_trials_and_keeps_their_errors(store: Store) -> None:
     sweep_id, points = make_sweep(store)
     failed, completed = trial_ids(sweep_id, points)[:2]
