@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import click
+from kombu.exceptions import OperationalError
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
@@ -267,8 +268,8 @@ def taken_names(settings: Settings, names: list[str]) -> list[str]:
         return []
     app = sender_app(settings)
     taken = []
-    with app.connection_for_write() as conn:
-        conn.ensure_connection(max_retries=3)
+    with app.connection_for_write(connect_timeout=5) as conn:
+        conn.ensure_connection(max_retries=1)
         for name in names:
             queue = app.control.mailbox.get_queue(name)
             channel = conn.channel()
@@ -336,8 +337,9 @@ def worker(
     names = [host_format(cmd[cmd.index("--hostname") + 1]) for cmd, _ in commands]
     try:
         taken = taken_names(settings, names)
-    except OSError as exc:
-        raise click.ClickException(f"cannot reach the broker: {exc}") from exc
+    except (OSError, OperationalError) as exc:  # Celery waits for it, as it did before
+        click.echo(f"warning: cannot ask the broker whether {names[0]} is free: {exc}", err=True)
+        taken = []
     if taken:
         click.echo(
             f"error: worker name {', '.join(taken)} is taken: a worker of that name is "
