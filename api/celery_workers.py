@@ -6,8 +6,9 @@ One broadcast (``stats``) finds the workers; it waits `INSPECT_TIMEOUT` seconds 
 replies, since it cannot know how many will come. The next two (``active``,
 ``active_queues``) are addressed to the workers found and return as soon as all answered.
 A worker's device comes from its name: ``sweepstack worker --gpus`` names them
-``gpu<N>@host`` (device ``gpu:<N>``), CPU workers ``cpu@host`` (``cpu``); other names give
-null. Needs a bearer token (worker names are host names).
+``gpu<N>-<pid>@host`` (device ``gpu:<N>``), CPU workers ``cpu-<pid>@host`` (``cpu``); names
+given with ``--name`` end ``-gpu<N>@host`` with ``--gpus``; other names give null. Needs a
+bearer token (worker names are host names).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from api.params import accept
 from api.serialize import PREFIX
 
 INSPECT_TIMEOUT = 1.0
-_GPU = re.compile(r"^gpu(\d+)@")
+_GPU = re.compile(r"^gpu(\d+)[-@]|-gpu(\d+)@")
+_CPU = re.compile(r"^cpu[-@]")
 
 blueprint = Blueprint("workers", __name__, url_prefix=f"{PREFIX}/workers")
 blueprint.before_request(require_token)
@@ -32,10 +34,10 @@ blueprint.before_request(require_token)
 
 def device(name: str) -> str | None:
     """The device a worker trains on, from the name `sweepstack worker` gives it."""
-    match = _GPU.match(name)
+    match = _GPU.search(name)
     if match:
-        return f"gpu:{match.group(1)}"
-    return "cpu" if name.startswith("cpu@") else None
+        return f"gpu:{match.group(1) or match.group(2)}"
+    return "cpu" if _CPU.match(name) else None
 
 
 def _trial_ids(args: Any) -> list[str]:

@@ -103,7 +103,9 @@ def retry(sweep_id: str) -> dict[str, Any]:
     ctx.store.get_sweep(sweep_id, owner=owner())
     _broker_reachable(ctx)
     failed = ctx.store.retry_failed(sweep_id)
-    stale = ctx.store.requeue_stale(ctx.settings.stale_after_seconds, sweep_id=sweep_id)
+    stale = ctx.store.requeue_stale(
+        ctx.settings.stale_after_seconds, sweep_id=sweep_id, max_attempts=ctx.settings.max_attempts
+    )
     enqueue_ids(ctx.store, ctx.sender, failed + stale)
     body = {"retried": len(failed), "requeued_stale": len(stale)}
     return {**body, "sweep": sweep_view(ctx.store.get_sweep(sweep_id))}

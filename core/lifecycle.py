@@ -30,6 +30,7 @@ from core.records import (
     sweep_document,
     trial_document,
 )
+from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec import SweepSpec
 from core.states import FINISH_STATES, Heartbeat, TrialState
 from core.views import Views, available
@@ -43,6 +44,28 @@ _CANCELLED = TrialState.CANCELLED.value
 _STATES = frozenset(s.value for s in TrialState)
 # What `finish` accepts: a finish state, or cancelled after a stop request.
 _FINISHES = frozenset(s.value for s in FINISH_STATES) | {_CANCELLED}
+
+
+def check_max_attempts(max_attempts: Any) -> int:
+    """`max_attempts` must be an integer >= 1 (`InvalidQuery` otherwise)."""
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise InvalidQuery("max_attempts", f"must be an integer >= 1, got {max_attempts!r}")
+    return max_attempts
+
+
+def poison_reason(doc: Mapping[str, Any], max_attempts: int) -> str:
+    """Why a trial whose worker died `max_attempts` times ended failed: what is known of the
+    last holder (host, pid, worker name, last heartbeat)."""
+    holder = doc.get("worker") or {}
+    beat = doc.get("heartbeat_at")
+    known = [key for key in ("host", "pid", "name") if holder.get(key) not in (None, "")]
+    where = ", ".join(f"{key} {holder[key]}" for key in known)
+    return (
+        f"its worker died {max_attempts} times: attempt {doc.get('attempt')} "
+        f"({where or 'holder unknown'}) last sent a heartbeat at "
+        f"{beat.isoformat() if beat else 'its start'}; killed by the out-of-memory killer, a "
+        "crash or a signal? (SWEEPSTACK_MAX_ATTEMPTS sets the limit; retry to try again)"
+    )
 
 
 class Lifecycle(Views):
@@ -137,20 +160,24 @@ class Lifecycle(Views):
         *,
         stale_after: float,
         takeover_attempt: int | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> dict[str, Any] | None:
         """Start a new attempt of a trial for `worker`; the trial after the claim, or None.
 
         Claims a queued trial, or a running one whose attempt is presumed dead: its
         heartbeat is older than `stale_after` seconds, or its attempt is `takeover_attempt`
         (the caller knows that attempt's process is gone). The dead attempt goes into
-        ``history`` as ``lost``. None when the trial is terminal or held by a live attempt.
-        A trial of a cancelled sweep is cancelled instead of claimed (None).
+        ``history`` as ``lost`` and counts in ``lost_attempts``; the one that makes it
+        `max_attempts` ends the trial ``failed`` instead (a poison trial: whatever kills its
+        worker would kill the next one too). None when the trial is terminal, held by a live
+        attempt or ended so. A trial of a cancelled sweep is cancelled instead of claimed.
         """
         check_id("trial_id", trial_id)
         worker = check_keys("worker", worker)
         stale = timedelta(seconds=check_seconds("stale_after", stale_after))
         if takeover_attempt is not None:
             check_attempt(takeover_attempt)
+        check_max_attempts(max_attempts)
         doc = self._trials.find_one({"_id": trial_id})
         if doc is None:
             raise NotFound("trial", trial_id)
@@ -190,6 +217,9 @@ class Lifecycle(Views):
             if ended.modified_count:
                 self._bump(doc["sweep_id"], {_RUNNING: -1, _CANCELLED: 1}, now)
             return None
+        if doc.get("lost_attempts", 0) + 1 >= max_attempts:
+            self._end_poisoned(doc, expect, lost, max_attempts, now)
+            return None
         if not self._start_attempt(expect, worker, now, lost=lost):
             return None
         log.info("trial %s: attempt %d lost (%s); taken over", trial_id, attempt, why)
@@ -215,7 +245,39 @@ class Lifecycle(Views):
         }
         if lost is not None:
             update["$push"] = {"history": lost}
+            update["$inc"]["lost_attempts"] = 1
         return self._trials.update_one(expect, update).modified_count == 1
+
+    def _end_poisoned(
+        self,
+        doc: Mapping[str, Any],
+        expect: dict[str, Any],
+        lost: dict[str, Any],
+        max_attempts: int,
+        now: datetime,
+    ) -> bool:
+        """End a running trial `failed` whose attempts died `max_attempts` times; True if
+        this call did (`expect` is the filter that proves the attempt is still the dead one)."""
+        error = poison_reason(doc, max_attempts)
+        ended = self._trials.update_one(
+            expect,
+            {
+                "$set": {
+                    "state": _FAILED,
+                    "finished_at": now,
+                    "updated_at": now,
+                    "error": error,
+                    "progress": None,
+                },
+                "$inc": {"lost_attempts": 1},
+                "$push": {"history": lost},
+            },
+        )
+        if not ended.modified_count:
+            return False
+        self._bump(doc["sweep_id"], {_RUNNING: -1, _FAILED: 1}, now)
+        log.warning("trial %s failed: %s", doc["_id"], error)
+        return True
 
     def _cancel_queued(self, doc: Mapping[str, Any], now: datetime) -> None:
         done = self._trials.update_one(

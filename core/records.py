@@ -59,6 +59,7 @@ RESERVED_TRIAL_FIELDS = frozenset(
         "state",
         "attempt",
         "history",
+        "lost_attempts",
         "worker",
         "stop_requested",
         "progress",

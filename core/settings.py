@@ -15,6 +15,8 @@ from pathlib import Path
 from core.errors import ConfigError
 
 PREFIX = "SWEEPSTACK_"
+#: Attempts of a trial whose worker process died (killed, crashed) before it ends failed.
+DEFAULT_MAX_ATTEMPTS = 3
 
 
 def _tokens(raw: str) -> dict[str, str]:
@@ -29,7 +31,14 @@ def _tokens(raw: str) -> dict[str, str]:
 
 
 _INT_FIELDS = frozenset(
-    {"api_max_body_bytes", "api_max_trials", "api_max_epochs", "api_page_size", "api_max_page_size"}
+    {
+        "api_max_body_bytes",
+        "api_max_trials",
+        "api_max_epochs",
+        "api_page_size",
+        "api_max_page_size",
+        "max_attempts",
+    }
 )
 # Ceilings on what a spec may ask for (core.limits), checked at submit by the API and the CLI.
 _CEILING_FIELDS = frozenset(
@@ -66,6 +75,8 @@ class Settings:
     api_tokens: dict[str, str] = field(default_factory=dict)
     heartbeat_seconds: float = 10.0
     stale_after_seconds: float = 120.0
+    # A trial whose worker died this many times (lost attempts) ends failed: a poison trial.
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     log_level: str = "INFO"
     # REST API limits (api/): request body bytes, trials per sweep, epochs per trial, page sizes.
     api_max_body_bytes: int = 1_048_576

@@ -10,6 +10,11 @@ queued ──claim──► running ──finish──► complete | failed | pr
 queued ──cancel_sweep──► cancelled      running ──(stop requested)──► cancelled
 ```
 
+A takeover or a stale requeue counts the attempt lost (``lost_attempts``); the loss that
+makes ``max_attempts`` (`SWEEPSTACK_MAX_ATTEMPTS`) ends the trial ``failed`` instead: a
+poison trial, whose worker dies whenever it trains it, does not take every worker down with
+it. ``retry_failed`` starts the count afresh.
+
 States are lowercase strings in JSON and in the store; `TrialState` is a `StrEnum`, so a
 state compares equal to its value (``TrialState.QUEUED == "queued"``).
 """

@@ -12,9 +12,10 @@ from datetime import timedelta
 from typing import Any
 
 from core.errors import InvalidTransition
-from core.lifecycle import Lifecycle
+from core.lifecycle import Lifecycle, check_max_attempts, poison_reason
 from core.query import check_id, check_seconds
 from core.records import REQUEUED_FIELDS, history_entry
+from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.states import TrialState
 from core.views import available
 
@@ -57,21 +58,38 @@ class SweepActions(Lifecycle):
         return {"cancelled": ended.modified_count, "stopping": stopping.modified_count}
 
     @available
-    def requeue_stale(self, stale_after: float, sweep_id: str | None = None) -> list[str]:
+    def requeue_stale(
+        self,
+        stale_after: float,
+        sweep_id: str | None = None,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        count_lost: bool = True,
+    ) -> list[str]:
         """Send running trials whose heartbeat is older than `stale_after` s back to the queue.
 
-        The lost attempt goes into history; the next claim is attempt + 1. Returns the ids
-        this call requeued (each by exactly one of any concurrent callers), so the caller
-        can publish them again. A trial whose sweep was cancelled is cancelled instead and
-        is not returned.
+        The lost attempt goes into history and counts in ``lost_attempts``; the next claim
+        is attempt + 1. The loss that makes `max_attempts` ends the trial ``failed`` instead
+        (as `Lifecycle.claim` does). Returns the ids this call requeued (each by exactly one
+        of any concurrent callers), so the caller can publish them again. A trial whose
+        sweep was cancelled is cancelled instead; neither it nor a failed one is returned.
+        ``count_lost=False`` requeues without counting: for a caller that stopped those
+        attempts itself (a resumed ``sweepstack run``), whose trials are no poison.
         """
         stale = timedelta(seconds=check_seconds("stale_after", stale_after))
+        check_max_attempts(max_attempts)
         now = self._clock()
         query: dict[str, Any] = {"state": _RUNNING}
         if sweep_id is not None:
             query["sweep_id"] = check_id("sweep_id", sweep_id)
         query["heartbeat_at"] = {"$lt": now - stale}
-        fields = {"sweep_id": 1, "attempt": 1, "heartbeat_at": 1, "stop_requested": 1}
+        fields = {
+            "sweep_id": 1,
+            "attempt": 1,
+            "heartbeat_at": 1,
+            "stop_requested": 1,
+            "lost_attempts": 1,
+        }
         candidates = list(self._trials.find(query, {**fields, "worker": 1, "started_at": 1}))
         requeued: list[str] = []
         moves: dict[str, Counter[str]] = {}
@@ -80,10 +98,24 @@ class SweepActions(Lifecycle):
                 beat = doc["heartbeat_at"]
                 lost = history_entry(doc, "lost", now, f"no heartbeat since {beat.isoformat()}")
                 cancel = doc.get("stop_requested") or self._cancelled(doc["sweep_id"])
+                losses = doc.get("lost_attempts", 0) + 1
+                poisoned = count_lost and not cancel and losses >= max_attempts
                 if cancel:
+                    to = _CANCELLED
                     change = {"state": _CANCELLED, "finished_at": now, "updated_at": now}
+                elif poisoned:
+                    to = _FAILED
+                    change = {
+                        "state": _FAILED,
+                        "finished_at": now,
+                        "updated_at": now,
+                        "progress": None,
+                        "error": poison_reason(doc, max_attempts),
+                    }
                 else:
+                    to = _QUEUED
                     change = {**REQUEUED_FIELDS, "queued_at": now, "updated_at": now}
+                # Filter and count in one update: of concurrent callers one counts the loss.
                 moved = self._trials.update_one(
                     {
                         "_id": doc["_id"],
@@ -91,13 +123,18 @@ class SweepActions(Lifecycle):
                         "attempt": doc["attempt"],
                         "heartbeat_at": beat,
                     },
-                    {"$set": change, "$push": {"history": lost}},
+                    {
+                        "$set": change,
+                        "$push": {"history": lost},
+                        "$inc": {"lost_attempts": 1 if count_lost else 0},
+                    },
                 )
                 if moved.modified_count:
-                    to = _CANCELLED if cancel else _QUEUED
                     moves.setdefault(doc["sweep_id"], Counter()).update({_RUNNING: -1, to: 1})
-                    if not cancel:
+                    if to == _QUEUED:
                         requeued.append(doc["_id"])
+                    elif to == _FAILED:
+                        log.warning("trial %s failed: %s", doc["_id"], change["error"])
         finally:
             for sid, move in moves.items():
                 self._bump(sid, move, now)
@@ -109,7 +146,10 @@ class SweepActions(Lifecycle):
     def retry_failed(self, sweep_id: str) -> list[str]:
         """Queue a sweep's failed trials again; their failed attempts stay in history.
 
-        Returns the ids this call queued. `InvalidTransition` if the sweep is cancelled.
+        A retry starts the count of lost attempts afresh (``lost_attempts`` back to 0): a
+        trial that failed because its worker died `max_attempts` times gets that many again,
+        as the user asked for it. Returns the ids this call queued. `InvalidTransition` if
+        the sweep is cancelled.
         """
         sweep = self._sweep(sweep_id)
         if sweep.get("cancelled_at") is not None:
@@ -125,6 +165,7 @@ class SweepActions(Lifecycle):
                         "$set": {
                             **REQUEUED_FIELDS,
                             "stop_requested": False,
+                            "lost_attempts": 0,
                             "queued_at": now,
                             "updated_at": now,
                         }

@@ -8,21 +8,27 @@ Exit 0 when healthy and 1 when not (Docker's contract); one line on stdout says 
 ``docker inspect`` shows it. The http mode needs only the standard library (the Flower
 image has no Sweepstack code); the others import celery, kombu and pymongo lazily.
 
-Worker node names follow ``sweepstack worker``: ``cpu@HOST`` for a CPU worker, and
-``gpu<N>@HOST`` for each GPU of ``--gpus`` (``WORKER_GPUS``: ``all`` or indices like
-``0,1``; ``all`` asks ``nvidia-smi``, as the worker does). HOST is the container's host name,
-which is what Celery's ``%h`` expands to.
+Worker node names are unique per process (``sweepstack worker`` names them ``cpu-PID@HOST``
+and ``gpu<N>-PID@HOST``, or after ``--name``), so the check reads them where they are
+written: the ``--hostname`` (``-n``) argument of every ``celery ... worker`` process in this
+container (``/proc/*/cmdline``), with ``%h`` (and ``%n``, ``%d``) expanded as Celery does.
+Every one found must answer; a GPU container must have one per GPU of ``WORKER_GPUS``
+(``all`` or indices like ``0,1``; ``all`` asks ``nvidia-smi``, as the worker does).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
 
+_TITLE = re.compile(r"^\[celeryd: ([^\]:\s]+)")
 TIMEOUT_SECONDS = float(os.environ.get("SWEEPSTACK_HEALTHCHECK_TIMEOUT", "5"))
 
 
@@ -43,7 +49,10 @@ def gpu_indices(spec: str) -> list[str]:
         try:
             out = subprocess.run(
                 ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=10, check=False,
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
             ).stdout
         except (OSError, subprocess.TimeoutExpired) as err:
             raise RuntimeError(f"nvidia-smi: {err}") from None
@@ -54,14 +63,59 @@ def gpu_indices(spec: str) -> list[str]:
     return [g.strip() for g in spec.split(",") if g.strip()]
 
 
-def worker_nodes(kind: str, host: str | None = None) -> list[str]:
-    """Celery node names of this container's worker processes."""
+def process_argvs(proc: Path = Path("/proc")) -> list[list[str]]:
+    """The command lines of the processes this container can see."""
+    argvs = []
+    for cmdline in proc.glob("[0-9]*/cmdline"):
+        try:
+            raw = cmdline.read_bytes()
+        except OSError:  # the process ended while we looked
+            continue
+        if raw:
+            argvs.append(raw.rstrip(b"\0").decode(errors="replace").split("\0"))
+    return argvs
+
+
+def _node_name(argv: list[str]) -> str | None:
+    """The node name a ``celery ... worker`` command line asks for (the last one wins), or
+    shows in its title (``[celeryd: NAME:MainProcess]``, where setproctitle is installed)."""
+    titled = _TITLE.match(" ".join(argv))
+    if titled:
+        return titled.group(1)
+    if "worker" not in argv or not any(Path(a).name.startswith("celery") for a in argv[:4]):
+        return None
+    name = None
+    for i, arg in enumerate(argv):
+        if arg in ("--hostname", "-n") and i + 1 < len(argv):
+            name = argv[i + 1]
+        elif arg.startswith("--hostname="):
+            name = arg.partition("=")[2]
+    return name
+
+
+def worker_nodes(
+    kind: str, host: str | None = None, argvs: Iterable[list[str]] | None = None
+) -> list[str]:
+    """Celery node names of this container's worker processes, from their command lines
+    (`argvs`; default: every process's)."""
+    if kind not in ("cpu", "gpu"):
+        raise ValueError(f"worker kind must be cpu or gpu, got {kind!r}")
     host = host or socket.gethostname()
-    if kind == "cpu":
-        return [f"cpu@{host}"]
+    short, _, domain = host.partition(".")
+    names = set()
+    for argv in process_argvs() if argvs is None else argvs:
+        name = _node_name(argv)
+        if name:
+            names.add(name.replace("%h", host).replace("%n", short).replace("%d", domain))
+    if not names:
+        raise RuntimeError("no celery worker process in this container")
     if kind == "gpu":
-        return [f"gpu{i}@{host}" for i in gpu_indices(os.environ.get("WORKER_GPUS", "all"))]
-    raise ValueError(f"worker kind must be cpu or gpu, got {kind!r}")
+        gpus = gpu_indices(os.environ.get("WORKER_GPUS", "all"))
+        if len(names) < len(gpus):
+            raise RuntimeError(
+                f"{len(names)} worker processes for {len(gpus)} GPUs: {', '.join(sorted(names))}"
+            )
+    return sorted(names)
 
 
 def _broker_url() -> str:
@@ -71,11 +125,16 @@ def _broker_url() -> str:
     return url
 
 
-def check_celery(kind: str, timeout: float = TIMEOUT_SECONDS, host: str | None = None) -> str:
+def check_celery(
+    kind: str,
+    timeout: float = TIMEOUT_SECONDS,
+    host: str | None = None,
+    argvs: Iterable[list[str]] | None = None,
+) -> str:
     """Ping this container's worker nodes by name; raise unless all of them answer."""
     from celery import Celery
 
-    nodes = worker_nodes(kind, host)
+    nodes = worker_nodes(kind, host, argvs)
     app = Celery("sweepstack-healthcheck", broker=_broker_url(), set_as_current=False)
     app.conf.update(broker_connection_timeout=timeout, broker_connection_retry=False)
     replies = app.control.ping(destination=nodes, timeout=timeout)
@@ -96,8 +155,11 @@ def check_deps(timeout: float = TIMEOUT_SECONDS) -> str:
     mongo_url = os.environ.get("SWEEPSTACK_MONGO_URL")
     if not mongo_url:
         raise RuntimeError("SWEEPSTACK_MONGO_URL is not set")
-    client: MongoClient = MongoClient(mongo_url, serverSelectionTimeoutMS=int(timeout * 1000),
-                                      connectTimeoutMS=int(timeout * 1000))
+    client: MongoClient = MongoClient(
+        mongo_url,
+        serverSelectionTimeoutMS=int(timeout * 1000),
+        connectTimeoutMS=int(timeout * 1000),
+    )
     try:
         client.admin.command("ping")
     finally:

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import click
+from kombu.exceptions import OperationalError
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
@@ -186,10 +187,38 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def node_names(
+    gpus: list[str] | None, name: str | None = None, pid: int | None = None
+) -> list[str]:
+    """Celery node names of the processes `sweepstack worker` starts (``%h``: the host name).
+
+    By default unique on a host, so that workers can share it: ``cpu-<pid>@%h`` for the CPU
+    worker and ``gpu<N>-<pid>@%h`` for the process of GPU N, where pid is that of the
+    `sweepstack worker` command. `name` (``--name``) replaces the default; ``@%h`` is added
+    when it names no host, and ``-gpu<N>`` to its part before ``@`` for each GPU.
+    """
+    pid = os.getpid() if pid is None else pid
+    if name is None:
+        if gpus is None:
+            return [f"cpu-{pid}@%h"]
+        return [f"gpu{gpu}-{pid}@%h" for gpu in gpus]
+    base, at, host = name.partition("@")
+    host = host if at else "%h"
+    if gpus is None:
+        return [f"{base}@{host}"]
+    return [f"{base}-gpu{gpu}@{host}" for gpu in gpus]
+
+
 def worker_commands(
-    concurrency: int, gpus: str | None, loglevel: str, queue: str
+    workers: int,
+    gpus: str | None,
+    loglevel: str,
+    queue: str,
+    *,
+    name: str | None = None,
 ) -> list[tuple[list[str], dict[str, str]]]:
-    """The Celery worker processes to start: one per GPU, or one with N CPU children."""
+    """The Celery worker processes to start: one per GPU, or one with N CPU children, each
+    with its node name (`node_names`)."""
     base = [
         sys.executable,
         "-m",
@@ -207,40 +236,118 @@ def worker_commands(
     ]
     cores = usable_cores()
     if gpus:
+        indices = _gpu_list(gpus)
         out = []
-        for gpu in _gpu_list(gpus):
+        for gpu, node in zip(indices, node_names(indices, name), strict=True):
             env = {"CUDA_VISIBLE_DEVICES": gpu, "SWEEPSTACK_TORCH_THREADS": "1"}
-            out.append(([*base, "--concurrency", "1", "--hostname", f"gpu{gpu}@%h"], env))
+            out.append(([*base, "--concurrency", "1", "--hostname", node], env))
         return out
-    threads = os.environ.get("SWEEPSTACK_TORCH_THREADS") or str(max(1, cores // concurrency))
+    threads = os.environ.get("SWEEPSTACK_TORCH_THREADS") or str(max(1, cores // workers))
+    (node,) = node_names(None, name)
     return [
         (
-            [*base, "--concurrency", str(concurrency), "--hostname", "cpu@%h"],
+            [*base, "--concurrency", str(workers), "--hostname", node],
             {"SWEEPSTACK_TORCH_THREADS": threads, "OMP_NUM_THREADS": threads},
         )
     ]
 
 
+def taken_names(settings: Settings, names: list[str]) -> list[str]:
+    """Those of the node names (``%h`` expanded) that a worker connected to the broker holds.
+
+    A Celery worker holds its name by its control queue (``NAME.celery.pidbox``), which is
+    exclusive to its connection: a passive declare of it from another connection is refused
+    with RESOURCE_LOCKED while that worker lives, and finds no queue once it is gone. The
+    embedded broker (``sweepstack run``) has no such queues; nothing is taken there.
+    """
+    import amqp.exceptions
+
+    from scheduler.enqueue import sender_app
+
+    if not settings.broker_url or not settings.broker_url.startswith(("amqp", "pyamqp")):
+        return []
+    app = sender_app(settings)
+    taken = []
+    with app.connection_for_write(connect_timeout=5) as conn:
+        conn.ensure_connection(max_retries=1)
+        for name in names:
+            queue = app.control.mailbox.get_queue(name)
+            channel = conn.channel()
+            try:
+                channel.queue_declare(queue=queue.name, passive=True)
+            except amqp.exceptions.ResourceLocked:
+                taken.append(name)
+                continue
+            except amqp.exceptions.NotFound:
+                continue
+            channel.close()
+    return taken
+
+
 @click.command()
+@click.option(
+    "--workers",
+    "-w",
+    type=click.IntRange(min=1),
+    default=None,
+    help="CPU training processes [default: the number of cores].",
+)
 @click.option(
     "--concurrency",
     "-c",
+    "old_workers",
     type=click.IntRange(min=1),
     default=None,
-    help="CPU worker processes [default: the number of cores].",
+    hidden=True,
+    help="The former name of --workers.",
 )
 @click.option("--gpus", default=None, help="all, or GPU indices like 0,1: one process per GPU.")
+@click.option(
+    "--name",
+    default=None,
+    metavar="NAME[@HOST]",
+    help="Celery node name [default: cpu-PID@HOST, gpuN-PID@HOST]; %h is the host name. "
+    "With --gpus, -gpuN is added to each.",
+)
 @click.option("--loglevel", default="INFO", show_default=True)
-def worker(concurrency: int | None, gpus: str | None, loglevel: str) -> None:
-    """Start Celery workers that train trials (torch threads x processes <= cores)."""
+def worker(
+    workers: int | None,
+    old_workers: int | None,
+    gpus: str | None,
+    name: str | None,
+    loglevel: str,
+) -> None:
+    """Start Celery workers that train trials (torch threads x processes <= cores).
+
+    Several may run on one host: each has a node name of its own.
+    """
+    from celery.utils.nodenames import host_format
+
+    from scheduler.cli import EXIT_PROBLEM
+
     settings = _settings()
     _need(settings.broker_url, "SWEEPSTACK_BROKER_URL")
     _need(settings.mongo_url, "SWEEPSTACK_MONGO_URL")
-    concurrency = concurrency or usable_cores()
-    procs = [
-        subprocess.Popen(cmd, env={**os.environ, **env})
-        for cmd, env in worker_commands(concurrency, gpus, loglevel, settings.queue)
-    ]
+    if workers and old_workers and workers != old_workers:
+        raise click.UsageError(f"--workers {workers} and --concurrency {old_workers} disagree")
+    if name is not None and (not name.partition("@")[0] or any(c.isspace() for c in name)):
+        raise click.BadParameter(f"must be NAME or NAME@HOST, got {name!r}", param_hint="--name")
+    workers = workers or old_workers or usable_cores()
+    commands = worker_commands(workers, gpus, loglevel, settings.queue, name=name)
+    names = [host_format(cmd[cmd.index("--hostname") + 1]) for cmd, _ in commands]
+    try:
+        taken = taken_names(settings, names)
+    except (OSError, OperationalError) as exc:  # Celery waits for it, as it did before
+        click.echo(f"warning: cannot ask the broker whether {names[0]} is free: {exc}", err=True)
+        taken = []
+    if taken:
+        click.echo(
+            f"error: worker name {', '.join(taken)} is taken: a worker of that name is "
+            "connected to the broker; choose another with --name",
+            err=True,
+        )
+        sys.exit(EXIT_PROBLEM)
+    procs = [subprocess.Popen(cmd, env={**os.environ, **env}) for cmd, env in commands]
 
     def forward(signum: int, _frame: object) -> None:
         for proc in procs:
@@ -279,7 +386,7 @@ def scheduler(interval: float | None, once: bool) -> None:
     )
     while True:
         try:
-            ids = requeue_stale(store, app, settings.stale_after_seconds)
+            ids = requeue_stale(store, app, settings.stale_after_seconds, settings.max_attempts)
             if once:
                 click.echo(f"requeued {len(ids)} stale trials")
                 return

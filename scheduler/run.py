@@ -42,7 +42,7 @@ def _resume(store: Store, app: Any, sweep_id: str) -> int:
     """
     from scheduler.submit import enqueue_ids
 
-    store.requeue_stale(0.0, sweep_id=sweep_id)
+    store.requeue_stale(0.0, sweep_id=sweep_id, count_lost=False)  # we stopped them: no poison
     queued: list[str] = []
     cursor = None
     while True:
@@ -230,7 +230,7 @@ def run(
                     break
                 procs.check()
                 if time.monotonic() - last_requeue > REQUEUE_EVERY_SECONDS:
-                    requeue_stale(store, app, settings.stale_after_seconds)
+                    requeue_stale(store, app, settings.stale_after_seconds, settings.max_attempts)
                     last_requeue = time.monotonic()
                 time.sleep(0.5)
         counts = store.counts(sweep_id)

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from celery import Celery
 
 from core.config import MAX_TIME_LIMIT, ExecutionConfig
+from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec import SweepSpec
 from core.store import Store
 from scheduler.enqueue import enqueue
@@ -77,9 +78,12 @@ def enqueue_ids(store: Store, app: Celery, trial_ids: Iterable[str]) -> int:
     return enqueue(app, pairs) if pairs else 0
 
 
-def requeue_stale(store: Store, app: Celery, stale_after: float) -> list[str]:
-    """Requeue running trials whose heartbeat is older than `stale_after`, and enqueue them."""
-    ids = store.requeue_stale(stale_after)
+def requeue_stale(
+    store: Store, app: Celery, stale_after: float, max_attempts: int = DEFAULT_MAX_ATTEMPTS
+) -> list[str]:
+    """Requeue running trials whose heartbeat is older than `stale_after`, and enqueue them;
+    one whose `max_attempts`-th attempt went silent ends failed instead."""
+    ids = store.requeue_stale(stale_after, max_attempts=max_attempts)
     if ids:
         log.warning("requeued %d stale trials", len(ids))
         enqueue_ids(store, app, ids)

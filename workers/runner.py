@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from core.config import TrialConfig
 from core.errors import StoreUnavailable, TrainingError
+from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.states import TrialState
 from core.store import Store
 
@@ -39,10 +40,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RunnerOptions:
-    """How often to beat, when a silent trial counts as stale, how long to retry the store."""
+    """How often to beat, when a silent trial counts as stale, how long to retry the store,
+    and after how many dead attempts a trial ends failed."""
 
     heartbeat_seconds: float = 10.0
     stale_after_seconds: float = 120.0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     store_retry_seconds: float = 600.0
     data_dir: Path | None = None
 
@@ -129,9 +132,10 @@ def claim_trial(
 ) -> dict[str, Any] | None:
     """Claim the trial for `worker`: its document, or None when it is finished or held by a
     live attempt. A claim whose holder was a process on this host that has died is taken
-    over at once rather than after the stale-heartbeat wait."""
-    stale = options.stale_after_seconds
-    doc = store.claim(trial_id, worker, stale_after=stale)
+    over at once rather than after the stale-heartbeat wait; its `max_attempts`-th loss
+    ends the trial failed (None), so a redelivered message for it is acked and does nothing."""
+    stale, limit = options.stale_after_seconds, options.max_attempts
+    doc = store.claim(trial_id, worker, stale_after=stale, max_attempts=limit)
     if doc is not None:
         return doc
     current = store.get_trial(trial_id, with_metrics=False)
@@ -139,7 +143,13 @@ def claim_trial(
         log.info(
             "trial %s: attempt %s died with its process; taking over", trial_id, current["attempt"]
         )
-        return store.claim(trial_id, worker, stale_after=stale, takeover_attempt=current["attempt"])
+        return store.claim(
+            trial_id,
+            worker,
+            stale_after=stale,
+            takeover_attempt=current["attempt"],
+            max_attempts=limit,
+        )
     return None
 
 

@@ -29,6 +29,7 @@ def register(app: Celery, context: WorkerContext) -> None:
         return RunnerOptions(
             heartbeat_seconds=settings.heartbeat_seconds,
             stale_after_seconds=settings.stale_after_seconds,
+            max_attempts=settings.max_attempts,
             data_dir=settings.datasets_dir,
         )
 

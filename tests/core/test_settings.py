@@ -15,6 +15,7 @@ def test_defaults_without_environment() -> None:
     assert settings.broker_url is None and settings.mongo_url is None
     assert settings.mongo_db == "sweepstack"
     assert settings.api_tokens == {}
+    assert settings.max_attempts == 3
 
 
 def test_values_are_parsed() -> None:
@@ -38,6 +39,8 @@ def test_values_are_parsed() -> None:
         ("SWEEPSTACK_API_TOKENS", "alice", "SWEEPSTACK_API_TOKENS item 0: must be name:token"),
         ("SWEEPSTACK_HEARTBEAT_SECONDS", "soon", "must be a number, got 'soon'"),
         ("SWEEPSTACK_STALE_AFTER_SECONDS", "-1", "must be > 0, got -1"),
+        ("SWEEPSTACK_MAX_ATTEMPTS", "0", "SWEEPSTACK_MAX_ATTEMPTS: must be > 0, got 0"),
+        ("SWEEPSTACK_MAX_ATTEMPTS", "three", "must be an integer, got 'three'"),
     ],
 )
 def test_malformed_values_name_the_variable(name: str, value: str, message: str) -> None:

@@ -126,6 +126,60 @@ def test_claim_takes_over_an_attempt_known_to_be_dead(store: Store) -> None:
     assert store.heartbeat(tid, 1) is Heartbeat.LOST
 
 
+def test_a_trial_whose_worker_dies_max_attempts_times_ends_failed(
+    store: Store, clock: FakeClock
+) -> None:
+    sweep_id, points = make_sweep(store)
+    tid, behind = trial_ids(sweep_id, points)[:2]
+    run(store, tid)
+    for attempt in (1, 2):  # takeovers by a worker that saw the holder die, then by staleness
+        clock.advance(1)
+        kwargs: dict[str, Any] = {"takeover_attempt": attempt} if attempt == 1 else {}
+        if attempt == 2:
+            clock.advance(61)
+        taken = store.claim(tid, WORKER, stale_after=60, max_attempts=3, **kwargs)
+        assert taken is not None and taken["attempt"] == attempt + 1
+        assert taken["lost_attempts"] == attempt
+    clock.advance(1)
+    assert store.claim(tid, WORKER, stale_after=60, takeover_attempt=3, max_attempts=3) is None
+    trial = store.get_trial(tid)
+    assert trial["state"] == "failed" and trial["attempt"] == 3 and trial["lost_attempts"] == 3
+    assert trial["error"].startswith("its worker died 3 times: attempt 3 (host test-host, pid 4242")
+    assert "last sent a heartbeat at" in trial["error"]
+    assert [h["state"] for h in trial["history"]] == ["lost", "lost", "lost"]
+    assert store.heartbeat(tid, 3) is Heartbeat.LOST
+    assert store.finish(tid, 3, "complete") is False
+    # A redelivered message for it does nothing; the queue flows on.
+    assert store.claim(tid, WORKER, stale_after=0, takeover_attempt=3) is None
+    assert store.get_trial(tid) == trial
+    assert run(store, behind)["attempt"] == 1
+    assert store.counts(sweep_id)["failed"] == 1
+    assert store.counts(sweep_id) == store.recount(sweep_id)
+
+
+def test_max_attempts_1_fails_at_the_first_loss_and_fewer_losses_finish(store: Store) -> None:
+    sweep_id, points = make_sweep(store)
+    tid = trial_ids(sweep_id, points)[0]
+    run(store, tid)
+    assert store.claim(tid, WORKER, stale_after=60, takeover_attempt=1, max_attempts=1) is None
+    assert store.get_trial(tid)["state"] == "failed"
+    other = trial_ids(sweep_id, points)[1]
+    run(store, other)
+    taken = store.claim(other, WORKER, stale_after=60, takeover_attempt=1, max_attempts=5)
+    assert taken is not None and taken["lost_attempts"] == 1
+    assert store.finish(other, 2, "complete", result={"objective": 0.5})
+    assert store.get_trial(other)["state"] == "complete"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "3"])
+def test_claim_refuses_a_bad_max_attempts(store: Store, bad: Any) -> None:
+    sweep_id, points = make_sweep(store)
+    tid = trial_ids(sweep_id, points)[0]
+    with pytest.raises(InvalidQuery, match="max_attempts"):
+        store.claim(tid, WORKER, stale_after=60, max_attempts=bad)
+    assert store.get_trial(tid)["state"] == "queued"
+
+
 def test_claim_of_a_terminal_trial_is_none(store: Store, clock: FakeClock) -> None:
     sweep_id, points = make_sweep(store)
     tid = trial_ids(sweep_id, points)[0]

@@ -89,6 +89,58 @@ def test_requeue_stale_puts_lost_attempts_back_in_the_queue(store: Store, clock:
         store.requeue_stale(-1)
 
 
+def test_requeue_stale_ends_a_trial_failed_at_max_attempts(store: Store, clock: FakeClock) -> None:
+    sweep_id, points = make_sweep(store)
+    tid, other = trial_ids(sweep_id, points)[:2]
+    run(store, tid)
+    run(store, other)
+    clock.advance(100)
+    assert sorted(store.requeue_stale(60, max_attempts=2)) == sorted([tid, other])
+    assert store.get_trial(tid)["lost_attempts"] == 1
+    run(store, tid)  # attempt 2 goes silent too
+    clock.advance(100)
+    assert store.requeue_stale(60, max_attempts=2) == []
+    trial = store.get_trial(tid)
+    assert trial["state"] == "failed" and trial["lost_attempts"] == 2
+    assert trial["error"].startswith("its worker died 2 times: attempt 2 (host test-host")
+    assert trial["finished_at"] == clock.now
+    assert [h["state"] for h in trial["history"]] == ["lost", "lost"]
+    assert store.get_trial(other)["state"] == "queued"
+    assert store.counts(sweep_id) == store.recount(sweep_id)
+    assert store.counts(sweep_id)["failed"] == 1
+    # A retry starts the count afresh: max_attempts more lost attempts before it fails.
+    assert store.retry_failed(sweep_id) == [tid]
+    assert store.get_trial(tid)["lost_attempts"] == 0
+    run(store, tid)
+    clock.advance(100)
+    assert store.requeue_stale(60, max_attempts=2) == [tid]
+    assert store.get_trial(tid)["attempt"] == 3
+    with pytest.raises(InvalidQuery, match="max_attempts"):
+        store.requeue_stale(60, max_attempts=0)
+
+
+def test_concurrent_requeues_count_one_loss(store: Store, clock: FakeClock) -> None:
+    sweep_id, points = make_sweep(store)
+    tid = trial_ids(sweep_id, points)[0]
+    run(store, tid)
+    clock.advance(100)
+    assert store.requeue_stale(60) == [tid]
+    assert store.requeue_stale(60) == []
+    assert store.get_trial(tid)["lost_attempts"] == 1
+
+
+def test_requeue_without_counting_never_fails_a_trial(store: Store, clock: FakeClock) -> None:
+    sweep_id, points = make_sweep(store)
+    tid = trial_ids(sweep_id, points)[0]
+    for _ in range(3):  # a `sweepstack run` stopped and resumed three times
+        run(store, tid)
+        clock.advance(1)
+        assert store.requeue_stale(0, sweep_id=sweep_id, max_attempts=1, count_lost=False) == [tid]
+    trial = store.get_trial(tid)
+    assert trial["state"] == "queued" and trial["attempt"] == 3
+    assert trial.get("lost_attempts", 0) == 0
+
+
 def test_retry_failed_queues_failed_trials_and_keeps_their_errors(store: Store) -> None:
     sweep_id, points = make_sweep(store)
     failed, completed = trial_ids(sweep_id, points)[:2]

@@ -87,19 +87,33 @@ def test_healthcheck_deps(
         healthcheck.check_deps(timeout=0.5)
 
 
-def test_worker_node_names_match_the_worker_command(
+def test_worker_node_names_are_read_from_the_worker_command_lines(
     healthcheck: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from scheduler.commands import worker_commands
 
-    def hostname(cmd: list[str]) -> str:
-        return cmd[cmd.index("--hostname") + 1].replace("%h", "box")
+    def names(commands: list[tuple[list[str], dict[str, str]]]) -> list[str]:
+        return sorted(cmd[cmd.index("--hostname") + 1].replace("%h", "box") for cmd, _ in commands)
 
-    cpu = [hostname(cmd) for cmd, _ in worker_commands(2, None, "INFO", "q")]
-    assert cpu == healthcheck.worker_nodes("cpu", "box")
-    gpu = [hostname(cmd) for cmd, _ in worker_commands(1, "0,1", "INFO", "q")]
+    others = [["/usr/bin/python3", "/usr/local/bin/sweepstack", "worker", "--workers", "2"], ["sh"]]
+    cpu = [cmd for cmd, _ in worker_commands(2, None, "INFO", "q")]
+    # A prefork pool's children have their parent's command line: one name.
+    assert healthcheck.worker_nodes("cpu", "box", [*cpu, *cpu, *others]) == names(
+        worker_commands(2, None, "INFO", "q")
+    )
+    named = [cmd for cmd, _ in worker_commands(1, None, "INFO", "q", name="big@%h")]
+    assert healthcheck.worker_nodes("cpu", "box", named) == ["big@box"]
+    titled = [["[celeryd: cpu-7@box:MainProcess] -active- (-A workers.main worker)"]]
+    assert healthcheck.worker_nodes("cpu", "box", titled) == ["cpu-7@box"]  # setproctitle
     monkeypatch.setenv("WORKER_GPUS", "0,1")
-    assert gpu == healthcheck.worker_nodes("gpu", "box")
+    gpu = [cmd for cmd, _ in worker_commands(1, "0,1", "INFO", "q")]
+    assert healthcheck.worker_nodes("gpu", "box", gpu) == names(
+        worker_commands(1, "0,1", "INFO", "q")
+    )
+    with pytest.raises(RuntimeError, match="1 worker processes for 2 GPUs"):
+        healthcheck.worker_nodes("gpu", "box", gpu[:1])
+    with pytest.raises(RuntimeError, match="no celery worker process"):
+        healthcheck.worker_nodes("cpu", "box", others)
 
 
 def test_healthcheck_pings_a_real_worker_by_name(
@@ -107,8 +121,15 @@ def test_healthcheck_pings_a_real_worker_by_name(
 ) -> None:
     host = f"deploy-test-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("SWEEPSTACK_BROKER_URL", broker_url)
+
+    def mine() -> list[list[str]]:  # this test's worker among the processes of this machine
+        return [argv for argv in healthcheck.process_argvs() if f"cpu@{host}" in argv]
+
+    with pytest.raises(RuntimeError, match="no celery worker process"):
+        healthcheck.check_celery("cpu", timeout=1.0, host=host, argvs=mine())
+    absent = [["python", "-m", "celery", "worker", "--hostname", "cpu@%h"]]
     with pytest.raises(RuntimeError, match=f"no pong from cpu@{host}"):
-        healthcheck.check_celery("cpu", timeout=1.0, host=host)
+        healthcheck.check_celery("cpu", timeout=1.0, host=host, argvs=absent)
     worker = subprocess.Popen(
         [
             sys.executable,
@@ -135,7 +156,7 @@ def test_healthcheck_pings_a_real_worker_by_name(
         deadline = time.monotonic() + 30
         while True:
             try:
-                line = healthcheck.check_celery("cpu", timeout=1.0, host=host)
+                line = healthcheck.check_celery("cpu", timeout=1.0, host=host, argvs=mine())
                 break
             except RuntimeError:
                 if time.monotonic() > deadline or worker.poll() is not None:
