@@ -7,9 +7,9 @@ import pytest
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from api.auth import identify
 from core.store import Store
 from tests.api import ALICE, BOB, submit
+from web.auth import identify
 
 NONE: dict[str, str] = {}
 BAD = {"Authorization": "Bearer not-a-token"}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dashboard.app import control_app, create_dashboard_app
 from playwright.sync_api import Browser, BrowserContext, Page, Response, sync_playwright
 
 from core.settings import Settings
@@ -22,7 +23,6 @@ from core.spec import load_spec
 from core.states import TrialState
 from core.store import Store
 from dashboard import params
-from dashboard.app import control_app, create_dashboard_app
 from dashboard.data import FIELDS, best_so_far, objective_by_width, time_by_depth, trial_row
 from tests.core import make_sweep, trial_ids
 from tests.dashboard.browser import (
