@@ -152,8 +152,9 @@ def _identify() -> Response | None:
         name = identify(header, state.tokens)
         if name is None:
             state.failed()
-            return error_response(401, "unauthorized", "the bearer token is not valid",
-                                  headers=_CHALLENGE)
+            return error_response(
+                401, "unauthorized", "the bearer token is not valid", headers=_CHALLENGE
+            )
         g.setdefault(IDENTITY_KEY, state.identity(name, "bearer"))
         return None
     if request.path.startswith("/api/"):
@@ -182,8 +183,9 @@ def _check_csrf() -> Response | None:
     expected = session.get(CSRF_FIELD, "")
     if expected and hmac.compare_digest(given.encode(), expected.encode()):
         return None
-    return error_response(400, "csrf_failed",
-                          "this form is stale or did not come from this site; reload the page")
+    return error_response(
+        400, "csrf_failed", "this form is stale or did not come from this site; reload the page"
+    )
 
 
 def _safe_next(target: str | None) -> str:
@@ -197,8 +199,9 @@ def _safe_next(target: str | None) -> str:
 
 
 def _login_page(status: int = 200, message: str | None = None) -> tuple[str, int]:
-    return render_template("web/login.html", message=message,
-                           next=_safe_next(request.values.get("next"))), status
+    return render_template(
+        "web/login.html", message=message, next=_safe_next(request.values.get("next"))
+    ), status
 
 
 def _blueprint() -> Blueprint:
@@ -239,8 +242,10 @@ def init_auth(app: Flask, settings: Settings) -> None:
         app.secret_key = settings.secret_key
     else:
         app.secret_key = secrets.token_hex(32)
-        log.warning("SWEEPSTACK_SECRET_KEY is not set: a random key signs dashboard sessions, "
-                    "so logins do not survive a restart (and are not shared across hosts)")
+        log.warning(
+            "SWEEPSTACK_SECRET_KEY is not set: a random key signs dashboard sessions, "
+            "so logins do not survive a restart (and are not shared across hosts)"
+        )
     app.config.update(
         SESSION_COOKIE_NAME="sweepstack_session",
         SESSION_COOKIE_HTTPONLY=True,
@@ -248,8 +253,14 @@ def init_auth(app: Flask, settings: Settings) -> None:
         PERMANENT_SESSION_LIFETIME=timedelta(hours=SESSION_HOURS),
     )
     app.session_interface = _SessionInterface(settings.session_cookie_secure)
-    limiter = Limiter(get_remote_address, app=app, storage_uri=settings.ratelimit_storage_url,
-                      key_prefix="sweepstack", default_limits=[], headers_enabled=False)
+    limiter = Limiter(
+        get_remote_address,
+        app=app,
+        storage_uri=settings.ratelimit_storage_url,
+        key_prefix="sweepstack",
+        default_limits=[],
+        headers_enabled=False,
+    )
     app.extensions[AUTH_KEY] = Auth(settings, limiter)
     app.before_request_funcs.setdefault(None, []).insert(0, _identify)
     app.jinja_env.globals["csrf_token"] = csrf_token

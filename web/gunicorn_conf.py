@@ -46,11 +46,13 @@ MESSAGES = {
 
 def error_bytes(status: int, reason: str, message: str) -> bytes:
     """A whole HTTP response carrying the one JSON error shape."""
-    body = json.dumps({
-        "code": CODES.get(status, "error"),
-        "message": MESSAGES.get(status) or message or reason,
-        "details": {},
-    }).encode("utf-8")
+    body = json.dumps(
+        {
+            "code": CODES.get(status, "error"),
+            "message": MESSAGES.get(status) or message or reason,
+            "details": {},
+        }
+    ).encode("utf-8")
     head = (
         f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
         f"Content-Type: application/json\r\nCache-Control: no-store\r\n"
@@ -68,5 +70,7 @@ util.write_error = write_json_error
 
 if not os.environ.get("SWEEPSTACK_SECRET_KEY"):
     os.environ["SWEEPSTACK_SECRET_KEY"] = secrets.token_hex(32)
-    log.warning("SWEEPSTACK_SECRET_KEY is not set: a random key, shared by this server's "
-                "workers, signs dashboard sessions; logins end when the server restarts")
+    log.warning(
+        "SWEEPSTACK_SECRET_KEY is not set: a random key, shared by this server's "
+        "workers, signs dashboard sessions; logins end when the server restarts"
+    )
