@@ -6,7 +6,8 @@ in ``flask.g``:
 
 - an ``Authorization: Bearer <token>`` header names the owner of a configured token
   (``SWEEPSTACK_API_TOKENS``; compared in constant time with every one). A header with a
-  token the server does not know is answered 401 here, on any route.
+  token the server does not know counts as a failure and leaves the caller anonymous
+  (401 on every route that needs someone).
 - otherwise the dashboard's session cookie, set by the login form (``/login``): signed
   with ``SWEEPSTACK_SECRET_KEY`` (itsdangerous, as Flask's sessions are), HttpOnly,
   SameSite=Strict, Secure when the request came over https (or always / never:
@@ -66,7 +67,6 @@ CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
 SESSION_HOURS = 12
 _UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="sweepstack"'}
 
 
 def identify(header: str | None, tokens: dict[str, str]) -> str | None:
@@ -151,10 +151,8 @@ def _identify() -> Response | None:
             return answer
         name = identify(header, state.tokens)
         if name is None:
-            state.failed()
-            return error_response(
-                401, "unauthorized", "the bearer token is not valid", headers=_CHALLENGE
-            )
+            state.failed()  # the route decides: 401 where a token is needed
+            return None
         g.setdefault(IDENTITY_KEY, state.identity(name, "bearer"))
         return None
     if request.path.startswith("/api/"):
