@@ -7,23 +7,29 @@ store (SecantusDB)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 from flask import Flask, url_for
 from flask.testing import FlaskClient
 
 from core.errors import ConfigError
 from core.settings import Settings
+from core.webcontext import local_open_note
 from dashboard import blueprint, payloads
+from scheduler.cli_dashboard import gunicorn_argv
 from tests.core import make_sweep
 from tests.dashboard.conftest import (
     ALICE_TOKEN,
     BOB_TOKEN,
     ROOT_TOKEN,
+    TOKENS,
     Sweep,
     csrf_of,
     dashboard_app,
@@ -31,6 +37,7 @@ from tests.dashboard.conftest import (
     login,
     small_sweep_spec,
 )
+from tests.services import free_port, wait_listening
 from web.app import create_app
 
 #: Routes that need no login (they carry no data): the files pages load.
@@ -278,3 +285,39 @@ def test_the_sweep_list_is_paginated(app: Flask, client: FlaskClient, sweep: Swe
     assert len(data["sweeps"]) == 2 and data["next"]
     older = client.get(f"/?cursor={data['next']}").get_data(as_text=True)
     assert sweep.sweep_id in older and more[1] not in older and 'id="older-sweeps"' in first
+
+
+def test_launchers_say_when_the_dashboard_is_open() -> None:
+    assert "open without a login" in (local_open_note(Settings(), "127.0.0.1") or "")
+    assert local_open_note(Settings(), "0.0.0.0") is None
+    assert local_open_note(Settings(api_tokens=dict(TOKENS)), "127.0.0.1") is None
+    argv = gunicorn_argv("127.0.0.1", 8050, 4)
+    assert "SWEEPSTACK_BIND_HOST=127.0.0.1" in argv and "python:web.gunicorn_conf" in argv
+
+
+def test_the_standalone_dashboard_under_gunicorn_asks_for_a_login(
+    sweep: Sweep, secantus_url: str, db_name: str
+) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPSTACK_")}
+    env.update(SWEEPSTACK_MONGO_URL=secantus_url, SWEEPSTACK_MONGO_DB=db_name,
+               SWEEPSTACK_API_TOKENS=",".join(f"{n}:{t}" for t, n in TOKENS.items()))
+    server = subprocess.Popen(gunicorn_argv("127.0.0.1", port, 2), env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_listening("127.0.0.1", port, 30, server)
+        base = f"http://127.0.0.1:{port}"
+        page = requests.get(f"{base}/sweeps/{sweep.sweep_id}", allow_redirects=False,
+                            timeout=10)
+        assert page.status_code == 302 and page.headers["Location"].startswith("/login")
+        data = requests.get(f"{base}/dashboard/data/sweeps", timeout=10)
+        assert data.status_code == 401 and data.json()["code"] == "unauthorized"
+        session = requests.Session()
+        form = session.get(f"{base}/login", timeout=10).text
+        session.post(f"{base}/login", data={"token": ALICE_TOKEN, "csrf_token": csrf_of(form)},
+                     timeout=10)
+        listed = session.get(f"{base}/dashboard/data/sweeps", timeout=10).json()["sweeps"]
+        assert [s["id"] for s in listed] == [sweep.sweep_id]
+    finally:
+        server.terminate()
+        server.wait(15)
