@@ -44,8 +44,12 @@ from web.app import create_app
 OPEN_ENDPOINTS = {"dashboard.static", "dashboard.plotly_js"}
 #: Routes every logged-in user may read, whoever owns what: the sweep list (filtered to
 #: the caller's sweeps) and the workers (hosts and what they run, as GET /api/v1/workers).
-SHARED_ENDPOINTS = {"dashboard.sweeps", "dashboard.sweeps_data", "dashboard.workers",
-                    "dashboard.workers_data"}
+SHARED_ENDPOINTS = {
+    "dashboard.sweeps",
+    "dashboard.sweeps_data",
+    "dashboard.workers",
+    "dashboard.workers_data",
+}
 #: Query arguments a data route requires.
 QUERIES = {"dashboard.sweep_changes": "?since=0"}
 
@@ -78,8 +82,9 @@ def dashboard_urls(app: Flask, sweep: Sweep) -> list[tuple[str, str]]:
                 continue
             assert rule.methods is not None and "GET" in rule.methods, rule
             args = {name: values[name] for name in rule.arguments}
-            urls.append((rule.endpoint,
-                         url_for(rule.endpoint, **args) + QUERIES.get(rule.endpoint, "")))
+            urls.append(
+                (rule.endpoint, url_for(rule.endpoint, **args) + QUERIES.get(rule.endpoint, ""))
+            )
     assert len(urls) >= 14, urls  # four pages, a redirect, nine data routes
     return urls
 
@@ -105,8 +110,7 @@ def test_anonymous_requests_get_the_login_page_or_401_and_no_data(
         no_data(body.replace(url.split("?")[0], ""), sweep)  # the redirect names the URL
 
 
-def test_another_owner_gets_404_and_no_data(app: Flask, client: FlaskClient,
-                                            sweep: Sweep) -> None:
+def test_another_owner_gets_404_and_no_data(app: Flask, client: FlaskClient, sweep: Sweep) -> None:
     login(client, BOB_TOKEN)
     for endpoint, url in dashboard_urls(app, sweep):
         response = client.get(url)
@@ -118,19 +122,30 @@ def test_another_owner_gets_404_and_no_data(app: Flask, client: FlaskClient,
             continue
         assert response.status_code == 404, (endpoint, url, body[:300])
         # The 404 names what was asked for, as for a missing one; nothing else of it.
-        no_data(re.sub(r"(no (sweep|trial) [0-9a-f-]+)|((sweep|trial) &#39;[0-9a-f-]+&#39;"
-                       r" not found)", "", body), sweep)
+        no_data(
+            re.sub(
+                r"(no (sweep|trial) [0-9a-f-]+)|((sweep|trial) &#39;[0-9a-f-]+&#39;"
+                r" not found)",
+                "",
+                body,
+            ),
+            sweep,
+        )
 
 
 @pytest.mark.parametrize("token", [ALICE_TOKEN, ROOT_TOKEN], ids=["owner", "admin"])
-def test_the_owner_and_an_admin_see_every_route(app: Flask, client: FlaskClient, sweep: Sweep,
-                                                token: str) -> None:
+def test_the_owner_and_an_admin_see_every_route(
+    app: Flask, client: FlaskClient, sweep: Sweep, token: str
+) -> None:
     login(client, token)
     for endpoint, url in dashboard_urls(app, sweep):
         response = client.get(url)
         expected = 302 if endpoint == "dashboard.trial_by_index" else 200
-        assert response.status_code == expected, (endpoint, url,
-                                                  response.get_data(as_text=True)[:300])
+        assert response.status_code == expected, (
+            endpoint,
+            url,
+            response.get_data(as_text=True)[:300],
+        )
     listed = client.get("/dashboard/data/sweeps").json["sweeps"]
     assert [s["id"] for s in listed] == [sweep.sweep_id]
 
@@ -154,11 +169,15 @@ def test_login_logout_and_the_session_cookie(client: FlaskClient) -> None:
     form = client.get("/login?next=/workers")
     html = form.get_data(as_text=True)
     assert 'name="token"' in html and 'value="/workers"' in html
-    response = client.post("/login", data={"token": ALICE_TOKEN, "next": "/workers",
-                                           "csrf_token": csrf_of(html)})
+    response = client.post(
+        "/login", data={"token": ALICE_TOKEN, "next": "/workers", "csrf_token": csrf_of(html)}
+    )
     assert response.status_code == 303 and response.headers["Location"] == "/workers"
-    cookie = next(v for k, v in response.headers.items()
-                  if k == "Set-Cookie" and v.startswith("sweepstack_session="))
+    cookie = next(
+        v
+        for k, v in response.headers.items()
+        if k == "Set-Cookie" and v.startswith("sweepstack_session=")
+    )
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
     assert "Secure" not in cookie  # plain http on 127.0.0.1 keeps working (auto)
     assert ALICE_TOKEN not in cookie
@@ -173,15 +192,19 @@ def test_login_logout_and_the_session_cookie(client: FlaskClient) -> None:
 def test_the_cookie_is_secure_over_https_or_when_configured(
     settings: Settings, sweep: Sweep
 ) -> None:
-    for secure, base_url, expect in [("auto", "https://localhost", True),
-                                     ("true", "http://localhost", True),
-                                     ("false", "https://localhost", False)]:
-        app = dashboard_app(dataclasses.replace(settings, session_cookie_secure=secure),
-                            sweep.store)
+    for secure, base_url, expect in [
+        ("auto", "https://localhost", True),
+        ("true", "http://localhost", True),
+        ("false", "https://localhost", False),
+    ]:
+        app = dashboard_app(
+            dataclasses.replace(settings, session_cookie_secure=secure), sweep.store
+        )
         client = app.test_client()
         html = client.get("/login", base_url=base_url).get_data(as_text=True)
-        response = client.post("/login", base_url=base_url,
-                               data={"token": ALICE_TOKEN, "csrf_token": csrf_of(html)})
+        response = client.post(
+            "/login", base_url=base_url, data={"token": ALICE_TOKEN, "csrf_token": csrf_of(html)}
+        )
         cookie = response.headers.get("Set-Cookie", "")
         assert ("; Secure" in cookie) is expect, (secure, base_url, cookie)
 
@@ -204,8 +227,9 @@ def test_a_wrong_token_and_a_foreign_next_are_refused(client: FlaskClient) -> No
     assert wrong.status_code == 401 and 'id="login-error"' in wrong.get_data(as_text=True)
     for target in ("//evil.example/", "https://evil.example/", "/\\evil.example"):
         html = client.get("/login").get_data(as_text=True)
-        response = client.post("/login", data={"token": ALICE_TOKEN, "next": target,
-                                               "csrf_token": csrf_of(html)})
+        response = client.post(
+            "/login", data={"token": ALICE_TOKEN, "next": target, "csrf_token": csrf_of(html)}
+        )
         assert response.headers["Location"] == "/", target
 
 
@@ -230,8 +254,9 @@ def test_bearer_tokens_work_on_data_routes_and_wrong_ones_are_401(
 
 
 def test_failed_logins_are_throttled_per_address(settings: Settings, sweep: Sweep) -> None:
-    app = dashboard_app(dataclasses.replace(settings, auth_failures=3, auth_window_seconds=2),
-                        sweep.store)
+    app = dashboard_app(
+        dataclasses.replace(settings, auth_failures=3, auth_window_seconds=2), sweep.store
+    )
     client = app.test_client()
     client.environ_base["REMOTE_ADDR"] = "10.0.0.1"
 
@@ -254,15 +279,13 @@ def test_failed_logins_are_throttled_per_address(settings: Settings, sweep: Swee
 
 
 def test_open_without_tokens_only_on_loopback(settings: Settings, sweep: Sweep) -> None:
-    local = dataclasses.replace(settings, api_tokens={}, admins=frozenset(),
-                                bind_host="127.0.0.1")
+    local = dataclasses.replace(settings, api_tokens={}, admins=frozenset(), bind_host="127.0.0.1")
     page = dashboard_app(local, sweep.store).test_client().get("/")
     assert page.status_code == 200 and sweep.sweep_id in page.get_data(as_text=True)
     for host in (None, "0.0.0.0", "10.1.2.3"):
         closed = dashboard_app(dataclasses.replace(local, bind_host=host), sweep.store)
         assert closed.test_client().get("/").status_code == 302, host
-    with_tokens = dashboard_app(dataclasses.replace(settings, bind_host="127.0.0.1"),
-                                sweep.store)
+    with_tokens = dashboard_app(dataclasses.replace(settings, bind_host="127.0.0.1"), sweep.store)
     assert with_tokens.test_client().get("/").status_code == 302
 
 
@@ -273,11 +296,14 @@ def test_short_tokens_are_refused_at_start(settings: Settings, sweep: Sweep) -> 
     assert "short-one" not in str(raised.value)
 
 
-def test_the_sweep_list_is_paginated(app: Flask, client: FlaskClient, sweep: Sweep,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_sweep_list_is_paginated(
+    app: Flask, client: FlaskClient, sweep: Sweep, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(blueprint, "SWEEPS_PAGE", 2)
-    more = [make_sweep(sweep.store, small_sweep_spec(name=f"more-{i}"), owner="alice")[0]
-            for i in range(2)]
+    more = [
+        make_sweep(sweep.store, small_sweep_spec(name=f"more-{i}"), owner="alice")[0]
+        for i in range(2)
+    ]
     login(client)
     first = client.get("/").get_data(as_text=True)
     assert more[1] in first and more[0] in first and sweep.sweep_id not in first
@@ -300,22 +326,29 @@ def test_the_standalone_dashboard_under_gunicorn_asks_for_a_login(
 ) -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPSTACK_")}
-    env.update(SWEEPSTACK_MONGO_URL=secantus_url, SWEEPSTACK_MONGO_DB=db_name,
-               SWEEPSTACK_API_TOKENS=",".join(f"{n}:{t}" for t, n in TOKENS.items()))
-    server = subprocess.Popen(gunicorn_argv("127.0.0.1", port, 2), env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env.update(
+        SWEEPSTACK_MONGO_URL=secantus_url,
+        SWEEPSTACK_MONGO_DB=db_name,
+        SWEEPSTACK_API_TOKENS=",".join(f"{n}:{t}" for t, n in TOKENS.items()),
+    )
+    server = subprocess.Popen(
+        gunicorn_argv("127.0.0.1", port, 2),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_listening("127.0.0.1", port, 30, server)
         base = f"http://127.0.0.1:{port}"
-        page = requests.get(f"{base}/sweeps/{sweep.sweep_id}", allow_redirects=False,
-                            timeout=10)
+        page = requests.get(f"{base}/sweeps/{sweep.sweep_id}", allow_redirects=False, timeout=10)
         assert page.status_code == 302 and page.headers["Location"].startswith("/login")
         data = requests.get(f"{base}/dashboard/data/sweeps", timeout=10)
         assert data.status_code == 401 and data.json()["code"] == "unauthorized"
         session = requests.Session()
         form = session.get(f"{base}/login", timeout=10).text
-        session.post(f"{base}/login", data={"token": ALICE_TOKEN, "csrf_token": csrf_of(form)},
-                     timeout=10)
+        session.post(
+            f"{base}/login", data={"token": ALICE_TOKEN, "csrf_token": csrf_of(form)}, timeout=10
+        )
         listed = session.get(f"{base}/dashboard/data/sweeps", timeout=10).json()["sweeps"]
         assert [s["id"] for s in listed] == [sweep.sweep_id]
     finally:
