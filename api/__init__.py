@@ -1,7 +1,8 @@
-"""The REST API under ``/api/v1``: `create_app(settings)` builds it (see `api.app`)."""
+"""The REST API under ``/api/v1``: `register_api` mounts it (see `api.app`); `web.app`
+composes it with the dashboard."""
 
 from __future__ import annotations
 
-from api.app import create_app
+from api.app import register_api
 
-__all__ = ["create_app"]
+__all__ = ["register_api"]

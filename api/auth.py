@@ -1,9 +1,10 @@
-"""Bearer tokens: who is asking.
+"""Bearer tokens: who is asking the REST API.
 
-Tokens come from ``SWEEPSTACK_API_TOKENS`` (``name:token`` pairs; `Settings.api_tokens` maps
-token to name). A request proves it is `name` with ``Authorization: Bearer <token>``. The
-token is compared with every configured token in constant time (`hmac.compare_digest`,
-without stopping at a match), so timing tells nothing about which or how much matched.
+`web.auth` finds the caller before every request (``Authorization: Bearer <token>``,
+compared in constant time with every token of ``SWEEPSTACK_API_TOKENS``; a wrong token
+counts towards the address's throttle, and `require_token` answers it 401). The API
+accepts bearer tokens only: the dashboard's session cookie is not a credential here, so
+no page can make a browser write through the API (and the API needs no CSRF token).
 
 Which routes need a token: every ``/api/v1/sweeps``, ``/api/v1/trials`` and
 ``/api/v1/workers`` route, reads included, because a sweep belongs to the name of the token
@@ -13,42 +14,25 @@ document are open. With no tokens configured every protected route answers 401.
 
 from __future__ import annotations
 
-import hmac
-
-from flask import current_app, g, request
+from flask import request
 
 from api.errors import ApiError
+from core.webcontext import identity
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="sweepstack"'}
 
 
-def identify(header: str | None, tokens: dict[str, str]) -> str | None:
-    """The name whose token is in the ``Authorization`` header value, or None."""
-    scheme, _, token = (header or "").strip().partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
-        return None
-    given = token.encode("utf-8", "surrogateescape")
-    found = None
-    for known, name in tokens.items():
-        if hmac.compare_digest(given, known.encode("utf-8")):
-            found = name
-    return found
-
-
 def require_token() -> None:
-    """A `before_request` hook: 401 unless the request carries a known bearer token.
-
-    The caller's name is left in ``flask.g.owner`` for `owner`.
-    """
-    header = request.headers.get("Authorization")
-    name = identify(header, current_app.extensions["sweepstack"].settings.api_tokens)
-    if name is None:
+    """A `before_request` hook: 401 unless the request carried a known bearer token."""
+    who = identity()
+    if who is None or who.via != "bearer":
+        header = request.headers.get("Authorization")
         message = "a bearer token is required" if not header else "the bearer token is not valid"
         raise ApiError(401, "unauthorized", message, headers=_CHALLENGE)
-    g.owner = name
 
 
 def owner() -> str:
-    """The name of the token holder making this request (set by `require_token`)."""
-    return g.owner
+    """The name of the token holder making this request (checked by `require_token`)."""
+    who = identity()
+    assert who is not None, "require_token runs before every protected view"
+    return who.name

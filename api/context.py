@@ -1,28 +1,11 @@
-"""What `api.app.create_app` puts on the app for the views: ``app.extensions["sweepstack"]``."""
+"""The app context the API's views read: `core.webcontext.AppContext`, shared with the
+dashboard (``app.extensions["sweepstack"]``, set by `web.app.create_app`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from core.webcontext import AppContext, context
 
-from celery import Celery
-from flask import current_app
+#: The API's historical name for the shared context.
+ApiContext = AppContext
 
-from core.settings import Settings
-from core.store import Store
-
-
-@dataclass
-class ApiContext:
-    """What every view needs: the settings, the store, and the Celery app that sends.
-
-    The dashboard blueprint reads ``current_app.extensions["sweepstack"].store`` too.
-    """
-
-    settings: Settings
-    store: Store
-    sender: Celery
-
-
-def context() -> ApiContext:
-    """The settings, store and sender of the app serving this request."""
-    return current_app.extensions["sweepstack"]
+__all__ = ["ApiContext", "AppContext", "context"]

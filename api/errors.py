@@ -1,4 +1,5 @@
-"""One JSON shape for every error the API answers: ``{"code", "message", "details"}``.
+"""One JSON shape for every error the API and the dashboard answer:
+``{"code", "message", "details"}`` (built by `core.webcontext.error_response`).
 
 `code` is a stable snake_case word a client can branch on; `message` is for people and
 names the field, the rule and the value; `details` holds what a program needs (the list of
@@ -9,12 +10,17 @@ sees a stack trace: an unexpected exception is logged here and answered with a g
 
 - 400 ``invalid_parameter``: a query parameter or body key that is unknown, repeated,
   malformed, or an operator (``$ne``, ``$where``); ``malformed_body``: not JSON or YAML;
+- 400 ``csrf_failed``: a dashboard form without this session's CSRF token;
 - 401 ``unauthorized``: no bearer token, or one the server does not know;
 - 404 ``not_found``: a missing sweep or trial, one owned by someone else, an unknown URL;
 - 405 ``method_not_allowed``: a method the URL does not serve (with ``Allow``);
 - 409 ``conflict``: deleting a sweep with queued or running trials, retrying a cancelled one;
 - 413 ``body_too_large``: a body over ``SWEEPSTACK_API_MAX_BODY_BYTES``;
+- 414 ``uri_too_long``, 431 ``headers_too_large``, 400 ``bad_request``: what gunicorn
+  refuses before the app sees the request (`web.gunicorn_conf`);
 - 415 ``unsupported_media_type``: a spec that is not JSON or YAML;
+- 429 ``too_many_failures``: too many failed authentications from one address (with
+  ``Retry-After``; `web.auth`);
 - 422 ``invalid_spec`` (every problem listed) or ``too_many_trials`` (the count named);
 - 503 ``store_unavailable``, ``broker_unavailable``: MongoDB or RabbitMQ did not answer;
 - 500 ``internal_error``: anything else (logged with its trace, never shown).
@@ -26,7 +32,7 @@ import logging
 from typing import Any
 
 from amqp.exceptions import AMQPError
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, request
 from kombu.exceptions import OperationalError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
@@ -39,6 +45,7 @@ from core.errors import (
     SweepstackError,
     TooManyTrials,
 )
+from core.webcontext import error_response
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +57,9 @@ _HTTP_CODES = {
     405: "method_not_allowed",
     409: "conflict",
     413: "body_too_large",
+    414: "uri_too_long",
     415: "unsupported_media_type",
+    431: "headers_too_large",
 }
 
 
@@ -76,21 +85,6 @@ class ApiError(Exception):
 def bad_parameter(parameter: str, rule: str) -> ApiError:
     """A 400 naming the query parameter (or body path) at fault and the rule it broke."""
     return ApiError(400, "invalid_parameter", f"{parameter}: {rule}", {"parameter": parameter})
-
-
-def error_response(
-    status: int,
-    code: str,
-    message: str,
-    details: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-) -> Response:
-    """The one error body, with `status` and any extra `headers`."""
-    response = jsonify({"code": code, "message": message, "details": details or {}})
-    response.status_code = status
-    for name, value in (headers or {}).items():
-        response.headers[name] = value
-    return response
 
 
 def _problems(exc: SpecError | InvalidQuery) -> list[dict[str, str]]:

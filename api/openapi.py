@@ -220,6 +220,7 @@ ERRORS = {
     "415": "The body is neither JSON nor YAML",
     "422": "The spec breaks its rules, expands past the trial limit, or asks for more than "
     "this server allows (see the SweepSpec schema's description and x-limits)",
+    "429": "Too many failed authentications from this address; retry after Retry-After seconds",
     "503": "The store or the broker did not answer",
 }
 
@@ -269,6 +270,8 @@ def _parameters(settings: Settings) -> dict[str, Any]:
 
 
 def _op(summary: str, ok: dict[str, Any], errors: tuple[str, ...], **extra: Any) -> dict:
+    if "401" in errors:  # a wrong token counts towards the address's throttle (web.auth)
+        errors = (*errors, "429")
     op = {"summary": summary, "responses": {**ok, **_errors(*errors)}, **extra}
     if "401" in errors:
         op["security"] = [{"bearer": []}]

@@ -26,7 +26,6 @@ from typing import Any
 
 from kombu import Connection
 
-from api.app import create_app
 from api.submission import check_limits
 from bench.bench_expand import GRID
 from core.broker import TASK_NAME, time_limits
@@ -37,9 +36,10 @@ from scheduler.enqueue import enqueue, sender_app
 from scheduler.expand import expand
 from scheduler.submit import messages
 from tests.services import SecantusProcess, broker_url_or_fail
+from web.app import create_app
 
 SEND_TASK_SAMPLE = 2000
-TOKEN = "bench-token"
+TOKEN = "bench-token-0123456789abcdef0123456789"
 
 
 def _spec_text(fuse: str) -> str:

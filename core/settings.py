@@ -19,15 +19,44 @@ PREFIX = "SWEEPSTACK_"
 DEFAULT_MAX_ATTEMPTS = 3
 
 
+#: Tokens shorter than this are refused at start: a guessable token is no login.
+MIN_TOKEN_LENGTH = 32
+
+
 def _tokens(raw: str) -> dict[str, str]:
-    """Parse ``name:token,name:token`` into {token: name}."""
+    """Parse ``name:token,name:token`` into {token: name}; each token at least
+    `MIN_TOKEN_LENGTH` characters and given to one name only (errors name the owner,
+    never the token)."""
     out: dict[str, str] = {}
     for i, pair in enumerate(p.strip() for p in raw.split(",") if p.strip()):
         name, sep, token = pair.partition(":")
         if not sep or not name or not token:
-            raise ConfigError(f"{PREFIX}API_TOKENS item {i}: must be name:token, got {pair!r}")
+            shown = name if sep else "<no name>"
+            raise ConfigError(
+                f"{PREFIX}API_TOKENS item {i}: must be name:token, got an item for {shown!r}"
+            )
+        if token in out:
+            raise ConfigError(
+                f"{PREFIX}API_TOKENS: {out[token]!r} and {name!r} have the same token; "
+                "each token must belong to one name"
+            )
         out[token] = name
+    check_tokens(out)
     return out
+
+
+def check_tokens(tokens: Mapping[str, str]) -> None:
+    """`ConfigError` naming the owner of any token under `MIN_TOKEN_LENGTH` characters."""
+    for token, name in tokens.items():
+        if len(token) < MIN_TOKEN_LENGTH:
+            raise ConfigError(
+                f"{PREFIX}API_TOKENS: the token of {name!r} has {len(token)} characters; "
+                f"at least {MIN_TOKEN_LENGTH} are required (e.g. `openssl rand -hex 24`)"
+            )
+
+
+def _names(raw: str) -> frozenset[str]:
+    return frozenset(n.strip() for n in raw.split(",") if n.strip())
 
 
 _INT_FIELDS = frozenset(
@@ -38,6 +67,8 @@ _INT_FIELDS = frozenset(
         "api_page_size",
         "api_max_page_size",
         "max_attempts",
+        "auth_failures",
+        "auth_window_seconds",
     }
 )
 # Ceilings on what a spec may ask for (core.limits), checked at submit by the API and the CLI.
@@ -51,6 +82,7 @@ _CEILING_FIELDS = frozenset(
     }
 )
 _PATH_FIELDS = frozenset({"data_dir", "datasets_dir"})
+_SECURE_CHOICES = ("auto", "true", "false")
 
 
 def _positive_int(name: str, raw: str) -> int:
@@ -96,6 +128,19 @@ class Settings:
     max_dataset_elements: int = 100_000_000
     max_epoch_samples: int = 10_000_000_000
     max_description_bytes: int = 4096
+    # Web auth (web/auth.py): owner names of SWEEPSTACK_API_TOKENS who see every sweep on the
+    # dashboard; the key signing session cookies (unset: random per server start); Secure on
+    # the cookie (auto: when the request came over https); failed logins or bearer tokens
+    # allowed per client address per window before 429; the limiter's storage.
+    admins: frozenset[str] = frozenset()
+    secret_key: str | None = None
+    session_cookie_secure: str = "auto"
+    auth_failures: int = 10
+    auth_window_seconds: int = 60
+    ratelimit_storage_url: str = "memory://"
+    # The address the web server is bound to, set by the `sweepstack` launchers; with no
+    # tokens and a loopback address the dashboard is open (core.webcontext.local_open).
+    bind_host: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -108,6 +153,14 @@ class Settings:
                 continue
             if f.name == "api_tokens":
                 values[f.name] = _tokens(raw)
+            elif f.name == "admins":
+                values[f.name] = _names(raw)
+            elif f.name == "session_cookie_secure":
+                if raw.lower() not in _SECURE_CHOICES:
+                    raise ConfigError(
+                        f"{PREFIX}SESSION_COOKIE_SECURE: must be auto, true or false, got {raw!r}"
+                    )
+                values[f.name] = raw.lower()
             elif f.name in _PATH_FIELDS:
                 values[f.name] = Path(raw).expanduser()
             elif f.name in _INT_FIELDS or f.name in _CEILING_FIELDS:
@@ -123,4 +176,11 @@ class Settings:
                     raise ConfigError(f"{PREFIX}{f.name.upper()}: must be > 0, got {raw}")
             else:
                 values[f.name] = raw
-        return cls(**values)  # type: ignore[arg-type]
+        settings = cls(**values)  # type: ignore[arg-type]
+        unknown = sorted(settings.admins - set(settings.api_tokens.values()))
+        if unknown:
+            raise ConfigError(
+                f"{PREFIX}ADMINS: {', '.join(unknown)} not among the names of "
+                f"{PREFIX}API_TOKENS"
+            )
+        return settings

@@ -1,16 +1,19 @@
 """The dashboard's Flask blueprint: four pages, their JSON, and plotly.js from the package.
 
-Pages: ``/`` (sweeps), ``/sweeps/<id>``, ``/trials/<id>``, ``/workers``. Their data is
-under ``/dashboard/data/…`` and their files under ``/dashboard/static/…``; plotly.js is
-served from the installed ``plotly`` package at ``/dashboard/plotly.min.js``, so pages
-need no network beyond this server. Each view parses its arguments, calls `payloads`,
-and answers; errors get one JSON shape (``{"error": {"code", "message"}}``) or an HTML
-page with the same status.
+Pages: ``/`` (sweeps, a page at a time), ``/sweeps/<id>``, ``/trials/<id>``,
+``/workers``. Their data is under ``/dashboard/data/…`` and their files under
+``/dashboard/static/…``; plotly.js is served from the installed ``plotly`` package at
+``/dashboard/plotly.min.js``, so pages need no network beyond this server. Each view
+parses its arguments, calls `payloads`, and answers; data errors get the one JSON shape
+of the API (``{"code", "message", "details"}``), pages an HTML page with the same status.
 
-The blueprint reads shared services from ``current_app.extensions["sweepstack"]`` (an
-object with ``settings``, ``store`` and ``sender``), which `api.create_app` and
-`dashboard.app.create_dashboard_app` both set, and keeps its own state (the sweep
-tables) in ``current_app.extensions["sweepstack.dashboard"]``.
+Who may see what (`_guard`, before every view but the static files): an anonymous
+request for a page is sent to ``/login``, one for data answered 401; a logged-in owner
+sees their own sweeps and trials, and another owner's are 404, as if missing; an admin
+sees all. The caller comes from `core.webcontext.identity`, which the composition's auth
+layer (`web.auth`) sets; the shared context (`core.webcontext.AppContext`: settings,
+store, sender) from `core.webcontext.context`. The blueprint keeps its own state (the
+sweep tables) in ``current_app.extensions["sweepstack.dashboard"]``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from flask import (
 from flask.blueprints import BlueprintSetupState
 
 from core.errors import InvalidQuery, NotFound, StoreUnavailable
+from core.webcontext import AppContext, Identity, context, error_response, identity
 from dashboard import payloads
 from dashboard.figures import STATE_COLOURS
 from dashboard.payloads import DashboardState
@@ -45,8 +49,44 @@ STATE_KEY = "sweepstack.dashboard"
 PLOTLY_JS = resources.files("plotly") / "package_data" / "plotly.min.js"
 
 
-def _services() -> Any:
-    return current_app.extensions["sweepstack"]
+#: Sweeps per page of the Sweeps page.
+SWEEPS_PAGE = 50
+#: Paths open to anonymous requests (the files pages load; they hold no data).
+_OPEN_PREFIXES = ("/dashboard/static/", "/dashboard/plotly.min.js")
+
+
+def _services() -> AppContext:
+    return context()
+
+
+def _owner() -> str | None:
+    """The owner whose sweeps this request may read; None for an admin (`_guard` ran)."""
+    who = identity()
+    assert who is not None, "_guard runs before every data view"
+    return who.owner_filter
+
+
+def _guard() -> Response | None:
+    """Anonymous: pages go to the login form, data gets 401."""
+    if identity() is not None or request.path.startswith(_OPEN_PREFIXES):
+        return None
+    if request.path.startswith("/dashboard/data/"):
+        return error_response(401, "unauthorized", "log in first (POST /login) or send a "
+                              "bearer token")
+    return redirect(url_for("auth.login_form", next=request.full_path.rstrip("?")), 302)
+
+
+def _own_sweep(sweep_id: str) -> None:
+    """`NotFound` unless the caller may read sweep `sweep_id` (admins may read all)."""
+    owner = _owner()
+    if owner is None:
+        return
+    table = _state().tables.peek(sweep_id)
+    if table is not None:
+        if table.sweep.get("owner") != owner:
+            raise NotFound("sweep", sweep_id)
+        return
+    _services().store.get_sweep(sweep_id, owner=owner)
 
 
 def _state() -> DashboardState:
@@ -79,17 +119,19 @@ def _int_arg(name: str, default: int | None = None, low: int = 0) -> int:
     return value
 
 
-def _error(status: int, code: str, message: str) -> Response | tuple[str, int]:
+def _error(status: int, code: str, message: str, details: dict[str, Any] | None = None
+           ) -> Response | tuple[str, int]:
     if request.path.startswith("/dashboard/data/"):
-        return _json({"error": {"code": code, "message": message}}, status)
+        return error_response(status, code, message, details)
     return render_template("dashboard/error.html", status=status, message=message,
                            **_page_context()), status
 
 
 def _page_context() -> dict[str, Any]:
-    settings = getattr(_services(), "settings", None)
+    who: Identity | None = identity()
     return {
-        "flower_url": getattr(settings, "flower_url", None),
+        "viewer": who,
+        "flower_url": _services().settings.flower_url,
         "state_colours": STATE_COLOURS,
         "plotly_version": plotly.__version__,
     }
@@ -110,14 +152,17 @@ def create_blueprint() -> Blueprint:
         static_url_path="/dashboard/static",
     )
     bp.record_once(_setup)
+    bp.before_request(_guard)
 
     @bp.errorhandler(NotFound)
     def not_found(exc: NotFound) -> Any:
-        return _error(404, "not_found", str(exc))
+        data = request.path.startswith("/dashboard/data/")
+        message = f"no {exc.kind} {exc.ident}" if data else str(exc)
+        return _error(404, "not_found", message, {"kind": exc.kind})
 
     @bp.errorhandler(InvalidQuery)
     def invalid(exc: InvalidQuery) -> Any:
-        return _error(400, "invalid", str(exc))
+        return _error(400, "invalid_parameter", str(exc), {"parameter": exc.field})
 
     @bp.errorhandler(StoreUnavailable)
     def unavailable(exc: StoreUnavailable) -> Any:
@@ -128,21 +173,25 @@ def create_blueprint() -> Blueprint:
 
     @bp.get("/")
     def sweeps() -> str:
-        initial = payloads.sweeps_payload(_state(), _services().store, _now())
-        return render_template("dashboard/sweeps.html", initial=initial, **_page_context())
+        cursor = request.args.get("cursor") or None
+        initial = payloads.sweeps_payload(_state(), _services().store, _now(), owner=_owner(),
+                                          cursor=cursor, limit=SWEEPS_PAGE)
+        return render_template("dashboard/sweeps.html", initial=initial, cursor=cursor,
+                               **_page_context())
 
     @bp.get("/sweeps/<sweep_id>")
     def sweep(sweep_id: str) -> str:
-        meta = payloads.sweep_meta(_services().store.get_sweep(sweep_id))
+        meta = payloads.sweep_meta(_services().store.get_sweep(sweep_id, owner=_owner()))
         return render_template("dashboard/sweep.html", sweep=meta, **_page_context())
 
     @bp.get("/trials/<trial_id>")
     def trial(trial_id: str) -> str:
-        initial = payloads.trial_payload(_services().store, trial_id, _now())
+        initial = payloads.trial_payload(_services().store, trial_id, _now(), owner=_owner())
         return render_template("dashboard/trial.html", initial=initial, **_page_context())
 
     @bp.get("/sweeps/<sweep_id>/trials/<int:index>")
     def trial_by_index(sweep_id: str, index: int) -> Response:
+        _own_sweep(sweep_id)
         table = _state().tables.get(_services().store, sweep_id)
         row = table.rows.get(index)
         if row is None:
@@ -165,10 +214,13 @@ def create_blueprint() -> Blueprint:
     def sweeps_data() -> Response:
         since = request.args.get("since")
         since_ms = _int_arg("since") if since else None
-        return _json(payloads.sweeps_payload(_state(), _services().store, _now(), since_ms))
+        return _json(payloads.sweeps_payload(
+            _state(), _services().store, _now(), since_ms, owner=_owner(),
+            cursor=request.args.get("cursor") or None, limit=SWEEPS_PAGE))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>")
     def sweep_data(sweep_id: str) -> Response:
+        _own_sweep(sweep_id)
         store = _services().store
         table = _state().tables.get(store, sweep_id)
         mode = request.args.get("mode", "best")
@@ -179,11 +231,13 @@ def create_blueprint() -> Blueprint:
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/summary")
     def sweep_summary(sweep_id: str) -> Response:
+        _own_sweep(sweep_id)
         table = _state().tables.get(_services().store, sweep_id)
         return _json(payloads.sweep_summary(table, _now()))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/changes")
     def sweep_changes(sweep_id: str) -> Response:
+        _own_sweep(sweep_id)
         table = _state().tables.get(_services().store, sweep_id)
         versions = {name: request.args.get(name, "") for name in payloads.AGGREGATES}
         return _json(payloads.sweep_changes(table, _now(), _int_arg("since"), versions))
@@ -205,6 +259,7 @@ def create_blueprint() -> Blueprint:
             raise InvalidQuery(
                 "indexes", f"must be trial indexes, comma-separated, got {raw!r}"
             ) from None
+        _own_sweep(sweep_id)
         store = _services().store
         table = _state().tables.get(store, sweep_id)
         return _json(payloads.curves_payload(_state(), store, table, indexes))
@@ -213,17 +268,15 @@ def create_blueprint() -> Blueprint:
     def trial_data(trial_id: str) -> Response:
         store = _services().store
         if request.args.get("attempt") is None:
-            return _json(payloads.trial_payload(store, trial_id, _now()))
+            return _json(payloads.trial_payload(store, trial_id, _now(), owner=_owner()))
         return _json(payloads.trial_changes(store, trial_id, _now(), _int_arg("attempt"),
-                                            _int_arg("epoch", -1, low=-1)))
+                                            _int_arg("epoch", -1, low=-1), owner=_owner()))
 
     @bp.get("/dashboard/data/workers")
     def workers_data() -> Response:
         services = _services()
-        settings = getattr(services, "settings", None)
         return _json(payloads.workers_payload(
-            _state(), services.store, getattr(services, "sender", None), _now(),
-            getattr(settings, "flower_url", None),
+            _state(), services.store, services.sender, _now(), services.settings.flower_url,
         ))
 
     return bp
@@ -231,6 +284,7 @@ def create_blueprint() -> Blueprint:
 
 def _partial(sweep_id: str, which: str) -> dict[str, Any]:
     """One figure of the sweep page again, for another parameter or parallel mode."""
+    _own_sweep(sweep_id)
     store = _services().store
     table = _state().tables.get(store, sweep_id)
     mode = request.args.get("mode", "best")

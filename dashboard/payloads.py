@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from core.errors import NotFound
 from core.store import Store
 from dashboard import data, figures, parallel, params
 from dashboard.detail import epoch_series, trial_detail
@@ -212,13 +213,15 @@ def curves_payload(state: DashboardState, store: Store, table: SweepTable,
 
 
 def sweeps_payload(state: DashboardState, store: Store, now: datetime,
-                   since: int | None = None, limit: int = 100) -> dict[str, Any]:
-    """The newest sweeps with counts, and the best objective of those already in memory.
+                   since: int | None = None, limit: int = 100, *, owner: str | None = None,
+                   cursor: str | None = None) -> dict[str, Any]:
+    """One page of the newest sweeps (`owner`'s only, unless None) with counts, and the
+    best objective of those already in memory; ``next`` is the next page's cursor.
 
     With `since` (ms), only sweeps updated after it; a page passes the ``now`` of its last
     answer, less a little, so a change is never missed (it may come twice).
     """
-    sweeps, _ = store.list_sweeps(limit=limit)
+    sweeps, next_cursor = store.list_sweeps(owner=owner, limit=limit, cursor=cursor)
     out = []
     for sweep in sweeps:
         meta = sweep_meta(sweep)
@@ -231,7 +234,7 @@ def sweeps_payload(state: DashboardState, store: Store, now: datetime,
             best = _best(table.memo("top", _aggregates(table.sweep)["top"],
                                     PREPARED_SECONDS)[1])
         out.append({**meta, "best": best, "best_known": table is not None})
-    return {"now": data.to_ms(now), "sweeps": out}
+    return {"now": data.to_ms(now), "sweeps": out, "next": next_cursor}
 
 
 def sweep_summary(table: SweepTable, now: datetime) -> dict[str, Any]:
@@ -248,10 +251,20 @@ def sweep_summary(table: SweepTable, now: datetime) -> dict[str, Any]:
     }
 
 
-def trial_payload(store: Store, trial_id: str, now: datetime) -> dict[str, Any]:
-    """A trial's record, timings and per-epoch curves."""
-    doc = store.get_trial(trial_id, with_metrics=True)
+def _trial_sweep(store: Store, doc: Mapping[str, Any], owner: str | None) -> dict[str, Any]:
+    """The trial's sweep; `NotFound` for the trial if the sweep is not `owner`'s."""
     sweep = store.get_sweep(doc["sweep_id"])
+    if owner is not None and sweep.get("owner") != owner:
+        raise NotFound("trial", doc["_id"])
+    return sweep
+
+
+def trial_payload(store: Store, trial_id: str, now: datetime, *, owner: str | None = None
+                  ) -> dict[str, Any]:
+    """A trial's record, timings and per-epoch curves (`NotFound` unless `owner`'s, when
+    given)."""
+    doc = store.get_trial(trial_id, with_metrics=True)
+    sweep = _trial_sweep(store, doc, owner)
     series = epoch_series(doc.pop("metrics"))
     planned = (doc.get("config") or {}).get("training", {}).get("epochs")
     return {
@@ -262,13 +275,14 @@ def trial_payload(store: Store, trial_id: str, now: datetime) -> dict[str, Any]:
 
 
 def trial_changes(store: Store, trial_id: str, now: datetime, attempt: int,
-                  epoch: int) -> dict[str, Any]:
-    """A trial's record now and its epochs after (`attempt`, `epoch`).
+                  epoch: int, *, owner: str | None = None) -> dict[str, Any]:
+    """A trial's record now and its epochs after (`attempt`, `epoch`); `NotFound` unless
+    `owner`'s, when given.
 
     ``reset`` when a newer attempt has begun: the page reloads its curves.
     """
     doc = store.get_trial(trial_id, with_metrics=False)
-    sweep = store.get_sweep(doc["sweep_id"])
+    sweep = _trial_sweep(store, doc, owner)
     rows = store.metrics_after(trial_id, attempt, epoch)
     if (doc.get("attempt") or 0) > attempt or any(r["attempt"] > attempt for r in rows):
         return {"reset": True}

@@ -1,7 +1,7 @@
 """``sweepstack api``: serve the REST API (and the dashboard) with gunicorn.
 
 gunicorn replaces this process (``exec``), so signals reach it directly. Each worker
-process imports ``api.wsgi``, which reads the settings and builds its own store client
+process imports ``web.wsgi``, which reads the settings and builds its own store client
 after the fork (pymongo clients are not fork-safe). Workers are threaded (``gthread``) so
 one slow request (a large submit, a ``/workers`` broadcast) does not hold the others, and
 their timeout is long enough for a 100,000-trial submit.
@@ -13,6 +13,9 @@ import os
 
 import click
 
+from core.errors import ConfigError
+from core.settings import Settings
+from core.webcontext import local_open_note
 from scheduler.gunicorn import gunicorn_argv as serve_argv
 
 #: Seconds gunicorn lets one request run before restarting its worker.
@@ -20,9 +23,9 @@ REQUEST_TIMEOUT = 600
 
 
 def gunicorn_argv(host: str, port: int, workers: int, threads: int) -> list[str]:
-    """The gunicorn command line serving ``api.wsgi:app``."""
+    """The gunicorn command line serving ``web.wsgi:app``."""
     return serve_argv(
-        "api.wsgi:app", host, port, workers=workers, threads=threads, timeout=REQUEST_TIMEOUT
+        "web.wsgi:app", host, port, workers=workers, threads=threads, timeout=REQUEST_TIMEOUT
     )
 
 
@@ -40,4 +43,10 @@ def api(host: str, port: int, workers: int, threads: int) -> None:
             raise click.UsageError(f"{variable} is not set")
     argv = gunicorn_argv(host, port, workers, threads)
     click.echo(f"serving the API on http://{host}:{port}/api/v1 ({workers} x {threads})", err=True)
+    try:
+        note = local_open_note(Settings.from_env(), host)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if note:
+        click.echo(f"note: {note}", err=True)
     os.execv(argv[0], argv)

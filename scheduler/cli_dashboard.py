@@ -13,6 +13,9 @@ import os
 
 import click
 
+from core.errors import ConfigError
+from core.settings import Settings
+from core.webcontext import local_open_note
 from scheduler.gunicorn import gunicorn_argv as serve_argv
 
 #: Seconds gunicorn lets one request run: the first look at a 50,000-trial sweep reads
@@ -21,9 +24,9 @@ REQUEST_TIMEOUT = 300
 
 
 def gunicorn_argv(host: str, port: int, threads: int) -> list[str]:
-    """The gunicorn command line serving ``dashboard.wsgi:app``: one process, `threads`."""
+    """The gunicorn command line serving ``web.dashboard_wsgi:app``: one process, `threads`."""
     return serve_argv(
-        "dashboard.wsgi:app", host, port, workers=1, threads=threads, timeout=REQUEST_TIMEOUT
+        "web.dashboard_wsgi:app", host, port, workers=1, threads=threads, timeout=REQUEST_TIMEOUT
     )
 
 
@@ -39,4 +42,10 @@ def dashboard(host: str, port: int, threads: int) -> None:
         raise click.UsageError("SWEEPSTACK_MONGO_URL is not set")
     argv = gunicorn_argv(host, port, threads)
     click.echo(f"serving the dashboard on http://{host}:{port}/ ({threads} threads)", err=True)
+    try:
+        note = local_open_note(Settings.from_env(), host)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if note:
+        click.echo(f"note: {note}", err=True)
     os.execv(argv[0], argv)

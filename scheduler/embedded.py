@@ -135,7 +135,7 @@ def start_workers(procs: Processes, env: dict[str, str], workers: int, queue: st
 def start_dashboard(procs: Processes, env: dict[str, str], port: int) -> str:
     """The dashboard under gunicorn on 127.0.0.1:port; returns its URL."""
     argv = gunicorn_argv(
-        "dashboard.wsgi:app",
+        "web.dashboard_wsgi:app",
         "127.0.0.1",
         port,
         workers=1,

@@ -29,6 +29,7 @@ from core.errors import NotFound, SpecError, SweepstackError
 from core.records import flatten_params
 from core.settings import Settings
 from core.store import Store
+from core.webcontext import local_open_note
 from scheduler import embedded
 
 log = logging.getLogger(__name__)
@@ -204,6 +205,8 @@ def run(
         err.print(f"sweep [bold]{sweep_id}[/] ({sweep['name']}): {total:,} trials")
         if dashboard:
             err.print(f"dashboard: {dashboard}sweeps/{sweep_id}")
+            if note := local_open_note(settings, "127.0.0.1"):
+                err.print(f"note: {note}")
         metric = sweep["objective"]["metric"]
         last_requeue = time.monotonic()
         with Progress(

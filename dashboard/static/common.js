@@ -73,8 +73,12 @@ const SS = (function () {
     const response = await fetch(url, { headers: { Accept: "application/json" } });
     let body = null;
     try { body = await response.json(); } catch (e) { body = null; }
+    if (response.status === 401) {
+      // The session ended (logout elsewhere, token removed): back to the login form.
+      window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname));
+    }
     if (!response.ok) {
-      const message = body && body.error ? body.error.message : response.statusText;
+      const message = body && body.message ? body.message : response.statusText;
       const error = new Error(message);
       error.status = response.status;
       throw error;

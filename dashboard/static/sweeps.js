@@ -62,7 +62,8 @@
   }
 
   async function step() {
-    const url = cfg.dataUrl + (since === null ? "" : "?since=" + since);
+    const sep = cfg.dataUrl.includes("?") ? "&" : "?";
+    const url = cfg.dataUrl + (since === null ? "" : sep + "since=" + since);
     const d = await SS.getJSON(url);
     since = d.now - 5000;
     if (d.sweeps.length) { merge(d.sweeps); render(); }

@@ -17,8 +17,13 @@ from kombu import Connection
 
 from core.settings import Settings
 
-ALICE = {"Authorization": "Bearer tok-alice"}
-BOB = {"Authorization": "Bearer tok-bob"}
+#: Tokens of the test owners (at least 32 characters, as the server requires).
+ALICE_TOKEN = "alice-token-0123456789abcdef0123456789"
+BOB_TOKEN = "bob-token-0123456789abcdef0123456789ab"
+CAROL_TOKEN = "carol-token-0123456789abcdef012345678"
+TOKENS = {ALICE_TOKEN: "alice", BOB_TOKEN: "bob", CAROL_TOKEN: "carol"}
+ALICE = {"Authorization": f"Bearer {ALICE_TOKEN}"}
+BOB = {"Authorization": f"Bearer {BOB_TOKEN}"}
 YAML = {"Content-Type": "application/yaml"}
 
 SMALL = {
@@ -36,19 +41,22 @@ def small_spec(**overrides: Any) -> dict[str, Any]:
 
 
 def api_settings(broker_url: str, mongo_url: str, db_name: str, **overrides: Any) -> Settings:
-    """Settings with a queue of the test's own, two tokens and small limits."""
+    """Settings with a queue of the test's own, two tokens and small limits (a fixed
+    session key, so sessions survive between the apps a test makes)."""
     base = Settings(
         broker_url=broker_url,
         mongo_url=mongo_url,
         mongo_db=db_name,
         queue=f"sweepstack.test.{uuid.uuid4().hex[:10]}",
-        api_tokens={"tok-alice": "alice", "tok-bob": "bob"},
+        api_tokens={ALICE_TOKEN: "alice", BOB_TOKEN: "bob"},
         api_max_body_bytes=64 * 1024,
         api_max_trials=500,
         api_max_epochs=100,
         api_page_size=5,
         api_max_page_size=50,
         api_timeout_seconds=2.0,
+        secret_key="test-secret-key-0123456789abcdef0123456789",
+        auth_failures=100,
     )
     return dataclasses.replace(base, **overrides)
 

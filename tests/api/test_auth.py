@@ -3,13 +3,22 @@ another owner's token and the owner's token; the open routes without one."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import time
+
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from api.auth import identify
+from core.errors import ConfigError
+from core.settings import Settings
 from core.store import Store
-from tests.api import ALICE, BOB, submit
+from scheduler.enqueue import sender_app
+from tests.api import ALICE, ALICE_TOKEN, BOB, BOB_TOKEN, submit
+from web.app import create_app
+from web.auth import identify
 
 NONE: dict[str, str] = {}
 BAD = {"Authorization": "Bearer not-a-token"}
@@ -88,13 +97,90 @@ def test_open_routes_need_no_token(client: FlaskClient) -> None:
 
 
 def test_identify_compares_against_every_token() -> None:
-    tokens = {"tok-alice": "alice", "tok-bob": "bob"}
-    assert identify("Bearer tok-bob", tokens) == "bob"
-    assert identify("bearer   tok-alice ", tokens) == "alice"
-    assert identify("Bearer tok-alic", tokens) is None
-    assert identify("Bearer tok-alice-and-more", tokens) is None
+    tokens = {ALICE_TOKEN: "alice", BOB_TOKEN: "bob"}
+    assert identify(f"Bearer {BOB_TOKEN}", tokens) == "bob"
+    assert identify(f"bearer   {ALICE_TOKEN} ", tokens) == "alice"
+    assert identify(f"Bearer {ALICE_TOKEN[:-1]}", tokens) is None
+    assert identify(f"Bearer {ALICE_TOKEN}-and-more", tokens) is None
     assert identify("Bearer ", tokens) is None
-    assert identify("tok-alice", tokens) is None
+    assert identify(ALICE_TOKEN, tokens) is None
     assert identify(None, tokens) is None
-    assert identify("Bearer tok-alice", {}) is None
+    assert identify(f"Bearer {ALICE_TOKEN}", {}) is None
     assert identify("Bearer \udcff\u00e9", tokens) is None
+
+
+def test_every_api_route_of_the_url_map_needs_a_token(app: Flask, client: FlaskClient,
+                                                       ids: dict[str, str]) -> None:
+    """Taken from the app's URL map, so a new route cannot be left out."""
+    open_paths = {"/api/v1/health", "/api/v1/openapi.json", "/openapi.json"}
+    values = {"sweep_id": ids["sweep"], "trial_id": ids["trial"]}
+    seen = 0
+    for rule in app.url_map.iter_rules():
+        if not rule.rule.startswith("/api/v1/") or rule.rule in open_paths:
+            continue
+        path = rule.rule
+        for name in rule.arguments:
+            path = path.replace(f"<{name}>", values[name])
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            response = call(client, method, path, NONE)
+            assert response.status_code == 401, (method, path)
+            assert set(response.json) == {"code", "message", "details"}
+            assert ids["sweep"] not in response.get_data(as_text=True)
+            seen += 1
+    assert seen >= 10
+
+
+def test_the_session_cookie_is_no_credential_for_the_api(app: Flask, ids: dict[str, str]) -> None:
+    client = app.test_client()
+    form = client.get("/login").get_data(as_text=True)
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', form)
+    assert csrf is not None
+    logged_in = client.post("/login", data={"token": ALICE_TOKEN, "csrf_token": csrf.group(1)})
+    assert logged_in.status_code == 303 and client.get("/").status_code == 200
+    assert client.get("/api/v1/sweeps").status_code == 401
+    assert client.post(f"/api/v1/sweeps/{ids['sweep']}/cancel").status_code == 401
+
+
+def test_wrong_bearer_tokens_are_throttled_per_address(settings: Settings, store: Store) -> None:
+    app = create_app(dataclasses.replace(settings, auth_failures=3, auth_window_seconds=2),
+                     store=store, sender=sender_app(settings))
+    client = app.test_client()
+    client.environ_base["REMOTE_ADDR"] = "10.9.0.1"
+    for _ in range(5):  # right tokens never count
+        assert client.get("/api/v1/sweeps", headers=ALICE).status_code == 200
+    wrong = {"Authorization": "Bearer " + "w" * 40}
+    assert [client.get("/api/v1/sweeps", headers=wrong).status_code for _ in range(3)] == [
+        401, 401, 401]
+    blocked = client.get("/api/v1/sweeps", headers=wrong)
+    assert blocked.status_code == 429 and blocked.json["code"] == "too_many_failures"
+    wait = int(blocked.headers["Retry-After"])
+    assert 1 <= wait <= 2
+    assert client.get("/api/v1/sweeps", headers=ALICE).status_code == 429
+    other = app.test_client()
+    other.environ_base["REMOTE_ADDR"] = "10.9.0.2"
+    assert other.get("/api/v1/sweeps", headers=ALICE).status_code == 200
+    time.sleep(wait + 0.5)
+    assert client.get("/api/v1/sweeps", headers=ALICE).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("alice:short-token", "the token of 'alice' has 11 characters; at least 32"),
+        (f"alice:{ALICE_TOKEN},bob:{ALICE_TOKEN}", "'alice' and 'bob' have the same token"),
+    ],
+    ids=["short", "duplicate"],
+)
+def test_token_rules_at_start(raw: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        Settings.from_env({"SWEEPSTACK_API_TOKENS": raw})
+    assert message in str(raised.value)
+    assert "short-token" not in str(raised.value) and ALICE_TOKEN not in str(raised.value)
+
+
+def test_admins_must_be_token_names() -> None:
+    env = {"SWEEPSTACK_API_TOKENS": f"alice:{ALICE_TOKEN}", "SWEEPSTACK_ADMINS": "alice,eve"}
+    with pytest.raises(ConfigError, match="SWEEPSTACK_ADMINS: eve not among"):
+        Settings.from_env(env)
+    env["SWEEPSTACK_ADMINS"] = "alice"
+    assert Settings.from_env(env).admins == frozenset({"alice"})

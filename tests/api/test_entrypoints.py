@@ -1,19 +1,25 @@
-"""The ways the API is started: ``api.wsgi`` (no torch, no workers), and ``sweepstack api``
-serving it with gunicorn on a real port."""
+"""The ways the API is started: ``web.wsgi`` (no torch, no workers), and ``sweepstack api``
+serving it with gunicorn on a real port: gunicorn's own refusals in the JSON error shape,
+and one session key for all its workers."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import requests
 from click.testing import CliRunner
 
 from core.settings import Settings
 from scheduler.cli_api import api, gunicorn_argv
+from tests.api import ALICE_TOKEN
 from tests.services import free_port, wait_listening
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +32,7 @@ def _env(settings: Settings) -> dict[str, str]:
         SWEEPSTACK_MONGO_URL=settings.mongo_url or "",
         SWEEPSTACK_MONGO_DB=settings.mongo_db,
         SWEEPSTACK_QUEUE=settings.queue,
-        SWEEPSTACK_API_TOKENS="alice:tok-alice",
+        SWEEPSTACK_API_TOKENS=f"alice:{ALICE_TOKEN}",
         PYTHONPATH=str(ROOT),
     )
     return env
@@ -34,11 +40,11 @@ def _env(settings: Settings) -> dict[str, str]:
 
 def test_importing_the_wsgi_app_loads_neither_torch_nor_the_workers(settings: Settings) -> None:
     code = (
-        "import sys, api.wsgi\n"
+        "import sys, web.wsgi\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'workers'))\n"
         "print(bad)\n"
         "assert not bad, bad\n"
-        "assert api.wsgi.app.extensions['sweepstack'].settings.queue\n"
+        "assert web.wsgi.app.extensions['sweepstack'].settings.queue\n"
     )
     done = subprocess.run([sys.executable, "-c", code], env=_env(settings), cwd=ROOT,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -70,5 +76,51 @@ def test_the_api_command_needs_the_service_urls() -> None:
     result = CliRunner().invoke(api, ["--port", "9"], env={"SWEEPSTACK_BROKER_URL": ""})
     assert result.exit_code == 2 and "SWEEPSTACK_BROKER_URL is not set" in result.output
     argv = gunicorn_argv("0.0.0.0", 8080, workers=3, threads=4)
-    assert argv[argv.index("--bind") + 1] == "0.0.0.0:8080" and "api.wsgi:app" in argv
+    assert argv[argv.index("--bind") + 1] == "0.0.0.0:8080" and "web.wsgi:app" in argv
     assert argv[argv.index("--workers") + 1] == "3"
+
+
+@contextmanager
+def served(settings: Settings, workers: int = 1) -> Iterator[str]:
+    """`sweepstack api`'s gunicorn on a free port; its base URL."""
+    port = free_port()
+    argv = gunicorn_argv("127.0.0.1", port, workers=workers, threads=2)
+    proc = subprocess.Popen(argv, env=_env(settings), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_listening("127.0.0.1", port, 60, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_gunicorn_refusals_answer_the_json_error_shape(settings: Settings) -> None:
+    with served(settings) as base:
+        long_url = requests.get(f"{base}/api/v1/sweeps?q={'x' * 10_000}", timeout=10)
+        assert long_url.status_code == 414
+        assert long_url.headers["Content-Type"] == "application/json"
+        assert long_url.json()["code"] == "uri_too_long"
+        assert set(long_url.json()) == {"code", "message", "details"}
+        big_header = requests.get(f"{base}/api/v1/health", headers={"X-Big": "y" * 10_000},
+                                  timeout=10)
+        assert big_header.status_code in (400, 431)
+        assert set(big_header.json()) == {"code", "message", "details"}
+
+
+def test_a_login_holds_across_gunicorn_workers_without_a_configured_key(
+    settings: Settings,
+) -> None:
+    with served(settings, workers=2) as base:
+        session = requests.Session()
+        form = session.get(f"{base}/login", timeout=10).text
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', form)
+        assert csrf is not None
+        done = session.post(f"{base}/login", data={"token": ALICE_TOKEN, "csrf_token": csrf[1]},
+                            allow_redirects=False, timeout=10)
+        assert done.status_code == 303
+        # A new connection each time, so the two workers take turns answering.
+        answers = [requests.get(f"{base}/dashboard/data/sweeps", cookies=session.cookies,
+                                headers={"Connection": "close"}, timeout=10).status_code
+                   for _ in range(12)]
+        assert answers == [200] * 12

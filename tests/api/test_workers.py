@@ -10,9 +10,9 @@ import io
 import pytest
 from flask.testing import FlaskClient
 
-from api.app import create_app
-from tests.api import ALICE
+from tests.api import ALICE, ALICE_TOKEN
 from tests.integration.stack import Stack, wait_for
+from web.app import create_app
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,7 @@ QUICK = {
 @pytest.fixture
 def client(stack: Stack) -> FlaskClient:
     settings = dataclasses.replace(
-        stack.settings, api_tokens={"tok-alice": "alice"}, api_max_epochs=5000
+        stack.settings, api_tokens={ALICE_TOKEN: "alice"}, api_max_epochs=5000
     )
     return create_app(settings, store=stack.store, sender=stack.app).test_client()
 

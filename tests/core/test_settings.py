@@ -22,13 +22,13 @@ def test_values_are_parsed() -> None:
     settings = Settings.from_env(
         {
             "SWEEPSTACK_BROKER_URL": "amqp://u:p@h//",
-            "SWEEPSTACK_API_TOKENS": "alice:tok1, bob:tok2",
+            "SWEEPSTACK_API_TOKENS": f"alice:{'1' * 32}, bob:{'2' * 32}",
             "SWEEPSTACK_DATA_DIR": "/tmp/x",
             "SWEEPSTACK_HEARTBEAT_SECONDS": "2.5",
         }
     )
     assert settings.broker_url == "amqp://u:p@h//"
-    assert settings.api_tokens == {"tok1": "alice", "tok2": "bob"}
+    assert settings.api_tokens == {"1" * 32: "alice", "2" * 32: "bob"}
     assert settings.data_dir == Path("/tmp/x")
     assert settings.heartbeat_seconds == 2.5
 

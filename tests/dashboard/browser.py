@@ -99,3 +99,14 @@ def live_server(app: Flask) -> Iterator[str]:
     finally:
         server.shutdown()
         thread.join(10)
+
+
+def browser_login(context: BrowserContext, base_url: str, token: str) -> Page:
+    """Log `context` in through the dashboard's login form, as a person does; the page
+    it lands on (the Sweeps page)."""
+    page = context.new_page()
+    page.goto(f"{base_url}/login")
+    page.fill("#token", token)
+    page.click("#login-submit")
+    page.wait_for_url(f"{base_url}/")
+    return page

@@ -3,17 +3,24 @@ trials went through the real lifecycle, and (in `test_browser`) a real Chromium.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from celery import Celery
+from flask import Flask
+from flask.testing import FlaskClient
 
+from core.settings import Settings
 from core.spec import SweepSpec, load_spec
 from core.states import TrialState
 from core.store import Store
 from scheduler.expand import TrialPoint
 from tests.core import FakeClock, make_sweep, open_store, trial_ids
+from web.app import create_app
 
 #: 16 trials: depth 1-2 x width 32/64 x relu/tanh x seeds 0/1.
 SPEC: dict[str, Any] = {
@@ -75,3 +82,40 @@ def sweep(store: Store, clock: FakeClock) -> Sweep:
     """16 queued trials of `SPEC`."""
     sweep_id, points = make_sweep(store, small_sweep_spec(), owner="alice")
     return Sweep(store, clock, sweep_id, points, trial_ids(sweep_id, points))
+
+
+#: Owners and tokens the dashboard tests log in with (root is an admin).
+ALICE_TOKEN = "alice-token-0123456789abcdef0123456789"
+BOB_TOKEN = "bob-token-0123456789abcdef0123456789ab"
+ROOT_TOKEN = "root-token-0123456789abcdef0123456789a"
+TOKENS = {ALICE_TOKEN: "alice", BOB_TOKEN: "bob", ROOT_TOKEN: "root"}
+
+
+def dashboard_settings(secantus_url: str, db_name: str, **overrides: Any) -> Settings:
+    """Settings of a dashboard with alice, bob and root (admin), and a fixed session key."""
+    base = Settings(mongo_url=secantus_url, mongo_db=db_name, api_tokens=dict(TOKENS),
+                    admins=frozenset({"root"}),
+                    secret_key="dashboard-test-secret-0123456789abcdef")
+    return dataclasses.replace(base, **overrides)
+
+
+def dashboard_app(settings: Settings, store: Store, sender: Celery | None = None) -> Flask:
+    """The dashboard alone (`web.app.create_app` without the API) on the test's store."""
+    return create_app(settings, store=store, sender=sender, api=False)
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token in a page's form."""
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found, html[:500]
+    return found.group(1)
+
+
+def login(client: FlaskClient, token: str = ALICE_TOKEN) -> FlaskClient:
+    """Log `client` in through the login form, as a browser does."""
+    form = client.get("/login")
+    assert form.status_code == 200
+    response = client.post("/login", data={"token": token,
+                                           "csrf_token": csrf_of(form.get_data(as_text=True))})
+    assert response.status_code == 303, response.get_data(as_text=True)[:500]
+    return client

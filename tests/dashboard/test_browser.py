@@ -17,24 +17,30 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Response, sync_playwright
 
-from core.settings import Settings
 from core.spec import load_spec
 from core.states import TrialState
 from core.store import Store
 from dashboard import params
-from dashboard.app import control_app, create_dashboard_app
 from dashboard.data import FIELDS, best_so_far, objective_by_width, time_by_depth, trial_row
+from scheduler.enqueue import sender_app
 from tests.core import make_sweep, trial_ids
 from tests.dashboard.browser import (
     CHROMIUM,
     VIEWPORT,
+    browser_login,
     figure,
     launch,
     live_server,
     open_drawn,
     trace_lengths,
 )
-from tests.dashboard.conftest import small_sweep_spec
+from tests.dashboard.conftest import (
+    ALICE_TOKEN,
+    BOB_TOKEN,
+    dashboard_app,
+    dashboard_settings,
+    small_sweep_spec,
+)
 from tests.dashboard.seeding import Seeded, mcleod_spec, seed_sweep
 from tests.integration.stack import ROOT, Stack
 
@@ -90,9 +96,12 @@ def live_store(secantus_url: str, db_name: str) -> Iterator[Store]:
 
 
 @pytest.fixture
-def base_url(live_store: Store, secantus_url: str, db_name: str) -> Iterator[str]:
-    settings = Settings(mongo_url=secantus_url, mongo_db=db_name, flower_url=FLOWER)
-    with live_server(create_dashboard_app(settings, store=live_store)) as url:
+def base_url(live_store: Store, secantus_url: str, db_name: str,
+             context: BrowserContext) -> Iterator[str]:
+    """The dashboard served live, with `context` logged in as alice (the seeded owner)."""
+    settings = dashboard_settings(secantus_url, db_name, flower_url=FLOWER)
+    with live_server(dashboard_app(settings, live_store)) as url:
+        browser_login(context, url, ALICE_TOKEN).close()
         yield url
 
 
@@ -342,7 +351,7 @@ def test_sweeps_page_lists_a_new_sweep_while_open(
         assert row.locator(f".progress .seg-{state}").count() == 1
     best = max(mcleod.objectives.values())
     wait_until(lambda: f"{best:.5g}" in row.locator(".best").inner_text(), 15, "the best")
-    sweep_id, _ = make_sweep(live_store, small_sweep_spec(name="arrived-later"), owner="bob")
+    sweep_id, _ = make_sweep(live_store, small_sweep_spec(name="arrived-later"), owner="alice")
     wait_until(lambda: page.locator(f"#sweep-{sweep_id}").count() == 1, 15, "the new sweep")
     assert "arrived-later" in page.locator(f"#sweep-{sweep_id}").inner_text()
     assert console.errors() == []
@@ -356,15 +365,11 @@ def test_workers_page_shows_an_online_celery_worker(
     try:
         worker = stack.start_worker()
         name = wait_until(lambda: _worker_name(worker.log_path.read_text()), 10, "its name")
-        settings = Settings(
-            broker_url=broker_url,
-            mongo_url=secantus_url,
-            mongo_db=db_name,
-            queue=stack.queue,
-            flower_url=FLOWER,
-        )
-        app = create_dashboard_app(settings, store=stack.store, sender=control_app(settings))
+        settings = dashboard_settings(secantus_url, db_name, broker_url=broker_url,
+                                      queue=stack.queue, flower_url=FLOWER)
+        app = dashboard_app(settings, stack.store, sender_app(settings))
         with live_server(app) as url:
+            browser_login(context, url, ALICE_TOKEN).close()
             page, console = open_drawn(context, f"{url}/workers")
             row = page.locator(f'#workers-table tr[data-name="{name}"]')
             wait_until(lambda: row.count() == 1, 15, "the worker's row")
@@ -401,7 +406,7 @@ def test_a_data_parallel_sweep_shows_tau_and_the_communication_split(
             "objective": {"metric": "val_accuracy", "direction": "maximize"},
         }
     )
-    sweep_id, points = make_sweep(live_store, spec)
+    sweep_id, points = make_sweep(live_store, spec, owner="alice")
     ids = trial_ids(sweep_id, points)
     for index, trial_id in enumerate(ids):
         assert live_store.claim(trial_id, WORKER, stale_after=60) is not None
@@ -438,3 +443,41 @@ def test_a_data_parallel_sweep_shows_tau_and_the_communication_split(
     assert "parallel.tau" in page.locator("#config").inner_text()
     shoot(page, "trial-parallel")
     assert console.errors() == []
+
+
+def test_logging_in_shows_only_my_sweeps_and_logging_out_ends_it(
+    context: BrowserContext, live_store: Store, secantus_url: str, db_name: str
+) -> None:
+    mine, _ = make_sweep(live_store, small_sweep_spec(name="alices-sweep"), owner="alice")
+    theirs, _ = make_sweep(live_store, small_sweep_spec(name="bobs-sweep"), owner="bob")
+    settings = dashboard_settings(secantus_url, db_name)
+    with live_server(dashboard_app(settings, live_store)) as url:
+        page = context.new_page()
+        page.goto(f"{url}/sweeps/{mine}")
+        assert page.url.startswith(f"{url}/login?next=")  # anonymous: to the login form
+        page.fill("#token", "not-a-token-" + "x" * 30)
+        page.click("#login-submit")
+        assert page.locator("#login-error").is_visible()
+        page.fill("#token", ALICE_TOKEN)
+        page.click("#login-submit")
+        page.wait_for_url(f"{url}/sweeps/{mine}")  # where the login form was sent from
+        page.goto(f"{url}/")
+        page.wait_for_function("window.__dashboard && window.__dashboard.drawn")
+        table = page.locator("#sweeps-table").inner_text()
+        assert "alices-sweep" in table and "bobs-sweep" not in table
+        assert page.locator("#who").inner_text() == "alice"
+        cookie = next(c for c in context.cookies() if c["name"] == "sweepstack_session")
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert page.goto(f"{url}/sweeps/{theirs}").status == 404
+        shoot(page, "login-foreign-sweep-404")
+        page.goto(f"{url}/")
+        page.click("#logout")
+        page.wait_for_url(f"{url}/login")
+        page.goto(f"{url}/")
+        assert page.url.startswith(f"{url}/login")
+        page.fill("#token", BOB_TOKEN)
+        page.click("#login-submit")
+        page.wait_for_url(f"{url}/")
+        table = page.locator("#sweeps-table").inner_text()
+        assert "bobs-sweep" in table and "alices-sweep" not in table
+        page.close()

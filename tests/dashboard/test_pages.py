@@ -15,15 +15,13 @@ from click.testing import CliRunner
 from flask import Flask
 from flask.testing import FlaskClient
 
-from core.settings import Settings
 from core.states import TrialState
 from dashboard import payloads
-from dashboard.app import create_dashboard_app
 from dashboard.blueprint import STATE_KEY
 from dashboard.payloads import DashboardState
 from dashboard.table import Tables
 from scheduler.cli_dashboard import dashboard, gunicorn_argv
-from tests.dashboard.conftest import Sweep
+from tests.dashboard.conftest import Sweep, dashboard_app, dashboard_settings, login
 from tests.services import free_port, wait_listening
 
 
@@ -31,16 +29,16 @@ from tests.services import free_port, wait_listening
 def app(sweep: Sweep, secantus_url: str, db_name: str, monkeypatch: pytest.MonkeyPatch) -> Flask:
     """The dashboard alone on the test's store; tables sync and recompute on every request."""
     monkeypatch.setattr(payloads, "PREPARED_SECONDS", 0)
-    app = create_dashboard_app(Settings(mongo_url=secantus_url, mongo_db=db_name),
-                               store=sweep.store)
+    app = dashboard_app(dashboard_settings(secantus_url, db_name), sweep.store)
     app.extensions[STATE_KEY] = DashboardState(Tables(min_interval=0))
     return app
 
 
 @pytest.fixture
 def client(app: Flask) -> Iterator[FlaskClient]:
+    """A client logged in as alice, the sweep's owner."""
     with app.test_client() as client:
-        yield client
+        yield login(client)
 
 
 def get_json(client: FlaskClient, url: str, status: int = 200) -> Any:
@@ -70,7 +68,9 @@ def test_unknown_things_are_404_in_html_and_json(client: FlaskClient) -> None:
     assert page.status_code == 404 and "not found" in page.get_data(as_text=True)
     assert client.get("/trials/abcdef012345-0000000000000000").status_code == 404
     body = get_json(client, "/dashboard/data/sweeps/abcdef012345", 404)
-    assert body["error"]["code"] == "not_found" and "abcdef012345" in body["error"]["message"]
+    assert body["code"] == "not_found" and "abcdef012345" in body["message"]
+    assert body == {"code": "not_found", "message": "no sweep abcdef012345",
+                    "details": {"kind": "sweep"}}  # the API's shape and words
     get_json(client, "/dashboard/data/trials/abcdef012345-0000000000000000", 404)
 
 
@@ -86,7 +86,8 @@ def test_bad_arguments_are_400_naming_the_field(client: FlaskClient, sweep: Swee
     }
     for url, message in cases.items():
         body = get_json(client, url, 400)
-        assert body["error"]["code"] == "invalid" and message in body["error"]["message"], url
+        assert body["code"] == "invalid_parameter" and message in body["message"], url
+        assert set(body) == {"code", "message", "details"} and body["details"]["parameter"]
 
 
 def test_sweep_data_then_only_what_changed(client: FlaskClient, sweep: Sweep) -> None:
@@ -178,7 +179,7 @@ def test_dashboard_command_needs_a_store() -> None:
     result = CliRunner().invoke(dashboard, [], env={"SWEEPSTACK_MONGO_URL": ""})
     assert result.exit_code == 2 and "SWEEPSTACK_MONGO_URL is not set" in result.output
     argv = gunicorn_argv("127.0.0.1", 8050, 8)
-    assert argv[2:4] == ["gunicorn", "dashboard.wsgi:app"] and "gthread" in argv
+    assert argv[2:4] == ["gunicorn", "web.dashboard_wsgi:app"] and "gthread" in argv
     assert argv[argv.index("--workers") + 1] == "1"
 
 

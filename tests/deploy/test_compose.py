@@ -125,7 +125,8 @@ def test_mongo_auth_is_on_and_services_authenticate(services: dict[str, dict[str
 
 def test_app_services_get_every_setting(services: dict[str, dict[str, Any]]) -> None:
     wanted = {f"SWEEPSTACK_{f.upper()}" for f in Settings.__dataclass_fields__} - {
-        "SWEEPSTACK_DATA_DIR"  # embedded mode only
+        "SWEEPSTACK_DATA_DIR",  # embedded mode only
+        "SWEEPSTACK_BIND_HOST",  # set by the sweepstack launchers; compose binds 0.0.0.0
     }
     for name in APP_SERVICES:
         missing = wanted - set(env_of(services[name]))

@@ -4,6 +4,7 @@ other parameter, and a killed worker leaves no rank behind."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from api.app import create_app
 from tests.integration.stack import Stack, wait_for
+from web.app import create_app
 
 pytestmark = pytest.mark.integration
 
@@ -106,7 +107,9 @@ def test_a_sweep_over_tau_runs_and_shows_on_the_dashboard(stack: Stack) -> None:
         < (by_tau[1]["metrics"][0]["metrics"]["comm_bytes"])
     )
 
-    client = create_app(stack.settings, store=stack.store, sender=stack.app).test_client()
+    # No tokens, served on loopback: the dashboard's open local mode (as `sweepstack run`).
+    local = dataclasses.replace(stack.settings, bind_host="127.0.0.1")
+    client = create_app(local, store=stack.store, sender=stack.app).test_client()
     page = client.get(f"/sweeps/{sweep_id}")
     assert page.status_code == 200
     figure = client.get(f"/dashboard/data/sweeps/{sweep_id}/parallel").get_json()

@@ -1,0 +1,265 @@
+"""One auth layer for the REST API and the dashboard: who is asking, and how often they
+may be wrong.
+
+Before every request `_identify` leaves the caller's `core.webcontext.Identity` (or None)
+in ``flask.g``:
+
+- an ``Authorization: Bearer <token>`` header names the owner of a configured token
+  (``SWEEPSTACK_API_TOKENS``; compared in constant time with every one). A header with a
+  token the server does not know counts as a failure and leaves the caller anonymous
+  (401 on every route that needs someone).
+- otherwise the dashboard's session cookie, set by the login form (``/login``): signed
+  with ``SWEEPSTACK_SECRET_KEY`` (itsdangerous, as Flask's sessions are), HttpOnly,
+  SameSite=Strict, Secure when the request came over https (or always / never:
+  ``SWEEPSTACK_SESSION_COOKIE_SECURE``), valid 12 hours. It holds a digest of the token,
+  not the name, so removing a token from the configuration ends its sessions.
+- otherwise, with no tokens configured and the server bound to loopback
+  (`core.webcontext.local_open`), a local admin; otherwise nobody.
+
+The REST API takes bearer tokens only (`api.auth.require_token`), never the cookie, so a
+page elsewhere cannot make a browser send an API write. Every other state-changing
+request (``POST`` to ``/login``, ``/logout``) must carry the session's CSRF token
+(form field ``csrf_token`` or header ``X-CSRF-Token``): 400 ``csrf_failed`` otherwise.
+
+Throttling (Flask-Limiter's storage and strategy, in memory or at
+``SWEEPSTACK_RATELIMIT_STORAGE_URL``): each failed authentication (a wrong bearer token or
+login) counts against the client address; after ``SWEEPSTACK_AUTH_FAILURES`` in
+``SWEEPSTACK_AUTH_WINDOW_SECONDS`` the address gets 429 with ``Retry-After`` for every
+authentication it tries, right or wrong, until the window ends. Successful ones never
+count, and sessions already made are not throttled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import math
+import secrets
+import time
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import (
+    Blueprint,
+    Flask,
+    Response,
+    current_app,
+    g,
+    redirect,
+    render_template,
+    request,
+    session,
+)
+from flask.sessions import SecureCookieSessionInterface
+from flask_limiter import Limiter
+from flask_limiter.util import get_remote_address
+from limits import RateLimitItemPerSecond
+
+from core.settings import Settings, check_tokens
+from core.webcontext import IDENTITY_KEY, Identity, error_response, local_open
+
+log = logging.getLogger(__name__)
+
+AUTH_KEY = "sweepstack.auth"
+CSRF_FIELD = "csrf_token"
+CSRF_HEADER = "X-CSRF-Token"
+SESSION_HOURS = 12
+_UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def identify(header: str | None, tokens: dict[str, str]) -> str | None:
+    """The name whose token is in the ``Authorization`` header value, or None."""
+    scheme, _, token = (header or "").strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return match_token(token, tokens)
+
+
+def match_token(token: str, tokens: dict[str, str]) -> str | None:
+    """The owner of `token`, compared in constant time with every configured token."""
+    given = token.encode("utf-8", "surrogateescape")
+    found = None
+    for known, name in tokens.items():
+        if hmac.compare_digest(given, known.encode("utf-8")):
+            found = name
+    return found
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+class _SessionInterface(SecureCookieSessionInterface):
+    """Flask's signed cookie session with Secure decided per request when set to auto."""
+
+    def __init__(self, secure: str) -> None:
+        self.secure = secure
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        if self.secure == "auto":
+            return request.is_secure
+        return self.secure == "true"
+
+
+class Auth:
+    """The configured tokens, the admins, and the failure counter of one app."""
+
+    def __init__(self, settings: Settings, limiter: Limiter) -> None:
+        self.tokens = dict(settings.api_tokens)
+        self.admins = settings.admins
+        self.by_digest = {_digest(token): name for token, name in self.tokens.items()}
+        self.open = local_open(settings)
+        self.limiter = limiter
+        self.item = RateLimitItemPerSecond(settings.auth_failures, settings.auth_window_seconds)
+
+    def identity(self, name: str, via: str) -> Identity:
+        return Identity(name=name, admin=name in self.admins, via=via)
+
+    def _key(self) -> str:
+        return get_remote_address() or "unknown"
+
+    def blocked(self) -> Response | None:
+        """429 with Retry-After if this address used up its failures, else None."""
+        if self.limiter.limiter.test(self.item, "auth-failures", self._key()):
+            return None
+        reset, _ = self.limiter.limiter.get_window_stats(self.item, "auth-failures", self._key())
+        wait = max(1, math.ceil(reset - time.time()))
+        return error_response(
+            429, "too_many_failures",
+            f"too many failed authentications from this address; retry in {wait} s",
+            {"retry_after": wait}, {"Retry-After": str(wait)},
+        )  # fmt: skip
+
+    def failed(self) -> None:
+        """Count one failed authentication from this address."""
+        self.limiter.limiter.hit(self.item, "auth-failures", self._key())
+
+
+def auth() -> Auth:
+    return current_app.extensions[AUTH_KEY]
+
+
+def _identify() -> Response | None:
+    """The app's first `before_request`: set ``g`` identity, or answer 401/429."""
+    state = auth()
+    header = request.headers.get("Authorization")
+    if header is not None:
+        if (answer := state.blocked()) is not None:
+            return answer
+        name = identify(header, state.tokens)
+        if name is None:
+            state.failed()  # the route decides: 401 where a token is needed
+            return None
+        g.setdefault(IDENTITY_KEY, state.identity(name, "bearer"))
+        return None
+    if request.path.startswith("/api/"):
+        return None
+    name = state.by_digest.get(session.get("token_digest", ""))
+    if name is not None:
+        g.setdefault(IDENTITY_KEY, state.identity(name, "session"))
+    elif "token_digest" in session:
+        session.pop("token_digest")
+    if name is None and state.open:
+        g.setdefault(IDENTITY_KEY, Identity(name="local", admin=True, via="local"))
+    return _check_csrf()
+
+
+def csrf_token() -> str:
+    """This session's CSRF token (made on first use), for forms and the page's scripts."""
+    if CSRF_FIELD not in session:
+        session[CSRF_FIELD] = secrets.token_urlsafe(32)
+    return session[CSRF_FIELD]
+
+
+def _check_csrf() -> Response | None:
+    if request.method not in _UNSAFE:
+        return None
+    given = request.form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER) or ""
+    expected = session.get(CSRF_FIELD, "")
+    if expected and hmac.compare_digest(given.encode(), expected.encode()):
+        return None
+    return error_response(
+        400, "csrf_failed", "this form is stale or did not come from this site; reload the page"
+    )
+
+
+def _safe_next(target: str | None) -> str:
+    """A same-site path to go to after login (never another host)."""
+    if not target or not target.startswith("/") or target.startswith("//"):
+        return "/"
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or "\\" in target:
+        return "/"
+    return target
+
+
+def _login_page(status: int = 200, message: str | None = None) -> tuple[str, int]:
+    return render_template(
+        "web/login.html", message=message, next=_safe_next(request.values.get("next"))
+    ), status
+
+
+def _blueprint() -> Blueprint:
+    bp = Blueprint("auth", __name__, template_folder="templates")
+
+    @bp.get("/login")
+    def login_form() -> Any:
+        return _login_page()
+
+    @bp.post("/login")
+    def login() -> Any:
+        state = auth()
+        if (answer := state.blocked()) is not None:
+            return answer
+        token = request.form.get("token", "").strip()
+        name = match_token(token, state.tokens) if token else None
+        if name is None:
+            state.failed()
+            return _login_page(401, "That token is not valid.")
+        session.clear()
+        session["token_digest"] = _digest(token)
+        session[CSRF_FIELD] = secrets.token_urlsafe(32)
+        log.info("dashboard login: %s from %s", name, request.remote_addr)
+        return redirect(_safe_next(request.form.get("next")), 303)
+
+    @bp.post("/logout")
+    def logout() -> Any:
+        session.clear()
+        return redirect("/login", 303)
+
+    return bp
+
+
+def init_auth(app: Flask, settings: Settings) -> None:
+    """Sessions, CSRF, throttling and the identity hook on `app` (before any blueprint)."""
+    check_tokens(settings.api_tokens)
+    if settings.secret_key:
+        app.secret_key = settings.secret_key
+    else:
+        app.secret_key = secrets.token_hex(32)
+        log.warning(
+            "SWEEPSTACK_SECRET_KEY is not set: a random key signs dashboard sessions, "
+            "so logins do not survive a restart (and are not shared across hosts)"
+        )
+    app.config.update(
+        SESSION_COOKIE_NAME="sweepstack_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=SESSION_HOURS),
+    )
+    app.session_interface = _SessionInterface(settings.session_cookie_secure)
+    limiter = Limiter(
+        get_remote_address,
+        app=app,
+        storage_uri=settings.ratelimit_storage_url,
+        key_prefix="sweepstack",
+        default_limits=[],
+        headers_enabled=False,
+    )
+    app.extensions[AUTH_KEY] = Auth(settings, limiter)
+    app.before_request_funcs.setdefault(None, []).insert(0, _identify)
+    app.jinja_env.globals["csrf_token"] = csrf_token
+    app.register_blueprint(_blueprint())
