@@ -233,6 +233,21 @@ class DashboardReads(Views):
         summaries.clear(self.db, sweep_id)
         self._build_summaries(sweep_id, direction)
 
+    @available
+    def view_snapshot(self, sweep_id: str, name: str) -> tuple[str, bytes] | None:
+        """A view of the sweep a reader stored (`keep_view_snapshot`): (version, bytes)."""
+        check_id("sweep_id", sweep_id)
+        return summaries.view_snapshot(self.db, sweep_id, check_name("name", name))
+
+    @available
+    def keep_view_snapshot(self, sweep_id: str, name: str, version: str, data: bytes) -> None:
+        """Store a view computed from a whole sweep (at most 8 MB), for the next process
+        that starts: see `core.summaries`. Removed with the sweep."""
+        check_id("sweep_id", sweep_id)
+        if not isinstance(data, bytes) or len(data) > 8 * 2**20:
+            raise InvalidQuery("data", "must be bytes, at most 8 MB")
+        summaries.keep_view_snapshot(self.db, sweep_id, check_name("name", name), version, data)
+
     @staticmethod
     def _check_fields(fields: Sequence[str]) -> None:
         if isinstance(fields, str) or not isinstance(fields, Sequence):

@@ -61,10 +61,11 @@ class SweepTable:
         self._watermark: datetime | None = None
         self._synced = 0.0
         self._lock = threading.Lock()
-        # (table version, when, rows prepared), and name -> (version, digest, value) of
-        # what was computed from them
-        self._prep: tuple[int, float, Prepared] | None = None
+        # (table version, when, rows prepared, the sweep document read with them), and
+        # name -> (version, digest, value) of what was computed from them
+        self._prep: tuple[int, float, Prepared, dict[str, Any]] | None = None
         self._memo: dict[str, tuple[int, str | None, Any]] = {}
+        self._notes: dict[str, Any] = {}
 
     def sync(self, store: Store, min_interval: float = 1.0) -> None:
         """Read what changed in the store since the last sync, unless one ran recently."""
@@ -73,11 +74,14 @@ class SweepTable:
             if self.loaded and time.monotonic() - self._synced < min_interval:
                 return
             started = time.perf_counter()
+            # The sweep first: every transition its counts (and `counts_rev`) show is then
+            # in the rows read after, so a snapshot of the page is never older than them.
+            sweep = store.get_sweep(self.sweep_id)
             if self.loaded:
                 docs, watermark = store.changed_rows(self.sweep_id, self._watermark, FIELDS)
             else:
                 docs, watermark = store.sweep_rows(self.sweep_id, FIELDS)
-            self.sweep = store.get_sweep(self.sweep_id)
+            self.sweep = sweep
             for doc in docs:
                 row = trial_row(doc)
                 if self.rows.get(row["index"]) == row:
@@ -112,6 +116,14 @@ class SweepTable:
         table changes and at least `max_age` s have passed."""
         return self._prepared(max_age)[1]
 
+    def prepared_sweep(self, max_age: float = 0.0) -> tuple[Prepared, dict[str, Any], bool]:
+        """`prepared`, the sweep document read with its rows, and whether they are the
+        table's latest (not a snapshot kept for `max_age`)."""
+        self._prepared(max_age)
+        cached = self._prep
+        assert cached is not None
+        return cached[2], cached[3], cached[0] == self.version
+
     def _prepared(self, max_age: float) -> tuple[int, Prepared]:
         cached = self._prep
         if cached is not None and (
@@ -120,10 +132,10 @@ class SweepTable:
             return cached[0], cached[2]
         with self._lock:
             version = self.version
-            since, rows = self._cursor(), list(self.rows.values())
-        direction = (self.sweep.get("objective") or {}).get("direction", "maximize")
+            since, rows, sweep = self._cursor(), list(self.rows.values()), self.sweep
+        direction = (sweep.get("objective") or {}).get("direction", "maximize")
         prep = prepare(rows, direction, since)
-        self._prep = (version, time.monotonic(), prep)
+        self._prep = (version, time.monotonic(), prep, sweep)
         return version, prep
 
     def memo(self, name: str, compute: Callable[[Prepared], T],
@@ -140,6 +152,15 @@ class SweepTable:
             cached = (version, digest(cached[2]), cached[2])
         self._memo[name] = cached
         return cached[1] or "", cached[2]
+
+
+    def memo_get(self, name: str) -> Any:
+        """A note kept with the table (`memo_set`), or None."""
+        return self._notes.get(name)
+
+    def memo_set(self, name: str, value: Any) -> None:
+        """Keep a note with the table, e.g. which snapshot of it was stored."""
+        self._notes[name] = value
 
 
 class Tables:
