@@ -106,8 +106,9 @@ def _time_get_sweep(url: str, db_name: str, sweep_id: str) -> tuple[float, float
     from api.app import create_app
     from core.settings import Settings
 
-    settings = Settings(mongo_url=url, mongo_db=db_name, broker_url="memory://",
-                        api_tokens={"tok-bench": "alice"})
+    settings = Settings(
+        mongo_url=url, mongo_db=db_name, broker_url="memory://", api_tokens={"tok-bench": "alice"}
+    )
     store = Store.connect(url, db_name)
     try:
         client = create_app(settings, store=store).test_client()
@@ -133,21 +134,29 @@ def run(url: str, seeds: int, verbose: bool = False) -> None:
         text = GRID.replace("seed: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]", f"seed: [{seed_list}]")
         spec = load_spec(text + "objective: {metric: val_accuracy, direction: maximize}\n")
         start = time.perf_counter()
-        seeded = seed_sweep(store, spec, failed=25 * seeds, curves=20,
-                            spacing=0.05)
+        seeded = seed_sweep(store, spec, failed=25 * seeds, curves=20, spacing=0.05)
         n = len(seeded.points)
         complete = seeded.count("complete")
-        print(f"seeded {n:,} finished trials ({complete:,} complete) in "
-              f"{time.perf_counter() - start:.1f} s")
+        print(
+            f"seeded {n:,} finished trials ({complete:,} complete) in "
+            f"{time.perf_counter() - start:.1f} s"
+        )
 
         start = time.perf_counter()
         store.rebuild_summaries(seeded.sweep_id)
-        print(f"built its summaries from the trials in {time.perf_counter() - start:.1f} s"
-              " (the lifecycle keeps them as trials finish; this is the once-only slow path)")
+        print(
+            f"built its summaries from the trials in {time.perf_counter() - start:.1f} s"
+            " (the lifecycle keeps them as trials finish; this is the once-only slow path)"
+        )
         api_first, api_warm = _time_get_sweep(url, db_name, seeded.sweep_id)
 
-        env = {**os.environ, "SWEEPSTACK_MONGO_URL": url, "SWEEPSTACK_MONGO_DB": db_name,
-               "SWEEPSTACK_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT)}
+        env = {
+            **os.environ,
+            "SWEEPSTACK_MONGO_URL": url,
+            "SWEEPSTACK_MONGO_DB": db_name,
+            "SWEEPSTACK_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(ROOT),
+        }
         env.pop("SWEEPSTACK_BROKER_URL", None)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
@@ -180,29 +189,40 @@ def run(url: str, seeds: int, verbose: bool = False) -> None:
                 context.close()
 
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"sweep page, {n:,} trials, Chromium {VIEWPORT['width']}x{VIEWPORT['height']},"
-              f" software WebGL, {os.cpu_count()} CPUs with load average {load};"
-              f" median of {REPEAT} where repeated:")
+        print(
+            f"sweep page, {n:,} trials, Chromium {VIEWPORT['width']}x{VIEWPORT['height']},"
+            f" software WebGL, {os.cpu_count()} CPUs with load average {load};"
+            f" median of {REPEAT} where repeated:"
+        )
         print(_line("first open ever, server just started", first_ever))
         print(_line("first open after a server restart", cold_server))
         print(_line("server warm, new browser (no caches)", cold_browser))
         print(_line("server warm, returning browser (code cache)", warm))
         verdict = "within" if api_first <= API_BUDGET_MS / 1000 else "OVER"
-        print(f"GET /api/v1/sweeps/{{id}}: first after a start {api_first * 1000:.0f} ms"
-              f" ({verdict} the {API_BUDGET_MS} ms budget), then {api_warm * 1000:.0f} ms"
-              f" (median of {API_REPEAT})")
+        print(
+            f"GET /api/v1/sweeps/{{id}}: first after a start {api_first * 1000:.0f} ms"
+            f" ({verdict} the {API_BUDGET_MS} ms budget), then {api_warm * 1000:.0f} ms"
+            f" (median of {API_REPEAT})"
+        )
         if verbose:
-            for label, runs in (("ever", first_ever), ("restart", cold_server),
-                                ("new", cold_browser), ("warm", warm)):
+            for label, runs in (
+                ("ever", first_ever),
+                ("restart", cold_server),
+                ("new", cold_browser),
+                ("warm", warm),
+            ):
                 for r in runs:
                     print(f"  {label}: drawn {r['drawn']:.0f} ms; marks (ms) {r['marks']}")
         every = first_ever + cold_server + cold_browser + warm
-        points_ok = all(r["scatter"] == complete and r["parallel"] == min(complete, 5000)
-                        for r in every)
+        points_ok = all(
+            r["scatter"] == complete and r["parallel"] == min(complete, 5000) for r in every
+        )
         errors = sorted({e for r in every for e in r["errors"]})
-        print(f"scatter points {every[-1]['scatter']:,} (complete trials {complete:,}), "
-              f"parallel coordinates {every[-1]['parallel']:,}: "
-              f"{'as expected' if points_ok else 'WRONG'}; console errors: {errors or 'none'}")
+        print(
+            f"scatter points {every[-1]['scatter']:,} (complete trials {complete:,}), "
+            f"parallel coordinates {every[-1]['parallel']:,}: "
+            f"{'as expected' if points_ok else 'WRONG'}; console errors: {errors or 'none'}"
+        )
     finally:
         if server is not None:
             server.terminate()
@@ -214,8 +234,12 @@ def run(url: str, seeds: int, verbose: bool = False) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("SWEEPSTACK_BENCH_MONGO_URL"))
-    parser.add_argument("--seeds", type=int, default=10,
-                        help="seeds per setting: 5,000 trials each (default 10: 50,000)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=10,
+        help="seeds per setting: 5,000 trials each (default 10: 50,000)",
+    )
     parser.add_argument("--verbose", action="store_true", help="print when each figure drew")
     args = parser.parse_args()
     if args.url:

@@ -240,9 +240,11 @@ def objective_by_width(
     done = complete_rows(rows)
     if paths is None:
         paths = list(dict.fromkeys(p for r in done for p in r["params"]))
-    others = [p for p in paths
-              if p not in ("model.hidden_layers", "model.hidden_units")
-              and not p.endswith(SEED_KEYS)]
+    others = [
+        p
+        for p in paths
+        if p not in ("model.hidden_layers", "model.hidden_units") and not p.endswith(SEED_KEYS)
+    ]
     cells: dict[tuple[int, float], dict[tuple, list[float]]] = {}
     for row in done:
         if row["layers"] is None or row["units"] is None:
@@ -257,17 +259,20 @@ def objective_by_width(
         means = {key: sum(v) / len(v) for key, v in groups.items()}
         key = pick(sorted(means, key=repr), key=lambda k: means[k])
         values = groups[key]
-        out.append({
-            "layers": layers,
-            "units": units,
-            "mean": means[key],
-            "low": min(values),
-            "high": max(values),
-            "n": len(values),
-            "trials": sum(len(v) for v in groups.values()),
-            "setting": {path: category_text(value)
-                        for path, value in zip(others, key, strict=True)},
-        })
+        out.append(
+            {
+                "layers": layers,
+                "units": units,
+                "mean": means[key],
+                "low": min(values),
+                "high": max(values),
+                "n": len(values),
+                "trials": sum(len(v) for v in groups.values()),
+                "setting": {
+                    path: category_text(value) for path, value in zip(others, key, strict=True)
+                },
+            }
+        )
     return out
 
 
@@ -302,16 +307,18 @@ def time_by_depth(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for layers, values in sorted(by.items()):
         values.sort()
         q1, median, q3 = _quartiles(values)
-        out.append({
-            "layers": layers,
-            "n": len(values),
-            "min": values[0],
-            "q1": q1,
-            "median": median,
-            "q3": q3,
-            "max": values[-1],
-            "mean": sum(values) / len(values),
-        })
+        out.append(
+            {
+                "layers": layers,
+                "n": len(values),
+                "min": values[0],
+                "q1": q1,
+                "median": median,
+                "q3": q3,
+                "max": values[-1],
+                "mean": sum(values) / len(values),
+            }
+        )
     return out
 
 

@@ -92,8 +92,12 @@ class SweepTable:
             self._watermark = watermark
             self._synced = time.monotonic()
             if not self.loaded:
-                log.info("sweep %s: read %d trials in %.2f s", self.sweep_id, len(docs),
-                         time.perf_counter() - started)
+                log.info(
+                    "sweep %s: read %d trials in %.2f s",
+                    self.sweep_id,
+                    len(docs),
+                    time.perf_counter() - started,
+                )
             self.loaded = True
 
     def snapshot(self) -> tuple[int, list[dict[str, Any]]]:
@@ -138,8 +142,14 @@ class SweepTable:
         self._prep = (version, time.monotonic(), prep, sweep)
         return version, prep
 
-    def memo(self, name: str, compute: Callable[[Prepared], T],
-             max_age: float = 0.0, *, versioned: bool = True) -> tuple[str, T]:
+    def memo(
+        self,
+        name: str,
+        compute: Callable[[Prepared], T],
+        max_age: float = 0.0,
+        *,
+        versioned: bool = True,
+    ) -> tuple[str, T]:
         """``(digest, compute(prepared))`` for the table's `prepared` rows (same `max_age`),
         cached with them. The digest lets a page say which version it has, whatever
         process computed it; it costs a serialisation of the value, so a caller that does
@@ -153,7 +163,6 @@ class SweepTable:
         self._memo[name] = cached
         return cached[1] or "", cached[2]
 
-
     def memo_get(self, name: str) -> Any:
         """A note kept with the table (`memo_set`), or None."""
         return self._notes.get(name)
@@ -166,8 +175,9 @@ class SweepTable:
 class Tables:
     """The sweep tables of one app: created on first use, forgotten when idle or too many."""
 
-    def __init__(self, max_rows: int = 500_000, idle_seconds: float = 3600.0,
-                 min_interval: float = 1.0) -> None:
+    def __init__(
+        self, max_rows: int = 500_000, idle_seconds: float = 3600.0, min_interval: float = 1.0
+    ) -> None:
         self.max_rows = max_rows
         self.idle_seconds = idle_seconds
         self.min_interval = min_interval
@@ -210,5 +220,6 @@ class Tables:
                     continue
                 total -= len(table.rows)
                 del self._tables[table.sweep_id]
-                log.info("evicted the table of sweep %s (%d trials)", table.sweep_id,
-                         len(table.rows))
+                log.info(
+                    "evicted the table of sweep %s (%d trials)", table.sweep_id, len(table.rows)
+                )

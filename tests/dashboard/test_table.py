@@ -105,8 +105,12 @@ def test_a_finished_sweeps_first_payload_is_kept_for_the_next_server_process(
     sweep: Sweep,
 ) -> None:
     for index in range(16):
-        sweep.finish(index, TrialState.FAILED if index == 3 else TrialState.COMPLETE,
-                     objective=index / 20, error="boom" if index == 3 else None)
+        sweep.finish(
+            index,
+            TrialState.FAILED if index == 3 else TrialState.COMPLETE,
+            objective=index / 20,
+            error="boom" if index == 3 else None,
+        )
     computed = _fresh_payload(sweep)
     assert computed["table_read"]
     served = _fresh_payload(sweep)
