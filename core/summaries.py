@@ -52,8 +52,9 @@ from core.states import FINISH_STATES, TrialState
 log = logging.getLogger(__name__)
 
 COLLECTION = "summaries"
-#: How many best complete trials the top summary keeps.
-TOP_K = 100
+#: How many best complete trials the top summary keeps (`best(k)` past it reads every
+#: complete trial; a longer list makes every finish slower: SecantusDB sorts it in Python).
+TOP_K = 20
 #: Trial indexes per finish-log document.
 CHUNK = 128
 #: The trial fields a finish-log entry keeps (dotted paths), besides ``_id`` and ``index``.
