@@ -10,7 +10,7 @@ first read (`ensure`).
 
 Collection ``summaries``, two kinds of document:
 
-- ``{_id: sweep_id, sweep_id, kind: "top", top: [{objective, index, id}], built_at}``: at
+- ``{_id: sweep_id, sweep_id, kind: "top", top: [{objective, index, id}]}``: at
   most `TOP_K` complete trials with the best finite objective, best first (ties: lower
   index), kept by one ``$push`` with ``$each``/``$sort``/``$slice`` per finish, so
   concurrent finishes never lose each other. A complete trial never changes (retry only
