@@ -1,25 +1,32 @@
 """The reads a live page polls: what changed since a watermark, and aggregates over time.
 
 `changed_since` / `changed_rows` deliver each change at least once (see `Store.change_lag`);
+`sweep_rows` is every trial of a sweep, mostly from its finish log (`core.summaries`);
 `metrics_after` follows a running trial's curve; `objective_by_param`, `finished_per_minute`
 and `throughput` summarise a sweep.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from core import summaries
 from core.errors import InvalidQuery
 from core.query import check_id, check_name, get_path, param_field, sort_key
 from core.records import finite_number
 from core.states import FINISH_STATES, TrialState
-from core.views import Views, available
+from core.views import Views, available, summaries_projection
+
+log = logging.getLogger(__name__)
 
 _COMPLETE = TrialState.COMPLETE.value
 _FINISHED = frozenset(s.value for s in FINISH_STATES)
+#: The states a sweep's finish log does not hold: read from the trials themselves.
+_LIVE = (TrialState.QUEUED.value, TrialState.RUNNING.value, TrialState.CANCELLED.value)
 
 
 class DashboardReads(Views):
@@ -175,6 +182,83 @@ class DashboardReads(Views):
         return self._changes(sweep_id, since, dict.fromkeys(kept, 1))
 
     @available
+    def sweep_rows(
+        self, sweep_id: str, fields: Sequence[str]
+    ) -> tuple[list[dict[str, Any]], datetime]:
+        """Every trial of a sweep, `fields` of each, and a watermark for `changed_rows`:
+        what ``changed_rows(sweep_id, None, fields)`` answers, read mostly from the finish
+        log rather than the trials (50,000 finished trials: ~0.5 s against ~7-11 s).
+
+        Finished trials come from the log (`core.summaries.finished_rows`), the others
+        (queued, running, cancelled) from the trials, then what changed during the read;
+        the newest ``updated_at`` of a trial wins. Should that not account for every trial
+        of the sweep (a finish whose log write was lost), or should `fields` ask for more
+        than the log keeps, the trials are read (the slow path), and a sweep without
+        summaries gets them from that read, once.
+        """
+        self._check_fields(fields)
+        sweep = self._sweep(sweep_id)
+        direction = (sweep.get("objective") or {}).get("direction", "maximize")
+        projection = summaries_projection(fields)
+        start = self._clock()
+        has_log = summaries.top_document(self.db, sweep_id) is not None
+        if has_log and set(fields) <= set(summaries.ROW_FIELDS):
+            rows: dict[int, dict[str, Any]] = {}
+            for state in _LIVE:
+                for doc in self._trials.find({"state": state, "sweep_id": sweep_id}, projection):
+                    rows[doc["index"]] = doc
+            _newest(rows, summaries.finished_rows(self.db, sweep_id).values())
+            recent, _ = self._changes(sweep_id, start - self.change_lag, projection)
+            _newest(rows, recent)
+            if len(rows) >= sweep["trial_count"]:
+                docs = sorted(rows.values(), key=lambda d: (d["updated_at"], d["index"]))
+                return docs, start - self.change_lag
+            log.warning(
+                "sweep %s: the finish log accounts for %d of %d trials; reading the trials",
+                sweep_id, len(rows), sweep["trial_count"],
+            )  # fmt: skip
+        docs, watermark = self._changes(sweep_id, None, projection)
+        if set(fields) <= set(summaries.ROW_FIELDS):
+            if has_log:
+                summaries.clear(self.db, sweep_id)
+            finished = [d for d in docs if d.get("state") in _FINISHED]
+            self._build_summaries(sweep_id, direction, finished)
+        return docs, watermark
+
+    @available
+    def rebuild_summaries(self, sweep_id: str) -> None:
+        """Make the sweep's summaries again from its trials (slow: reads every finished
+        trial); for a summary left short by a process killed mid-finish (see `recount`)."""
+        _metric, direction = self._objective(sweep_id)
+        summaries.clear(self.db, sweep_id)
+        self._build_summaries(sweep_id, direction)
+
+    @available
+    def view_snapshot(self, sweep_id: str, name: str) -> tuple[str, bytes] | None:
+        """A view of the sweep a reader stored (`keep_view_snapshot`): (version, bytes)."""
+        check_id("sweep_id", sweep_id)
+        return summaries.view_snapshot(self.db, sweep_id, check_name("name", name))
+
+    @available
+    def keep_view_snapshot(self, sweep_id: str, name: str, version: str, data: bytes) -> None:
+        """Store a view computed from a whole sweep (at most 8 MB), for the next process
+        that starts: see `core.summaries`. Removed with the sweep."""
+        check_id("sweep_id", sweep_id)
+        if not isinstance(data, bytes) or len(data) > 8 * 2**20:
+            raise InvalidQuery("data", "must be bytes, at most 8 MB")
+        summaries.keep_view_snapshot(self.db, sweep_id, check_name("name", name), version, data)
+
+    @staticmethod
+    def _check_fields(fields: Sequence[str]) -> None:
+        if isinstance(fields, str) or not isinstance(fields, Sequence):
+            raise InvalidQuery("fields", f"must be a list of field paths, got {fields!r}")
+        for path in fields:
+            if not isinstance(path, str):
+                raise InvalidQuery("fields", f"must be field paths, got {path!r}")
+            for part in path.split("."):
+                check_name("fields", part)
+
+    @available
     def metrics_after(
         self, trial_id: str, attempt: int = 0, epoch: int = -1
     ) -> list[dict[str, Any]]:
@@ -196,3 +280,11 @@ class DashboardReads(Views):
         out = [r for r in rows if (r["attempt"], r["epoch"]) > (attempt, epoch)]
         out.sort(key=lambda r: (r["attempt"], r["epoch"]))
         return out
+
+
+def _newest(rows: dict[int, dict[str, Any]], docs: Iterable[dict[str, Any]]) -> None:
+    """Put each of `docs` in `rows` (by index) unless the row there changed later."""
+    for doc in docs:
+        old = rows.get(doc["index"])
+        if old is None or doc["updated_at"] >= old["updated_at"]:
+            rows[doc["index"]] = doc

@@ -20,6 +20,7 @@ from typing import Any
 import bson
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
+from core import summaries
 from core.errors import InvalidQuery, InvalidTransition, NotFound
 from core.query import check_attempt, check_id, check_keys, check_seconds
 from core.records import (
@@ -134,6 +135,7 @@ class Lifecycle(Views):
                 log.warning("could not remove the trials of failed sweep %s: %s", sweep_id, exc)
             raise
         self._objectives[sweep_id] = (spec.objective.metric, spec.objective.direction)
+        summaries.on_created(self.db, sweep_id, spec.objective.direction)
         log.info("created sweep %s (%s) with %d trials", sweep_id, spec.name, len(trials))
         return sweep_id
 
@@ -405,6 +407,7 @@ class Lifecycle(Views):
         if not done.modified_count:
             return False
         self._bump(doc["sweep_id"], {_RUNNING: -1, target: 1}, now)
+        summaries.on_finished(self.db, doc["sweep_id"], [{**doc, **fields}])
         return True
 
     @staticmethod

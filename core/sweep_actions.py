@@ -11,6 +11,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+from core import summaries
 from core.errors import InvalidTransition
 from core.lifecycle import Lifecycle, check_max_attempts, poison_reason
 from core.query import check_id, check_seconds
@@ -205,5 +206,6 @@ class SweepActions(Lifecycle):
         self._best = {key: value for key, value in self._best.items() if key[0] != sweep_id}
         trials = self._trials.delete_many({"sweep_id": sweep_id}).deleted_count
         metrics = self._metrics.delete_many({"sweep_id": sweep_id}).deleted_count
+        summaries.clear(self.db, sweep_id)
         log.info("deleted sweep %s: %d trials, %d metric rows", sweep_id, trials, metrics)
         return {"trials": trials, "metrics": metrics}

@@ -221,12 +221,10 @@ def create_blueprint() -> Blueprint:
     @bp.get("/dashboard/data/sweeps/<sweep_id>")
     def sweep_data(sweep_id: str) -> Response:
         _own_sweep(sweep_id)
-        store = _services().store
-        table = _state().tables.get(store, sweep_id)
         mode = request.args.get("mode", "best")
         if mode not in ("best", "recent"):
             raise InvalidQuery("mode", f"must be best or recent, got {mode!r}")
-        return _json(payloads.sweep_payload(_state(), store, table, _now(),
+        return _json(payloads.first_payload(_state(), _services().store, sweep_id, _now(),
                                             param=request.args.get("param"), mode=mode))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/summary")

@@ -23,8 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from core.query import get_path
-from core.records import finite_number, flatten_params
+from core.records import finite_number
 from core.states import FINISH_STATES, TrialState
 
 #: The trial fields the in-memory table reads (`core.views.Views.changed_rows`).
@@ -71,8 +70,14 @@ def first_line(text: Any, limit: int = 200) -> str | None:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+_SCALARS = (str, int, bool, type(None))
+
+
 def _plain(value: Any) -> Any:
     """A parameter value as JSON keeps it: numbers, strings, booleans, None, lists."""
+    kind = type(value)
+    if kind in _SCALARS:  # the common case first: a sweep page converts every trial
+        return value
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
@@ -80,30 +85,59 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _flat_params(nested: Mapping[str, Any], prefix: str, out: dict[str, Any]) -> None:
+    """`core.records.flatten_params` with `_plain` values, in one pass (it runs on every
+    trial of a sweep when a page first opens; dicts are tested by type before Mapping)."""
+    for key, value in nested.items():
+        path = f"{prefix}{key}"
+        kind = type(value)
+        if kind in _SCALARS:
+            out[path] = value
+        elif kind is dict or isinstance(value, Mapping):
+            _flat_params(value, path + ".", out)
+        else:
+            out[path] = _plain(value)
+
+
+def _number(value: Any) -> float | int | None:
+    """`finite_number`, with the common float tested first."""
+    if type(value) is float:
+        return value if math.isfinite(value) else None
+    return finite_number(value)
+
+
 def trial_row(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The compact row of one trial document (a `changed_rows` row or a whole trial)."""
-    model = get_path(doc, "config.model") or {}
-    units = model.get("hidden_units") if isinstance(model, Mapping) else None
+    config = doc.get("config")
+    model = config.get("model") if isinstance(config, Mapping) else None
+    if not isinstance(model, Mapping):
+        model = {}
+    units = model.get("hidden_units")
     if isinstance(units, list):
         units = sum(units) / len(units) if units else None
-    layers = model.get("hidden_layers") if isinstance(model, Mapping) else None
+    layers = model.get("hidden_layers")
     worker = doc.get("worker")
+    params: dict[str, Any] = {}
+    nested = doc.get("params")
+    if nested:
+        _flat_params(nested, "", params)
+    error = doc.get("error")
     return {
         "id": doc["_id"],
         "index": int(doc["index"]),
         "state": doc.get("state"),
-        "params": {k: _plain(v) for k, v in flatten_params(doc.get("params")).items()},
-        "objective": finite_number(doc.get("objective")),
-        "train_seconds": finite_number(doc.get("train_seconds")),
+        "params": params,
+        "objective": _number(doc.get("objective")),
+        "train_seconds": _number(doc.get("train_seconds")),
         "finished_at": to_ms(doc.get("finished_at")),
         "started_at": to_ms(doc.get("started_at")),
         "layers": layers if isinstance(layers, int) else None,
-        "units": finite_number(units),
+        "units": _number(units),
         "seed": doc.get("seed"),
         "attempt": doc.get("attempt"),
         "worker": worker.get("name") if isinstance(worker, Mapping) else None,
         "device": doc.get("device"),
-        "error": first_line(doc.get("error")),
+        "error": None if error is None else first_line(error),
     }
 
 
@@ -206,9 +240,11 @@ def objective_by_width(
     done = complete_rows(rows)
     if paths is None:
         paths = list(dict.fromkeys(p for r in done for p in r["params"]))
-    others = [p for p in paths
-              if p not in ("model.hidden_layers", "model.hidden_units")
-              and not p.endswith(SEED_KEYS)]
+    others = [
+        p
+        for p in paths
+        if p not in ("model.hidden_layers", "model.hidden_units") and not p.endswith(SEED_KEYS)
+    ]
     cells: dict[tuple[int, float], dict[tuple, list[float]]] = {}
     for row in done:
         if row["layers"] is None or row["units"] is None:
@@ -223,17 +259,20 @@ def objective_by_width(
         means = {key: sum(v) / len(v) for key, v in groups.items()}
         key = pick(sorted(means, key=repr), key=lambda k: means[k])
         values = groups[key]
-        out.append({
-            "layers": layers,
-            "units": units,
-            "mean": means[key],
-            "low": min(values),
-            "high": max(values),
-            "n": len(values),
-            "trials": sum(len(v) for v in groups.values()),
-            "setting": {path: category_text(value)
-                        for path, value in zip(others, key, strict=True)},
-        })
+        out.append(
+            {
+                "layers": layers,
+                "units": units,
+                "mean": means[key],
+                "low": min(values),
+                "high": max(values),
+                "n": len(values),
+                "trials": sum(len(v) for v in groups.values()),
+                "setting": {
+                    path: category_text(value) for path, value in zip(others, key, strict=True)
+                },
+            }
+        )
     return out
 
 
@@ -268,16 +307,18 @@ def time_by_depth(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for layers, values in sorted(by.items()):
         values.sort()
         q1, median, q3 = _quartiles(values)
-        out.append({
-            "layers": layers,
-            "n": len(values),
-            "min": values[0],
-            "q1": q1,
-            "median": median,
-            "q3": q3,
-            "max": values[-1],
-            "mean": sum(values) / len(values),
-        })
+        out.append(
+            {
+                "layers": layers,
+                "n": len(values),
+                "min": values[0],
+                "q1": q1,
+                "median": median,
+                "q3": q3,
+                "max": values[-1],
+                "mean": sum(values) / len(values),
+            }
+        )
     return out
 
 

@@ -2,9 +2,10 @@
 
 Why a copy: reading a whole sweep from SecantusDB takes seconds (50,000 trials: 7-11 s
 on the 2-core test machine; see `core.store`), far over the two seconds a sweep page may
-take to draw. So the first visit reads the sweep once (`Store.changed_rows` with no
-watermark, projected to `data.FIELDS`), and from then on each sync reads only what
-changed since the last watermark. All pages of a sweep share one `SweepTable`, and the
+take to draw. So the first visit reads the sweep once, mostly from its finish log
+(`Store.sweep_rows`, projected to `data.FIELDS`: ~0.5 s for 50,000 finished trials), and
+from then on each sync reads only what changed since the last watermark
+(`Store.changed_rows`). All pages of a sweep share one `SweepTable`, and the
 store is asked at most once per `min_interval`, however many browsers poll.
 
 Cursors are store times, not anything of this process, so that any server process (the
@@ -60,10 +61,11 @@ class SweepTable:
         self._watermark: datetime | None = None
         self._synced = 0.0
         self._lock = threading.Lock()
-        # (table version, when, rows prepared), and name -> (version, digest, value) of
-        # what was computed from them
-        self._prep: tuple[int, float, Prepared] | None = None
+        # (table version, when, rows prepared, the sweep document read with them), and
+        # name -> (version, digest, value) of what was computed from them
+        self._prep: tuple[int, float, Prepared, dict[str, Any]] | None = None
         self._memo: dict[str, tuple[int, str | None, Any]] = {}
+        self._notes: dict[str, Any] = {}
 
     def sync(self, store: Store, min_interval: float = 1.0) -> None:
         """Read what changed in the store since the last sync, unless one ran recently."""
@@ -72,8 +74,14 @@ class SweepTable:
             if self.loaded and time.monotonic() - self._synced < min_interval:
                 return
             started = time.perf_counter()
-            docs, watermark = store.changed_rows(self.sweep_id, self._watermark, FIELDS)
-            self.sweep = store.get_sweep(self.sweep_id)
+            # The sweep first: every transition its counts (and `counts_rev`) show is then
+            # in the rows read after, so a snapshot of the page is never older than them.
+            sweep = store.get_sweep(self.sweep_id)
+            if self.loaded:
+                docs, watermark = store.changed_rows(self.sweep_id, self._watermark, FIELDS)
+            else:
+                docs, watermark = store.sweep_rows(self.sweep_id, FIELDS)
+            self.sweep = sweep
             for doc in docs:
                 row = trial_row(doc)
                 if self.rows.get(row["index"]) == row:
@@ -84,8 +92,12 @@ class SweepTable:
             self._watermark = watermark
             self._synced = time.monotonic()
             if not self.loaded:
-                log.info("sweep %s: read %d trials in %.2f s", self.sweep_id, len(docs),
-                         time.perf_counter() - started)
+                log.info(
+                    "sweep %s: read %d trials in %.2f s",
+                    self.sweep_id,
+                    len(docs),
+                    time.perf_counter() - started,
+                )
             self.loaded = True
 
     def snapshot(self) -> tuple[int, list[dict[str, Any]]]:
@@ -108,6 +120,14 @@ class SweepTable:
         table changes and at least `max_age` s have passed."""
         return self._prepared(max_age)[1]
 
+    def prepared_sweep(self, max_age: float = 0.0) -> tuple[Prepared, dict[str, Any], bool]:
+        """`prepared`, the sweep document read with its rows, and whether they are the
+        table's latest (not a snapshot kept for `max_age`)."""
+        self._prepared(max_age)
+        cached = self._prep
+        assert cached is not None
+        return cached[2], cached[3], cached[0] == self.version
+
     def _prepared(self, max_age: float) -> tuple[int, Prepared]:
         cached = self._prep
         if cached is not None and (
@@ -116,14 +136,20 @@ class SweepTable:
             return cached[0], cached[2]
         with self._lock:
             version = self.version
-            since, rows = self._cursor(), list(self.rows.values())
-        direction = (self.sweep.get("objective") or {}).get("direction", "maximize")
+            since, rows, sweep = self._cursor(), list(self.rows.values()), self.sweep
+        direction = (sweep.get("objective") or {}).get("direction", "maximize")
         prep = prepare(rows, direction, since)
-        self._prep = (version, time.monotonic(), prep)
+        self._prep = (version, time.monotonic(), prep, sweep)
         return version, prep
 
-    def memo(self, name: str, compute: Callable[[Prepared], T],
-             max_age: float = 0.0, *, versioned: bool = True) -> tuple[str, T]:
+    def memo(
+        self,
+        name: str,
+        compute: Callable[[Prepared], T],
+        max_age: float = 0.0,
+        *,
+        versioned: bool = True,
+    ) -> tuple[str, T]:
         """``(digest, compute(prepared))`` for the table's `prepared` rows (same `max_age`),
         cached with them. The digest lets a page say which version it has, whatever
         process computed it; it costs a serialisation of the value, so a caller that does
@@ -137,12 +163,21 @@ class SweepTable:
         self._memo[name] = cached
         return cached[1] or "", cached[2]
 
+    def memo_get(self, name: str) -> Any:
+        """A note kept with the table (`memo_set`), or None."""
+        return self._notes.get(name)
+
+    def memo_set(self, name: str, value: Any) -> None:
+        """Keep a note with the table, e.g. which snapshot of it was stored."""
+        self._notes[name] = value
+
 
 class Tables:
     """The sweep tables of one app: created on first use, forgotten when idle or too many."""
 
-    def __init__(self, max_rows: int = 500_000, idle_seconds: float = 3600.0,
-                 min_interval: float = 1.0) -> None:
+    def __init__(
+        self, max_rows: int = 500_000, idle_seconds: float = 3600.0, min_interval: float = 1.0
+    ) -> None:
         self.max_rows = max_rows
         self.idle_seconds = idle_seconds
         self.min_interval = min_interval
@@ -185,5 +220,6 @@ class Tables:
                     continue
                 total -= len(table.rows)
                 del self._tables[table.sweep_id]
-                log.info("evicted the table of sweep %s (%d trials)", table.sweep_id,
-                         len(table.rows))
+                log.info(
+                    "evicted the table of sweep %s (%d trials)", table.sweep_id, len(table.rows)
+                )

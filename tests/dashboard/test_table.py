@@ -6,6 +6,7 @@ import pytest
 
 from core.errors import NotFound
 from core.states import TrialState
+from dashboard.payloads import SNAPSHOT_NAME, DashboardState, first_payload
 from dashboard.table import SweepTable, Tables, digest
 from tests.core import make_sweep
 from tests.dashboard.conftest import Sweep, small_sweep_spec
@@ -91,3 +92,43 @@ def test_tables_forget_unknown_sweeps_and_evict_the_least_recently_used(sweep: S
     idle.get(sweep.store, sweep.sweep_id)
     idle.get(sweep.store, other)
     assert idle.peek(sweep.sweep_id) is None and idle.peek(other) is not None
+
+
+def _fresh_payload(sweep: Sweep) -> dict:
+    """The first payload of the sweep page as a newly started server process answers it."""
+    state = DashboardState(Tables(min_interval=0))
+    payload = first_payload(state, sweep.store, sweep.sweep_id, sweep.clock.now)
+    return {"payload": payload, "table_read": state.tables.peek(sweep.sweep_id) is not None}
+
+
+def test_a_finished_sweeps_first_payload_is_kept_for_the_next_server_process(
+    sweep: Sweep,
+) -> None:
+    for index in range(16):
+        sweep.finish(
+            index,
+            TrialState.FAILED if index == 3 else TrialState.COMPLETE,
+            objective=index / 20,
+            error="boom" if index == 3 else None,
+        )
+    computed = _fresh_payload(sweep)
+    assert computed["table_read"]
+    served = _fresh_payload(sweep)
+    assert not served["table_read"]  # from the stored snapshot: no trial read
+    assert served["payload"] == computed["payload"]
+
+    # A retry moves the sweep on: the snapshot no longer matches, the page is computed.
+    sweep.store.retry_failed(sweep.sweep_id)
+    live = _fresh_payload(sweep)
+    assert live["table_read"] and live["payload"]["summary"]["counts"]["queued"] == 1
+    sweep.finish(3, objective=0.99)
+    again = _fresh_payload(sweep)
+    assert again["table_read"] and again["payload"]["top"][0]["index"] == 3
+    assert _fresh_payload(sweep) == {"payload": again["payload"], "table_read": False}
+
+
+def test_a_running_sweeps_first_payload_is_never_kept(sweep: Sweep) -> None:
+    sweep.finish(0, objective=0.5)
+    assert _fresh_payload(sweep)["table_read"]
+    assert _fresh_payload(sweep)["table_read"]
+    assert sweep.store.view_snapshot(sweep.sweep_id, SNAPSHOT_NAME) is None
