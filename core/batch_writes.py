@@ -1,0 +1,351 @@
+"""The trial lifecycle's writes for many trials at once: claim, heartbeat, report, finish.
+
+A worker that holds several trials (a fused group, or one process's trials) pays one round
+trip per step for all of them, not one per trial: each method sends one ``bulk_write``
+(ordered=False) of the same conditional ``UpdateOne`` the single methods of
+`core.lifecycle` send, so every invariant holds trial by trial:
+
+- each filter names the state and attempt it expects, so of concurrent callers exactly one
+  changes a trial (a bulk write is atomic per document, not as a whole);
+- the sweep's counts move by the caller that made the change, one ``$inc`` per sweep;
+- a metric row is unique on (trial_id, attempt, epoch): a repeated report changes nothing.
+
+When a bulk write changes fewer trials than it names, one read finds out which (rare: a
+trial taken over, requeued or cancelled meanwhile).
+
+Round trips on SecantusDB, for K trials: `claim_queued` 3 (cancelled sweeps, the claims,
+the counts), `heartbeat_many` 1, `report_many` 2 (progress, rows), `finish_many` 3 (the
+attempts' records, the finishes, the counts).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pymongo import InsertOne, UpdateOne
+from pymongo.errors import BulkWriteError
+
+from core.errors import InvalidQuery, InvalidTransition, NotFound
+from core.lifecycle import Lifecycle
+from core.query import check_attempt, check_id, check_keys
+from core.records import RESERVED_TRIAL_FIELDS, history_entry
+from core.states import Heartbeat, TrialState
+from core.views import available
+
+log = logging.getLogger(__name__)
+
+_QUEUED = TrialState.QUEUED.value
+_RUNNING = TrialState.RUNNING.value
+_CANCELLED = TrialState.CANCELLED.value
+_DUPLICATE_KEY = 11000
+
+
+def sweep_of(trial_id: str) -> str:
+    """The sweep id inside a trial id (``f"{sweep_id}-{key}"``, `core.records`)."""
+    return trial_id.partition("-")[0]
+
+
+@dataclass(frozen=True)
+class EpochRow:
+    """One epoch's metrics of one attempt, for `BatchWrites.report_many`."""
+
+    trial_id: str
+    attempt: int
+    epoch: int
+    metrics: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How one attempt ended, for `BatchWrites.finish_many` (fields as `Lifecycle.finish`)."""
+
+    trial_id: str
+    attempt: int
+    state: TrialState | str
+    result: Mapping[str, Any] | None = None
+    error: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class BatchWrites(Lifecycle):
+    """Claim, heartbeat, report and finish many trials in one round trip each."""
+
+    @available
+    def claim_queued(self, expected: Mapping[str, int], worker: Mapping[str, Any]) -> list[str]:
+        """Claim queued trials for `worker` in one write; the ids this call claimed, in order.
+
+        `expected` maps each trial id to the attempt it is queued at (0 for a new trial; a
+        message carries it, `scheduler.enqueue`); a claimed trial runs attempt
+        ``expected + 1`` and its document need not be read. A trial in another state or at
+        another attempt, unknown, or of a cancelled sweep is left alone and not returned:
+        the caller asks `Lifecycle.claim`, which takes over dead attempts and cancels.
+        """
+        for trial_id, attempt in expected.items():
+            check_id("trial_id", trial_id)
+            if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+                raise InvalidQuery("attempt", f"must be an integer >= 0, got {attempt!r}")
+        worker = check_keys("worker", worker)
+        if not expected:
+            return []
+        cancelled = self._cancelled_sweeps({sweep_of(t) for t in expected})
+        wanted = {t: a for t, a in expected.items() if sweep_of(t) not in cancelled}
+        if not wanted:
+            return []
+        now = self._clock()
+        ops = [
+            UpdateOne(
+                {"_id": trial_id, "state": _QUEUED, "attempt": attempt},
+                {
+                    "$set": {
+                        "state": _RUNNING,
+                        "worker": worker,
+                        "started_at": now,
+                        "heartbeat_at": now,
+                        "updated_at": now,
+                        "progress": None,
+                        "attempt": attempt + 1,
+                    }
+                },
+            )
+            for trial_id, attempt in wanted.items()
+        ]
+        done = self._trials.bulk_write(ops, ordered=False)
+        if done.modified_count == len(wanted):
+            claimed = list(wanted)
+        elif done.modified_count == 0:
+            claimed = []
+        else:
+            claimed = self._changed_by(
+                wanted, {"state": _RUNNING, "worker": worker, "started_at": now}, offset=1
+            )
+        self._bump_many(((t, {_QUEUED: -1, _RUNNING: 1}) for t in claimed), now)
+        return claimed
+
+    @available
+    def heartbeat_many(self, attempts: Mapping[str, int]) -> dict[str, Heartbeat]:
+        """Record that each attempt is alive, in one write; what each should do (`Heartbeat`).
+
+        As `Lifecycle.heartbeat`, except that a trial the store no longer has is ``lost``
+        rather than `NotFound`: the claim is gone either way.
+        """
+        for trial_id, attempt in attempts.items():
+            check_id("trial_id", trial_id)
+            check_attempt(attempt)
+        if not attempts:
+            return {}
+        now = self._clock()
+        beat = {"$set": {"heartbeat_at": now, "updated_at": now}}
+        ops = [
+            UpdateOne({"_id": t, "state": _RUNNING, "attempt": a, "stop_requested": False}, beat)
+            for t, a in attempts.items()
+        ]
+        if self._trials.bulk_write(ops, ordered=False).matched_count == len(attempts):
+            return dict.fromkeys(attempts, Heartbeat.OK)
+        docs = self._docs(attempts, {"state": 1, "attempt": 1, "stop_requested": 1})
+        out: dict[str, Heartbeat] = {}
+        stopping: dict[str, int] = {}
+        for trial_id, attempt in attempts.items():
+            doc = docs.get(trial_id)
+            if doc is None or doc["state"] != _RUNNING or doc["attempt"] != attempt:
+                out[trial_id] = Heartbeat.LOST
+            elif doc.get("stop_requested"):
+                out[trial_id] = Heartbeat.STOP
+                stopping[trial_id] = attempt
+            else:
+                out[trial_id] = Heartbeat.OK  # beaten by the write above
+        if stopping:
+            self._trials.bulk_write(
+                [
+                    UpdateOne({"_id": t, "state": _RUNNING, "attempt": a}, beat)
+                    for t, a in stopping.items()
+                ],
+                ordered=False,
+            )
+        return out
+
+    @available
+    def report_many(self, rows: Sequence[EpochRow]) -> None:
+        """Store many epochs' metrics (of any trials and attempts) in two writes.
+
+        As `Lifecycle.report` row by row: the first row of an (attempt, epoch) is kept, a
+        repeated one changes nothing, and each trial's ``progress`` shows its latest epoch
+        of the batch while the attempt holds the claim. `NotFound` for an unknown trial and
+        `InvalidQuery` for an attempt it has not had, before any row is written.
+        """
+        rows = [self._checked_row(row) for row in rows]
+        if not rows:
+            return
+        now = self._clock()
+        latest: dict[tuple[str, int], EpochRow] = {}
+        for row in rows:
+            key = (row.trial_id, row.attempt)
+            if key not in latest or row.epoch >= latest[key].epoch:
+                latest[key] = row
+        shown = self._trials.bulk_write(
+            [
+                UpdateOne(
+                    {"_id": row.trial_id, "state": _RUNNING, "attempt": row.attempt},
+                    {
+                        "$set": {
+                            "progress": {"epoch": row.epoch, "metrics": row.metrics},
+                            "updated_at": now,
+                        }
+                    },
+                )
+                for row in latest.values()
+            ],
+            ordered=False,
+        )
+        if shown.matched_count < len(latest):
+            self._check_attempts({t: a for t, a in latest})
+        inserts = [
+            InsertOne(
+                {
+                    "trial_id": row.trial_id,
+                    "attempt": row.attempt,
+                    "epoch": row.epoch,
+                    "sweep_id": sweep_of(row.trial_id),
+                    "metrics": row.metrics,
+                    "reported_at": now,
+                }
+            )
+            for row in rows
+        ]
+        try:
+            self._metrics.bulk_write(inserts, ordered=False)
+        except BulkWriteError as exc:
+            others = [e for e in exc.details.get("writeErrors", []) if e["code"] != _DUPLICATE_KEY]
+            if others:
+                raise
+
+    @available
+    def finish_many(self, finishes: Sequence[Finish]) -> dict[str, bool]:
+        """End many running attempts, each as `Lifecycle.finish` would; True where this call did.
+
+        Every finish is checked before anything is written (a bad one raises and changes
+        nothing); a finish by an attempt that no longer holds the claim is a no-op (False).
+        """
+        checked = [self._checked_finish(f) for f in finishes]
+        if len({f.trial_id for f in checked}) != len(checked):
+            raise InvalidQuery("finishes", "name each trial at most once")
+        if not checked:
+            return {}
+        fields = {"state": 1, "attempt": 1, "worker": 1, "started_at": 1, "stop_requested": 1}
+        docs = self._docs({f.trial_id: f.attempt for f in checked}, fields)
+        unknown = [f.trial_id for f in checked if f.trial_id not in docs]
+        if unknown:
+            raise NotFound("trial", unknown[0])
+        holding = [
+            f
+            for f in checked
+            if docs[f.trial_id]["state"] == _RUNNING and docs[f.trial_id]["attempt"] == f.attempt
+        ]
+        for f in holding:
+            if f.state == _CANCELLED and not docs[f.trial_id].get("stop_requested"):
+                raise InvalidTransition(
+                    _RUNNING,
+                    _CANCELLED,
+                    "only an attempt whose sweep was cancelled may finish cancelled; "
+                    "use complete, failed or pruned",
+                )
+        out = {f.trial_id: False for f in checked}
+        if not holding:
+            return out
+        now = self._clock()
+        ops = []
+        for f in holding:
+            record = {
+                **f.extra,
+                "state": f.state,
+                "finished_at": now,
+                "updated_at": now,
+                "result": f.result,
+                "objective": self._objective_of(sweep_of(f.trial_id), f.result),
+                "error": f.error,
+            }
+            ended = history_entry(docs[f.trial_id], str(f.state), now, f.error)
+            ops.append(
+                UpdateOne(
+                    {"_id": f.trial_id, "state": _RUNNING, "attempt": f.attempt},
+                    {"$set": record, "$push": {"history": ended}},
+                )
+            )
+        done = self._trials.bulk_write(ops, ordered=False)
+        wanted = {f.trial_id: f.attempt for f in holding}
+        if done.modified_count == len(holding):
+            ended_ids = list(wanted)
+        else:
+            ended_ids = self._changed_by(wanted, {"finished_at": now}, offset=0)
+        states = {f.trial_id: str(f.state) for f in holding}
+        self._bump_many(((t, {_RUNNING: -1, states[t]: 1}) for t in ended_ids), now)
+        for trial_id in ended_ids:
+            out[trial_id] = True
+        return out
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _cancelled_sweeps(self, sweep_ids: set[str]) -> set[str]:
+        query = {"_id": {"$in": sorted(sweep_ids)}, "cancelled_at": {"$ne": None}}
+        return {doc["_id"] for doc in self._sweeps.find(query, {"_id": 1})}
+
+    def _docs(self, ids: Iterable[str], fields: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+        query = {"_id": {"$in": sorted(ids)}}
+        return {doc["_id"]: doc for doc in self._trials.find(query, dict(fields))}
+
+    def _changed_by(self, wanted: Mapping[str, int], marks: Mapping[str, Any], offset: int) -> list:
+        """Which of `wanted` (id -> attempt before) a partial bulk write changed: those now at
+        attempt + `offset` that carry every value of `marks` this call wrote."""
+        docs = self._docs(wanted, {"attempt": 1, **dict.fromkeys(marks, 1)})
+        return [
+            t
+            for t, a in wanted.items()
+            if t in docs
+            and docs[t]["attempt"] == a + offset
+            and all(docs[t].get(k) == v for k, v in marks.items())
+        ]
+
+    def _bump_many(self, moves: Iterable[tuple[str, Mapping[str, int]]], now: datetime) -> None:
+        """Move the counts of the sweeps of these trials: one ``$inc`` per sweep."""
+        by_sweep: dict[str, Counter[str]] = {}
+        for trial_id, move in moves:
+            by_sweep.setdefault(sweep_of(trial_id), Counter()).update(move)
+        for sweep_id, move in by_sweep.items():
+            self._bump(sweep_id, move, now)
+
+    def _check_attempts(self, attempts: Mapping[str, int]) -> None:
+        docs = self._docs(attempts, {"attempt": 1})
+        for trial_id, attempt in attempts.items():
+            if trial_id not in docs:
+                raise NotFound("trial", trial_id)
+            if attempt > docs[trial_id]["attempt"]:
+                raise InvalidQuery(
+                    "attempt",
+                    f"trial {trial_id} has had {docs[trial_id]['attempt']} attempts, got {attempt}",
+                )
+
+    @staticmethod
+    def _checked_row(row: EpochRow) -> EpochRow:
+        check_id("trial_id", row.trial_id)
+        check_attempt(row.attempt)
+        epoch = row.epoch
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise InvalidQuery("epoch", f"must be an integer >= 0, got {epoch!r}")
+        return EpochRow(row.trial_id, row.attempt, epoch, check_keys("metrics", row.metrics))
+
+    def _checked_finish(self, f: Finish) -> Finish:
+        check_id("trial_id", f.trial_id)
+        check_attempt(f.attempt)
+        state = self._finish_state(f.state)
+        result = check_keys("result", f.result) if f.result is not None else None
+        extra = check_keys("extra", f.extra) if f.extra else {}
+        reserved = sorted(set(extra) & RESERVED_TRIAL_FIELDS)
+        if reserved:
+            raise InvalidQuery(f"extra.{reserved[0]}", "is a lifecycle field that finish sets")
+        if f.error is not None and not isinstance(f.error, str):
+            raise InvalidQuery("error", f"must be a string, got {f.error!r}")
+        return Finish(f.trial_id, f.attempt, state, result, f.error, extra)
