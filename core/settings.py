@@ -29,7 +29,14 @@ def _tokens(raw: str) -> dict[str, str]:
 
 
 _INT_FIELDS = frozenset(
-    {"api_max_body_bytes", "api_max_trials", "api_max_epochs", "api_page_size", "api_max_page_size"}
+    {
+        "api_max_body_bytes",
+        "api_max_trials",
+        "api_max_epochs",
+        "api_page_size",
+        "api_max_page_size",
+        "torch_threads",
+    }
 )
 
 
@@ -65,6 +72,8 @@ class Settings:
     # Seconds the API waits for the store or broker before answering 503.
     api_timeout_seconds: float = 5.0
     flower_url: str | None = None
+    # Torch threads per worker process (`sweepstack worker` sets it from cores / concurrency).
+    torch_threads: int = 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
