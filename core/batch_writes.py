@@ -17,18 +17,19 @@ an ``update_many`` is one statement. Every invariant holds trial by trial:
 When a bulk write changes fewer trials than it names, one read finds out which (rare: a
 trial taken over, requeued or cancelled meanwhile).
 
-Round trips on SecantusDB, for K trials: `claim_queued` 3 (cancelled sweeps, the claims,
-the counts), `heartbeat_many` 1, `report_many` 2 (progress, rows), `finish_many` 3 (the
-attempts' records, the finishes, the counts).
+Round trips for K trials: `claim_queued` 3 (cancelled sweeps, the claims, the counts),
+`heartbeat_many` 1, `report_many` 2 (progress, rows), `finish_many` 2 (the finishes, each
+building its history entry on the server, and the counts).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pymongo import UpdateOne
@@ -37,7 +38,7 @@ from pymongo.errors import BulkWriteError
 from core.errors import InvalidQuery, InvalidTransition, NotFound
 from core.lifecycle import Lifecycle
 from core.query import check_attempt, check_id, check_keys
-from core.records import RESERVED_TRIAL_FIELDS, history_entry
+from core.records import RESERVED_TRIAL_FIELDS
 from core.states import Heartbeat, TrialState
 from core.views import available
 
@@ -87,6 +88,9 @@ class Finish:
 class BatchWrites(Lifecycle):
     """Claim, heartbeat, report and finish many trials in one round trip each."""
 
+    _call_times = threading.Lock()
+    _last_call: datetime | None = None
+
     @available
     def claim_queued(self, expected: Mapping[str, int], worker: Mapping[str, Any]) -> list[str]:
         """Claim queued trials for `worker` in one write; the ids this call claimed, in order.
@@ -108,7 +112,7 @@ class BatchWrites(Lifecycle):
         wanted = {t: a for t, a in expected.items() if sweep_of(t) not in cancelled}
         if not wanted:
             return []
-        now = self._clock()
+        now = self._call_time()
         modified = 0
         for attempt, ids in _by_attempt(wanted).items():
             done = self._trials.update_many(
@@ -234,67 +238,97 @@ class BatchWrites(Lifecycle):
     def finish_many(self, finishes: Sequence[Finish]) -> dict[str, bool]:
         """End many running attempts, each as `Lifecycle.finish` would; True where this call did.
 
-        Every finish is checked before anything is written (a bad one raises and changes
-        nothing); a finish by an attempt that no longer holds the claim is a no-op (False).
+        The input is checked before anything is written (a bad field raises and changes
+        nothing). Then each finish is one conditional update that builds the attempt's
+        history entry on the server (a pipeline update: no read first); a finish by an
+        attempt that no longer holds the claim is a no-op (False). A trial the store does
+        not have (`NotFound`), or a cancelled finish without a stop request
+        (`InvalidTransition`), is found after the write: the others of the call are
+        written, and the error is raised.
         """
         checked = [self._checked_finish(f) for f in finishes]
         if len({f.trial_id for f in checked}) != len(checked):
             raise InvalidQuery("finishes", "name each trial at most once")
         if not checked:
             return {}
-        fields = {"state": 1, "attempt": 1, "worker": 1, "started_at": 1, "stop_requested": 1}
-        docs = self._docs({f.trial_id: f.attempt for f in checked}, fields)
-        unknown = [f.trial_id for f in checked if f.trial_id not in docs]
-        if unknown:
-            raise NotFound("trial", unknown[0])
-        holding = [
-            f
-            for f in checked
-            if docs[f.trial_id]["state"] == _RUNNING and docs[f.trial_id]["attempt"] == f.attempt
-        ]
-        for f in holding:
-            if f.state == _CANCELLED and not docs[f.trial_id].get("stop_requested"):
+        now = self._call_time()
+        ops = []
+        for f in checked:
+            expect: dict[str, Any] = {"_id": f.trial_id, "state": _RUNNING, "attempt": f.attempt}
+            if f.state == _CANCELLED:
+                expect["stop_requested"] = True
+            ops.append(UpdateOne(expect, [{"$set": self._finish_fields(f, now)}]))
+        done = self._trials.bulk_write(ops, ordered=False)
+        wanted = {f.trial_id: f.attempt for f in checked}
+        if done.modified_count == len(checked):
+            ended = list(wanted)
+        else:
+            ended = self._changed_by(wanted, {"finished_at": now}, offset=0)
+        states = {f.trial_id: str(f.state) for f in checked}
+        self._bump_many(((t, {_RUNNING: -1, states[t]: 1}) for t in ended), now)
+        out = dict.fromkeys(wanted, False) | dict.fromkeys(ended, True)
+        if len(ended) < len(checked):
+            self._explain_unfinished([f for f in checked if not out[f.trial_id]])
+        return out
+
+    def _finish_fields(self, f: Finish, now: datetime) -> dict[str, Any]:
+        """The pipeline ``$set`` of a finish: the record as literals (a string of the caller's
+        is never read as a field path), the history entry from the trial's own fields."""
+        record = {
+            **f.extra,
+            "state": str(f.state),
+            "finished_at": now,
+            "updated_at": now,
+            "result": f.result,
+            "objective": self._objective_of(sweep_of(f.trial_id), f.result),
+            "error": f.error,
+        }
+        ended = {
+            "attempt": "$attempt",
+            "state": {"$literal": str(f.state)},
+            "worker": "$worker",
+            "started_at": "$started_at",
+            "finished_at": {"$literal": now},
+            "error": {"$literal": f.error},
+        }
+        return {
+            **{key: {"$literal": value} for key, value in record.items()},
+            "history": {"$concatArrays": [{"$ifNull": ["$history", []]}, [ended]]},
+        }
+
+    def _explain_unfinished(self, unfinished: list[Finish]) -> None:
+        """Raise for an unfinished trial the store does not have, or a cancelled finish
+        without a stop request; an attempt that lost its claim is only logged."""
+        docs = self._docs([f.trial_id for f in unfinished], {"state": 1, "attempt": 1})
+        for f in unfinished:
+            doc = docs.get(f.trial_id)
+            if doc is None:
+                raise NotFound("trial", f.trial_id)
+            if doc["state"] == _RUNNING and doc["attempt"] == f.attempt:
                 raise InvalidTransition(
                     _RUNNING,
                     _CANCELLED,
                     "only an attempt whose sweep was cancelled may finish cancelled; "
                     "use complete, failed or pruned",
                 )
-        out = {f.trial_id: False for f in checked}
-        if not holding:
-            return out
-        now = self._clock()
-        ops = []
-        for f in holding:
-            record = {
-                **f.extra,
-                "state": f.state,
-                "finished_at": now,
-                "updated_at": now,
-                "result": f.result,
-                "objective": self._objective_of(sweep_of(f.trial_id), f.result),
-                "error": f.error,
-            }
-            ended = history_entry(docs[f.trial_id], str(f.state), now, f.error)
-            ops.append(
-                UpdateOne(
-                    {"_id": f.trial_id, "state": _RUNNING, "attempt": f.attempt},
-                    {"$set": record, "$push": {"history": ended}},
-                )
+            log.info(
+                "trial %s: finish by attempt %d ignored (%s)", f.trial_id, f.attempt, doc["state"]
             )
-        done = self._trials.bulk_write(ops, ordered=False)
-        wanted = {f.trial_id: f.attempt for f in holding}
-        if done.modified_count == len(holding):
-            ended_ids = list(wanted)
-        else:
-            ended_ids = self._changed_by(wanted, {"finished_at": now}, offset=0)
-        states = {f.trial_id: str(f.state) for f in holding}
-        self._bump_many(((t, {_RUNNING: -1, states[t]: 1}) for t in ended_ids), now)
-        for trial_id in ended_ids:
-            out[trial_id] = True
-        return out
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _call_time(self) -> datetime:
+        """Now, but later than every earlier call of this store's (by a millisecond if
+        need be): the time a claim or finish writes tells which trials that call changed,
+        when a bulk write changed only some (only the holder process finishes an attempt,
+        so no other process writes the same time for it)."""
+        with self._call_times:
+            now = self._clock()
+            last = self._last_call
+            if last is not None and now <= last:
+                now = last + timedelta(milliseconds=1)
+            self._last_call = now
+            return now
 
     def _cancelled_sweeps(self, sweep_ids: set[str]) -> set[str]:
         query = {"_id": {"$in": sorted(sweep_ids)}, "cancelled_at": {"$ne": None}}

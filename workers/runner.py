@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from core.batch_writes import EpochRow
+from core.batch_writes import EpochRow, Finish
 from core.config import TrialConfig
 from core.errors import NotFound, TrainingError
 from core.states import TrialState
@@ -182,16 +182,8 @@ def execute_trial(
         if beats.lost(trial_id):
             log.warning("trial %s: attempt %s lost its claim; not recording", trial_id, attempt)
             return "lost"
-        with_retry(
-            store.finish,
-            trial_id,
-            attempt,
-            state,
-            result=result,
-            error=error,
-            extra=extra,
-            budget=budget,
-        )
+        finish = Finish(trial_id, attempt, state, result, error, extra)
+        with_retry(store.finish_many, [finish], budget=budget)
     finally:
         beats.release(trial_id)
     return state.value

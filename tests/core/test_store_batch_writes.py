@@ -171,7 +171,7 @@ def test_finish_many_ends_each_holder_once(store: Store, clock: FakeClock) -> No
     assert store.get_sweep(sweep_id)["counts"] == store.recount(sweep_id)
 
 
-def test_finish_many_checks_every_finish_before_writing(store: Store) -> None:
+def test_finish_many_checks_its_input_before_writing(store: Store) -> None:
     sweep_id, points = make_sweep(store)
     first, second = trial_ids(sweep_id, points)[:2]
     run(store, first)
@@ -180,12 +180,38 @@ def test_finish_many_checks_every_finish_before_writing(store: Store) -> None:
     bad = Finish(second, 1, "complete", extra={"state": "queued"})
     with pytest.raises(InvalidQuery, match=r"extra\.state"):
         store.finish_many([Finish(first, 1, "complete"), bad])
-    with pytest.raises(InvalidTransition, match="running -> cancelled"):
-        store.finish_many([Finish(first, 1, "complete"), Finish(second, 1, "cancelled")])
     with pytest.raises(InvalidQuery, match="at most once"):
         store.finish_many([Finish(first, 1, "complete"), Finish(first, 1, "failed")])
-    with pytest.raises(NotFound):
-        store.finish_many([Finish(first, 1, "complete"), Finish(f"{sweep_id}-00", 1, "failed")])
+    with pytest.raises(InvalidTransition, match="not a finish"):
+        store.finish_many([Finish(first, 1, "complete"), Finish(second, 1, "queued")])
     assert store.get_trial(first) == before
+
+
+def test_finish_many_raises_for_what_only_the_store_knows_after_the_others(
+    store: Store,
+) -> None:
+    sweep_id, points = make_sweep(store)
+    first, second, third = trial_ids(sweep_id, points)[:3]
+    for trial_id in (first, second, third):
+        run(store, trial_id)
+    with pytest.raises(InvalidTransition, match="running -> cancelled"):
+        store.finish_many([Finish(first, 1, "complete"), Finish(second, 1, "cancelled")])
+    assert store.get_trial(first)["state"] == "complete"
+    assert store.get_trial(second)["state"] == "running"
+    with pytest.raises(NotFound):
+        store.finish_many([Finish(second, 1, "failed"), Finish(f"{sweep_id}-00", 1, "failed")])
+    assert store.get_trial(second)["state"] == "failed"
     store.cancel_sweep(sweep_id)
-    assert store.finish_many([Finish(second, 1, "cancelled")]) == {second: True}
+    assert store.finish_many([Finish(third, 1, "cancelled")]) == {third: True}
+    assert store.get_sweep(sweep_id)["counts"] == store.recount(sweep_id)
+
+
+def test_finish_many_keeps_strings_that_look_like_field_paths(store: Store) -> None:
+    sweep_id, points = make_sweep(store)
+    tid = trial_ids(sweep_id, points)[0]
+    run(store, tid)
+    finish = Finish(tid, 1, "failed", {"note": "$attempt"}, "$worker", {"tag": "$state"})
+    assert store.finish_many([finish]) == {tid: True}
+    doc = store.get_trial(tid, with_metrics=False)
+    assert doc["result"] == {"note": "$attempt"} and doc["error"] == "$worker"
+    assert doc["tag"] == "$state" and doc["history"][-1]["error"] == "$worker"
