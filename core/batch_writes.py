@@ -17,7 +17,8 @@ an ``update_many`` is one statement. Every invariant holds trial by trial:
 When a bulk write changes fewer trials than it names, one read finds out which (rare: a
 trial taken over, requeued or cancelled meanwhile).
 
-Round trips for K trials: `claim_queued` 3 (cancelled sweeps, the claims, the counts),
+Round trips for K trials: `claim_queued` 2 (the claims; the counts, if the sweep is not
+cancelled),
 `heartbeat_many` 1, `report_many` 2 (progress, rows), `finish_many` 2 (the finishes, each
 building its history entry on the server, and the counts).
 """
@@ -108,10 +109,7 @@ class BatchWrites(Lifecycle):
         worker = check_keys("worker", worker)
         if not expected:
             return []
-        cancelled = self._cancelled_sweeps({sweep_of(t) for t in expected})
-        wanted = {t: a for t, a in expected.items() if sweep_of(t) not in cancelled}
-        if not wanted:
-            return []
+        wanted = dict(expected)
         now = self._call_time()
         modified = 0
         for attempt, ids in _by_attempt(wanted).items():
@@ -138,8 +136,39 @@ class BatchWrites(Lifecycle):
             claimed = self._changed_by(
                 wanted, {"state": _RUNNING, "worker": worker, "started_at": now}, offset=1
             )
-        self._bump_many(((t, {_QUEUED: -1, _RUNNING: 1}) for t in claimed), now)
+        by_sweep: dict[str, list[str]] = {}
+        for trial_id in claimed:
+            by_sweep.setdefault(sweep_of(trial_id), []).append(trial_id)
+        for sweep_id, ids in by_sweep.items():
+            if not self._claimed_in_live_sweep(sweep_id, ids, now):
+                claimed = [t for t in claimed if t not in set(ids)]
         return claimed
+
+    def _claimed_in_live_sweep(self, sweep_id: str, ids: list[str], now: datetime) -> bool:
+        """Move the counts for trials of `sweep_id` this call claimed; False if the sweep was
+        cancelled (or deleted), and the trials are then cancelled instead.
+
+        The counter write asks that the sweep is not cancelled, so the usual claim needs no
+        read of the sweep. A queued trial of a cancelled sweep exists only when a requeue
+        or retry raced the cancel (`cancel_sweep` cancels every queued trial after setting
+        its flag): such a trial, just claimed, ends cancelled, as `Lifecycle.claim` ends it.
+        """
+        n = len(ids)
+        moved = self._sweeps.update_one(
+            {"_id": sweep_id, "cancelled_at": None},
+            {"$inc": {f"counts.{_QUEUED}": -n, f"counts.{_RUNNING}": n, "counts_rev": 1},
+             "$set": {"updated_at": now}},
+        )  # fmt: skip
+        if moved.matched_count:
+            return True
+        ended = self._trials.update_many(
+            {"_id": {"$in": ids}, "state": _RUNNING, "started_at": now},
+            {"$set": {"state": _CANCELLED, "finished_at": now, "updated_at": now}},
+        )
+        gone = ended.modified_count
+        self._bump(sweep_id, {_QUEUED: -n, _RUNNING: n - gone, _CANCELLED: gone}, now)
+        log.info("%d trial(s) of cancelled sweep %s cancelled at their claim", gone, sweep_id)
+        return False
 
     @available
     def heartbeat_many(self, attempts: Mapping[str, int]) -> dict[str, Heartbeat]:
@@ -329,10 +358,6 @@ class BatchWrites(Lifecycle):
                 now = last + timedelta(milliseconds=1)
             self._last_call = now
             return now
-
-    def _cancelled_sweeps(self, sweep_ids: set[str]) -> set[str]:
-        query = {"_id": {"$in": sorted(sweep_ids)}, "cancelled_at": {"$ne": None}}
-        return {doc["_id"] for doc in self._sweeps.find(query, {"_id": 1})}
 
     def _docs(self, ids: Iterable[str], fields: Mapping[str, int]) -> dict[str, dict[str, Any]]:
         query = {"_id": {"$in": sorted(ids)}}

@@ -215,3 +215,16 @@ def test_finish_many_keeps_strings_that_look_like_field_paths(store: Store) -> N
     doc = store.get_trial(tid, with_metrics=False)
     assert doc["result"] == {"note": "$attempt"} and doc["error"] == "$worker"
     assert doc["tag"] == "$state" and doc["history"][-1]["error"] == "$worker"
+
+
+def test_claim_queued_cancels_a_queued_trial_a_requeue_left_in_a_cancelled_sweep(
+    store: Store, clock: FakeClock
+) -> None:
+    sweep_id, points = make_sweep(store)
+    ids = trial_ids(sweep_id, points)[:2]
+    # What a retry racing a cancel leaves: the flag set, two trials still queued.
+    store.db["sweeps"].update_one({"_id": sweep_id}, {"$set": {"cancelled_at": clock.now}})
+    assert store.claim_queued(dict.fromkeys(ids, 0), WORKER) == []
+    for trial_id in ids:
+        assert store.get_trial(trial_id, with_metrics=False)["state"] == "cancelled"
+    assert store.get_sweep(sweep_id)["counts"] == store.recount(sweep_id)
