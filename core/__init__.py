@@ -1,4 +1,4 @@
-"""Sweepstack core: the sweep spec, search space, settings, errors and (later) the store.
+"""Sweepstack core: the sweep spec, search space, settings, errors, broker names and the store.
 
 Nothing here imports torch, Celery workers or Flask; every other package may import it.
 """

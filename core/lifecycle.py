@@ -34,7 +34,7 @@ from core.records import (
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec import SweepSpec
 from core.states import FINISH_STATES, Heartbeat, TrialState
-from core.views import Views, available
+from core.views import Views, available, summaries_projection
 
 log = logging.getLogger(__name__)
 
@@ -250,6 +250,18 @@ class Lifecycle(Views):
             update["$inc"]["lost_attempts"] = 1
         return self._trials.update_one(expect, update).modified_count == 1
 
+    def _log_finished(self, trial_ids: Sequence[str]) -> None:
+        """Enter trials that a write without a read just ended into their sweeps' summaries
+        (`core.summaries`): one read of their rows, one summary write per sweep."""
+        if not trial_ids:
+            return
+        by_sweep: dict[str, list[dict[str, Any]]] = {}
+        fields = summaries_projection(["sweep_id"])
+        for doc in self._trials.find({"_id": {"$in": list(trial_ids)}}, fields):
+            by_sweep.setdefault(doc["sweep_id"], []).append(doc)
+        for sweep_id, docs in by_sweep.items():
+            summaries.on_finished(self.db, sweep_id, docs)
+
     def _end_poisoned(
         self,
         doc: Mapping[str, Any],
@@ -278,6 +290,7 @@ class Lifecycle(Views):
         if not ended.modified_count:
             return False
         self._bump(doc["sweep_id"], {_RUNNING: -1, _FAILED: 1}, now)
+        self._log_finished([doc["_id"]])
         log.warning("trial %s failed: %s", doc["_id"], error)
         return True
 

@@ -69,6 +69,7 @@ _INT_FIELDS = frozenset(
         "max_attempts",
         "auth_failures",
         "auth_window_seconds",
+        "torch_threads",
     }
 )
 # Ceilings on what a spec may ask for (core.limits), checked at submit by the API and the CLI.
@@ -141,6 +142,8 @@ class Settings:
     # The address the web server is bound to, set by the `sweepstack` launchers; with no
     # tokens and a loopback address the dashboard is open (core.webcontext.local_open).
     bind_host: str | None = None
+    # Torch threads per worker process (`sweepstack worker` sets it from cores / concurrency).
+    torch_threads: int = 1
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -3,7 +3,8 @@
 `Store` is the platform's one source of truth (DESIGN.md). It is thread-safe (one pymongo
 client, shared), must be created after a fork (pymongo clients are not fork-safe), and turns
 every connection failure into `StoreUnavailable`, which callers retry. Its writes are in
-`core.lifecycle` (one trial's transitions) and `core.sweep_actions` (cancel, requeue,
+`core.lifecycle` (one trial's transitions), `core.batch_writes` (the same, for many trials
+in one round trip) and `core.sweep_actions` (cancel, requeue,
 retry, delete), its reads in `core.views` (sweeps, trial pages) and `core.dashboard_reads`
 (changes and aggregates), the document shapes in `core.records`, and the checking of user
 input and the paging order in `core.query`.
@@ -69,6 +70,7 @@ from bson.codec_options import CodecOptions
 from pymongo import IndexModel
 from pymongo.errors import ConfigurationError
 
+from core.batch_writes import BatchWrites
 from core.dashboard_reads import DashboardReads
 from core.errors import ConfigError
 from core.query import check_seconds
@@ -98,7 +100,7 @@ INDEXES: dict[str, list[IndexModel]] = {
 }
 
 
-class Store(SweepActions, DashboardReads):
+class Store(BatchWrites, SweepActions, DashboardReads):
     """Sweeps, trials and metrics in one MongoDB database (see the module docstring).
 
     `clock` returns the current UTC time (tests pass a fake one); `change_lag` is how many

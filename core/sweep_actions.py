@@ -93,6 +93,7 @@ class SweepActions(Lifecycle):
         }
         candidates = list(self._trials.find(query, {**fields, "worker": 1, "started_at": 1}))
         requeued: list[str] = []
+        poisoned_ids: list[str] = []
         moves: dict[str, Counter[str]] = {}
         try:
             for doc in candidates:
@@ -135,10 +136,12 @@ class SweepActions(Lifecycle):
                     if to == _QUEUED:
                         requeued.append(doc["_id"])
                     elif to == _FAILED:
+                        poisoned_ids.append(doc["_id"])
                         log.warning("trial %s failed: %s", doc["_id"], change["error"])
         finally:
             for sid, move in moves.items():
                 self._bump(sid, move, now)
+            self._log_finished(poisoned_ids)
         if requeued:
             log.info("requeued %d stale trials", len(requeued))
         return requeued

@@ -1,17 +1,25 @@
 """Send trials to the broker by task name, without importing the workers (or torch).
 
-Messages carry a trial id and nothing else; the store holds the rest. Each message gets the
-trial's soft and hard time limits, so the worker enforces `execution.time_limit`. A fused
-group (`scheduler.grouping`) is one `workers.run_group` message whose one argument is the
-list of its trial ids; it takes the plain (`build`) path below, there being far fewer.
+A message carries a trial id and, as keyword arguments, a copy of the trial's config and
+the attempt it is queued at (a config never changes after submission; DESIGN.md), so the
+worker's claim is one write with no read (`workers.claims`); the store holds everything
+else, and a worker reads the config from the store when a message lacks it. Each message
+gets the trial's soft and hard time limits, so the worker enforces `execution.time_limit`.
+A fused group (`scheduler.grouping`) is one `workers.run_group` message whose argument is
+the list of its trial ids (keywords ``configs`` and ``attempts``, one per id); it takes
+the plain (`build`) path below, there being far fewer.
+
+What `enqueue` takes, per message: ``(trial id or list of ids, time limit)`` or
+``(…, time limit, keyword arguments)`` (`carry` and `carry_group` make them).
 
 Publishing speed: Celery's ``send_task`` with publisher confirms waits for the broker's
 ack after every message (~3 ms each: 150 s for 50,000 trials). On RabbitMQ (py-amqp),
 `enqueue` instead builds each Celery protocol-2 message from a template made once by
-``app.amqp.create_task_message`` (so headers and body are exactly what ``send_task``
-sends), publishes them on one confirm-mode channel, and waits for the broker's acks in
-windows: the call still returns only once the broker has every message, and raises if it
-refused (nacked) any. Other transports (the embedded broker) take the ``send_task`` path.
+``app.amqp.create_task_message`` (so headers are exactly what ``send_task`` sends, and
+the body is the same JSON), publishes them on one confirm-mode channel, and waits for the
+broker's acks in windows: the call still returns only once the broker has every message,
+and raises if it refused (nacked) any. Other transports (the embedded broker) take the
+``send_task`` path.
 """
 
 from __future__ import annotations
@@ -19,11 +27,12 @@ from __future__ import annotations
 import json
 import logging
 import re
+import struct
 import time
 import types
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeAlias
 
 import amqp
 from amqp import spec
@@ -46,6 +55,31 @@ CONFIRM_TIMEOUT = 30.0
 WRITE_BYTES = 256 * 1024
 
 
+#: One message for `enqueue`: (trial id or group's ids, time limit[, keyword arguments]).
+Outgoing: TypeAlias = tuple[str | list[str], float] | tuple[str | list[str], float, dict[str, Any]]
+
+
+def carry(config: dict[str, Any], attempt: int = 0) -> dict[str, Any]:
+    """The keyword arguments of a `workers.run_trial` message: what its claim needs."""
+    return {"config": config, "attempt": attempt}
+
+
+def carry_group(configs: list[dict[str, Any]], attempts: list[int]) -> dict[str, Any]:
+    """The keyword arguments of a `workers.run_group` message, one config and attempt per id."""
+    return {"configs": configs, "attempts": attempts}
+
+
+def _kwargsrepr(kwargs: dict[str, Any]) -> str:
+    """What a message shows of its keywords (Flower, logs): their names, not the configs."""
+    return "{" + ", ".join(f"{key!r}: ..." for key in kwargs) + "}"
+
+
+def _unpack(item: Outgoing) -> tuple[str | list[str], float, dict[str, Any]]:
+    if len(item) == 2:
+        return item[0], item[1], {}
+    return item[0], item[1], item[2]  # type: ignore[misc]
+
+
 def sender_app(settings: Settings, broker_url: str | None = None) -> Celery:
     """A Celery app that only sends: the same config as the workers, no tasks registered."""
     app = Celery("sweepstack-sender", set_as_current=False)
@@ -53,11 +87,11 @@ def sender_app(settings: Settings, broker_url: str | None = None) -> Celery:
     return app
 
 
-def enqueue(app: Celery, trials: Iterable[tuple[str | list[str], float]]) -> int:
-    """Publish one message per (trial id, time limit); return the count of messages.
+def enqueue(app: Celery, trials: Iterable[Outgoing]) -> int:
+    """Publish one message per (trial id, time limit[, keywords]); return the count.
 
     A trial id goes as `workers.run_trial`; a list of ids (a fused group) as one
-    `workers.run_group` message.
+    `workers.run_group` message; the keywords (`carry`, `carry_group`) with either.
 
     Returns once the broker has confirmed every message; raises `OperationalError` if it
     refused any, or a connection error if it went away (some messages may then be queued).
@@ -72,15 +106,21 @@ def enqueue(app: Celery, trials: Iterable[tuple[str | list[str], float]]) -> int
     return count
 
 
-def _send_each(
-    app: Celery, conn: Connection, trials: Iterable[tuple[str | list[str], float]]
-) -> int:
+def _send_each(app: Celery, conn: Connection, trials: Iterable[Outgoing]) -> int:
     """The plain path: ``send_task`` per message, on one producer."""
     count = 0
     with app.producer_pool.acquire(block=True) as producer:
-        for trial_id, limit in trials:
+        for item in trials:
+            trial_id, limit, kwargs = _unpack(item)
             name = TASK_NAME if isinstance(trial_id, str) else GROUP_TASK_NAME
-            app.send_task(name, args=[trial_id], producer=producer, **time_limits(limit))
+            app.send_task(
+                name,
+                args=[trial_id],
+                kwargs=kwargs,
+                kwargsrepr=_kwargsrepr(kwargs),
+                producer=producer,
+                **time_limits(limit),
+            )
             count += 1
     return count
 
@@ -113,16 +153,21 @@ class _Confirms:
 class _Messages:
     """Celery protocol-2 messages for `workers.run_trial`, from one template per time limit.
 
-    `frames` gives a message's AMQP frames as bytes without serializing it: py-amqp
-    serializes a template once per (time limit, trial id length), with placeholders of the
-    same lengths as a task id and the trial id, and each message is the template's bytes
-    with the placeholders replaced (every length prefix stays right). Trial ids with
-    characters that JSON or ``repr`` would escape get None, and go through `build`, as do
-    groups (`workers.run_group`, whose argument is a list of ids).
+    `frames` gives a message's AMQP frames as bytes without serializing it through py-amqp:
+    the method frame and the content header frame come from a template serialized once per
+    (time limit, trial id length, keyword names), with placeholders of the same lengths as
+    a task id and the trial id, and each message is the template's bytes with the
+    placeholders replaced (every length prefix stays right) and the body size set; the
+    body (``[[trial id], keywords, embed]``, JSON) follows in frames of at most
+    ``frame_max``. Trial ids with characters that JSON or ``repr`` would escape get None,
+    and go through `build`, as do groups (`workers.run_group`).
     """
 
     _TASK = "00000000-0000-4000-8000-7e7e7e7e7e7e"  # a uuid's length, never a uuid4's value
     _SAFE = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")
+    #: Where a content header frame holds the body size: after type, channel, size, class
+    #: and weight.
+    _BODY_SIZE_AT = 11
 
     def __init__(self, app: Celery, channel_id: int, frame_max: int, routing_key: str) -> None:
         self.app = app
@@ -130,27 +175,39 @@ class _Messages:
         self.channel_id = channel_id
         self.frame_max = frame_max
         self.routing_key = routing_key
-        self._templates: dict[tuple[str, float], tuple[dict[str, Any], str]] = {}
-        self._frames: dict[tuple[float, int], list[bytes] | None] = {}
+        self._templates: dict[tuple[str, float, str], tuple[dict[str, Any], str]] = {}
+        self._frames: dict[tuple[float, int, str], tuple[list[bytes], list[str], int] | None] = {}
 
-    def _template(self, limit: float, name: str = TASK_NAME) -> tuple[dict[str, Any], str]:
-        if (name, limit) not in self._templates:
+    def _template(self, limit: float, name: str, kwargsrepr: str) -> tuple[dict[str, Any], str]:
+        """The headers of a message and its body's ``embed`` part, as JSON."""
+        if (name, limit, kwargsrepr) not in self._templates:
             headers, _properties, body, _event = self.app.amqp.create_task_message(
-                "", name, ["-"], {}, ignore_result=True, **time_limits(limit)
+                "",
+                name,
+                ["-"],
+                {},
+                ignore_result=True,
+                kwargsrepr=kwargsrepr,
+                **time_limits(limit),
             )
-            _args, kwargs, embed = body
-            self._templates[name, limit] = (headers, json.dumps([kwargs, embed])[1:])
-        return self._templates[name, limit]
+            _args, _kwargs, embed = body
+            self._templates[name, limit, kwargsrepr] = (headers, json.dumps(embed))
+        return self._templates[name, limit, kwargsrepr]
 
     def build(
-        self, trial_id: str | list[str], limit: float, task_id: str | None = None
+        self,
+        trial_id: str | list[str],
+        limit: float,
+        kwargs: dict[str, Any] | None = None,
+        task_id: str | None = None,
     ) -> amqp.Message:
         """The message for one trial (or group of ids), as ``send_task`` would send it."""
+        kwargs = kwargs or {}
         name = TASK_NAME if isinstance(trial_id, str) else GROUP_TASK_NAME
-        headers, suffix = self._template(limit, name)
+        headers, embed = self._template(limit, name, _kwargsrepr(kwargs))
         task_id = task_id or str(uuid.uuid4())
         return amqp.Message(
-            f"[{json.dumps([trial_id])}, {suffix}".encode(),
+            f"[{json.dumps([trial_id])}, {json.dumps(kwargs)}, {embed}]".encode(),
             content_type="application/json",
             content_encoding="utf-8",
             application_headers=dict(
@@ -162,49 +219,70 @@ class _Messages:
             reply_to=self.reply_to,
         )
 
-    def frames(self, trial_id: str | list[str], limit: float) -> bytes | None:
+    def frames(
+        self, trial_id: str | list[str], limit: float, kwargs: dict[str, Any]
+    ) -> bytes | None:
         """The wire bytes publishing the trial's message, or None (use `build`)."""
         if not isinstance(trial_id, str) or not self._SAFE.match(trial_id):
             return None
-        key = (limit, len(trial_id))
+        kwargsrepr = _kwargsrepr(kwargs)
+        key = (limit, len(trial_id), kwargsrepr)
         if key not in self._frames:
-            self._frames[key] = self._split(limit, len(trial_id))
+            self._frames[key] = self._split(limit, len(trial_id), kwargsrepr)
         template = self._frames[key]
         if template is None:
             return None
-        segments, slots = template
+        segments, slots, size_at = template
+        _headers, embed = self._template(limit, TASK_NAME, kwargsrepr)
+        body = f'[["{trial_id}"], {json.dumps(kwargs)}, {embed}]'.encode()
         values = {"task": str(uuid.uuid4()).encode(), "trial": trial_id.encode()}
-        out = [segments[0]]
+        out = bytearray(segments[0])
         for slot, segment in zip(slots, segments[1:], strict=True):
-            out.append(values[slot])
-            out.append(segment)
-        return b"".join(out)
+            out += values[slot]
+            out += segment
+        out[size_at : size_at + 8] = struct.pack(">Q", len(body))
+        chunk = self.frame_max - 8
+        for start in range(0, len(body), chunk):
+            part = body[start : start + chunk]
+            out += struct.pack(">BHI", 3, self.channel_id, len(part)) + part + b"\xce"
+        return bytes(out)
 
-    def _split(self, limit: float, length: int) -> tuple[list[bytes], list[str]] | None:
-        """The template's bytes cut at each placeholder, and which value goes in each cut."""
+    def _split(
+        self, limit: float, length: int, kwargsrepr: str
+    ) -> tuple[list[bytes], list[str], int] | None:
+        """The method and header frames of the template, cut at each placeholder; which
+        value goes in each cut; where the body size is."""
         marks = {self._TASK.encode(): "task", ("~" * length).encode(): "trial"}
         captured: list[bytes] = []
         shim = types.SimpleNamespace(frame_max=self.frame_max, bytes_sent=0)
         sink = types.SimpleNamespace(write=lambda data: captured.append(bytes(data)))
-        message = self.build("~" * length, limit, self._TASK)
+        message = self.build("~" * length, limit, None, self._TASK)
+        headers = dict(message.properties["application_headers"], kwargsrepr=kwargsrepr)
+        message.properties["application_headers"] = headers
+        message.body = b""  # the body frames are made per message
         args = dumps("Bssbb", (0, "", self.routing_key, False, False))
         frame_writer(shim, sink)(1, self.channel_id, spec.Basic.Publish, args, message)
         raw = b"".join(captured)
+        method_end = 7 + struct.unpack_from(">I", raw, 3)[0] + 1
+        header_end = method_end + 7 + struct.unpack_from(">I", raw, method_end + 3)[0] + 1
+        if header_end != len(raw) or raw[method_end] != 2:
+            return None  # not the two frames expected: never guess
+        size_at = method_end + self._BODY_SIZE_AT
         found = re.compile(b"|".join(re.escape(m) for m in marks)).finditer(raw)
         segments, slots, last = [], [], 0
         for match in found:
+            if match.start() < size_at + 8:
+                return None
             segments.append(raw[last : match.start()])
             slots.append(marks[match.group()])
             last = match.end()
         segments.append(raw[last:])
-        if sorted(slots) != ["task"] * 3 + ["trial"] * 2:
+        if sorted(slots) != ["task"] * 3 + ["trial"]:
             return None  # a placeholder also occurs elsewhere: never guess
-        return segments, slots
+        return segments, slots, size_at
 
 
-def _publish_confirmed(
-    app: Celery, conn: Connection, trials: Iterable[tuple[str | list[str], float]]
-) -> int:
+def _publish_confirmed(app: Celery, conn: Connection, trials: Iterable[Outgoing]) -> int:
     queue = app.amqp.queues[app.conf.task_default_queue]
     channel = conn.channel()
     try:
@@ -217,8 +295,9 @@ def _publish_confirmed(
         messages = _Messages(app, channel.channel_id, conn.connection.frame_max, queue.name)
         buffer = bytearray()
         sent = 0
-        for trial_id, limit in trials:
-            frames = messages.frames(trial_id, limit)
+        for item in trials:
+            trial_id, limit, kwargs = _unpack(item)
+            frames = messages.frames(trial_id, limit, kwargs)
             if frames is not None:
                 buffer += frames
             else:
@@ -227,7 +306,10 @@ def _publish_confirmed(
                 # The class's publish, not the instance's: with confirm_publish on, the
                 # instance's waits for a confirm after every message.
                 amqp.Channel.basic_publish(
-                    channel, messages.build(trial_id, limit), exchange="", routing_key=queue.name
+                    channel,
+                    messages.build(trial_id, limit, kwargs),
+                    exchange="",
+                    routing_key=queue.name,
                 )
             sent += 1
             if len(buffer) >= WRITE_BYTES or sent - confirms.upto >= CONFIRM_WINDOW:

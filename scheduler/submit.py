@@ -22,7 +22,7 @@ from core.config import MAX_TIME_LIMIT, ExecutionConfig
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec import SweepSpec
 from core.store import Store
-from scheduler.enqueue import enqueue
+from scheduler.enqueue import Outgoing, carry, carry_group, enqueue
 from scheduler.expand import TrialPoint, expand
 from scheduler.grouping import group_trials
 
@@ -34,17 +34,20 @@ def _time_limit(config: dict) -> float:
     return float(config.get("execution", {}).get("time_limit", DEFAULT_TIME_LIMIT))
 
 
-def messages(sweep_id: str, trials: list[TrialPoint]) -> list[tuple[str | list[str], float]]:
-    """What `enqueue` sends for these trials: (trial id, limit) or (group's ids, limit)."""
+def messages(sweep_id: str, trials: list[TrialPoint]) -> list[Outgoing]:
+    """What `enqueue` sends for these new trials: (trial id, limit, its config and attempt 0)
+    or (group's ids, limit, their configs and attempts)."""
     by_id = {t.id: t for t in trials}
-    out: list[tuple[str | list[str], float]] = []
+    out: list[Outgoing] = []
     for group in group_trials((t.id, t.config) for t in trials):
-        limits = [_time_limit(by_id[key].config) for key in group]
+        configs = [by_id[key].config for key in group]
+        limits = [_time_limit(config) for config in configs]
         ids = [f"{sweep_id}-{key}" for key in group]
         if len(ids) == 1:
-            out.append((ids[0], limits[0]))
+            out.append((ids[0], limits[0], carry(configs[0])))
         else:
-            out.append((ids, min(sum(limits), float(MAX_TIME_LIMIT))))
+            limit = min(sum(limits), float(MAX_TIME_LIMIT))
+            out.append((ids, limit, carry_group(configs, [0] * len(ids))))
     return out
 
 
@@ -71,11 +74,15 @@ def submit_sweep(
 
 
 def enqueue_ids(store: Store, app: Celery, trial_ids: Iterable[str]) -> int:
-    """Enqueue trials already in the store (requeued or retried), with their time limits."""
+    """Enqueue trials already in the store (requeued or retried), with their time limits,
+    configs and the attempts they are queued at."""
     ids = list(trial_ids)
-    docs = store.trials_by_id(ids, ["config.execution.time_limit"])
-    pairs = [(trial_id, _time_limit(docs[trial_id].get("config", {}))) for trial_id in ids]
-    return enqueue(app, pairs) if pairs else 0
+    docs = store.trials_by_id(ids, ["config", "attempt"])
+    sent: list[Outgoing] = []
+    for trial_id in ids:
+        config, attempt = docs[trial_id].get("config", {}), docs[trial_id].get("attempt", 0)
+        sent.append((trial_id, _time_limit(config), carry(config, attempt)))
+    return enqueue(app, sent) if sent else 0
 
 
 def requeue_stale(

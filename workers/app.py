@@ -1,7 +1,9 @@
 """The Celery app of the workers, and what each worker process sets up once.
 
-`create_worker_app(settings)` builds the app from the shared config (`core.broker`) and
-registers `workers.run_trial`. `workers.main` is the entry point that reads the settings.
+`create_worker_app(settings)` builds the app from the shared config (`core.broker`),
+registers `workers.run_trial` and `workers.run_group` (`workers.tasks`), loads torch and
+the training code before the pool forks, and gives each pool process `torch_threads`
+threads. `workers.main` is the entry point that reads the settings.
 """
 
 from __future__ import annotations
@@ -37,15 +39,11 @@ class WorkerContext:
         return self._store
 
 
-def _torch_threads() -> int:
-    return max(1, int(os.environ.get("SWEEPSTACK_TORCH_THREADS", "1") or 1))
-
-
-def set_torch_threads() -> None:
+def set_torch_threads(threads: int) -> None:
     """One torch thread per process unless told otherwise: 2 x 2 on 2 cores ran 7x slower."""
     import torch
 
-    torch.set_num_threads(_torch_threads())
+    torch.set_num_threads(threads)
 
 
 def preload_training() -> None:
@@ -60,7 +58,7 @@ def preload_training() -> None:
 
 
 def create_worker_app(settings: Settings) -> Celery:
-    """The workers' Celery app, with `workers.run_trial` registered."""
+    """The workers' Celery app, with its tasks registered and the training code loaded."""
     from workers.tasks import register
 
     app = Celery("sweepstack", set_as_current=True)
@@ -68,11 +66,11 @@ def create_worker_app(settings: Settings) -> Celery:
     context = WorkerContext(settings)
     register(app, context)
     # OpenMP reads this when torch loads, which is here, in the parent, before the fork.
-    os.environ.setdefault("OMP_NUM_THREADS", str(_torch_threads()))
+    os.environ.setdefault("OMP_NUM_THREADS", str(settings.torch_threads))
     preload_training()
 
     @worker_process_init.connect(weak=False)
     def _init_process(**_: object) -> None:
-        set_torch_threads()
+        set_torch_threads(settings.torch_threads)
 
     return app

@@ -4,25 +4,29 @@ The logic behind the thin Celery task `workers.run_group`, whose one argument is
 of the group's trial ids (`scheduler.grouping`). Per trial it keeps every promise the
 single-trial runner (`workers.runner`) keeps:
 
-- **Claim.** Each trial is claimed as `execute_trial` claims it (`runner.claim_trial`): a
-  finished trial, or one a live attempt holds, is skipped; a running one whose holder
-  process is gone on this host is taken over. So a redelivered group message after a
-  kill -9 trains exactly the trials that did not finish, and a trial requeued alone by
-  the stale-heartbeat scan is trained once, by whichever message claims it first.
-- **Heartbeat.** One thread beats for every trial still training. A trial whose claim
-  is lost leaves the group at the next check and is not recorded; one whose sweep is
-  cancelled leaves it and ends ``cancelled``.
-- **Report and finish.** Each epoch's row is reported per trial; each trial is finished
-  on its own as soon as it ends (a diverged model fails while the others go on). The
-  writes go, in order, through one writer thread (`_Writer`), so that the next epoch
-  trains while the store takes K reports (~5 ms each on SecantusDB: as long as a small
-  group's epoch); a trial's heartbeat stops only once its finish is written, and the
-  writer's queue is bounded, so training never runs far ahead of the record. Each
-  finish's ``extra`` holds what a single trial records plus ``group`` (a stable id of
-  the group's trial list), ``group_size`` (trials in the message) and ``fused`` (trials
-  this attempt trained fused; `workers.training.fused_plan` may split them into chunks
-  that fit in memory). One terminal record per attempt: each claimed trial is finished
-  at most once, and the store refuses a second finish of an attempt.
+- **Claim.** The trials whose message carries their config and queued attempt are claimed
+  in one write; the others (and those not where the message said) as `execute_trial`
+  claims them (`workers.claims`): a finished trial, or one a live attempt holds, is
+  skipped; a running one whose holder process is gone on this host is taken over. So a
+  redelivered group message after a kill -9 trains exactly the trials that did not
+  finish, and a trial requeued alone by the stale-heartbeat scan is trained once, by
+  whichever message claims it first.
+- **Heartbeat.** The process's one heartbeat thread (`HeartbeatSender`) beats for every
+  trial still training. A trial whose claim is lost leaves the group at the next check and
+  is not recorded; one whose sweep is cancelled leaves it and ends ``cancelled``.
+- **Report and finish.** Epoch rows are kept and written in batches for the whole group
+  (`EpochRows`: the first at once, then at most every 2 s); the trials that end at the
+  same point of training (all of them, usually, at the last epoch; a diverged model
+  alone) are finished together, in one write, as soon as training moves on or stops, after
+  every row kept so far. The writes go, in order, through one writer thread (`_Writer`),
+  so that training goes on while the store takes them; a trial's heartbeat stops only
+  once its finish is written, and the writer's queue is bounded, so training never runs
+  far ahead of the record. Each finish's ``extra`` holds what a single trial records plus
+  ``group`` (a stable id of the group's trial list), ``group_size`` (trials in the
+  message) and ``fused`` (trials this attempt trained fused; `workers.training.fused_plan`
+  may split them into chunks that fit in memory). One terminal record per attempt: each
+  claimed trial is finished at most once, and the store refuses a second finish of an
+  attempt.
 - **Failures.** A training error fails its own trial. An error of the whole run (time
   limit, a bug) fails every trial of the group not yet finished, with the reason. Only an
   unreachable store escapes, as `StoreUnavailable`, so that the task is retried.
@@ -40,23 +44,24 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
+from core.batch_writes import EpochRow, Finish
 from core.config import TrialConfig
-from core.errors import NotFound, StoreUnavailable, TrainingError
+from core.errors import StoreUnavailable, TrainingError
 from core.states import TrialState
 from core.store import Store
+from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 from workers.runner import (
     RunnerOptions,
-    claim_trial,
     failure_reason,
     record_outcome,
     sweep_objective,
     versions,
-    with_retry,
 )
 
 log = logging.getLogger(__name__)
@@ -66,46 +71,6 @@ MAX_GROUP_TIME_LIMIT = 7 * 24 * 3600.0
 def group_id(trial_ids: list[str]) -> str:
     """A stable id for the group these trial ids form (the same for a redelivered message)."""
     return "g" + hashlib.sha256("\n".join(trial_ids).encode()).hexdigest()[:15]
-
-
-class GroupHeartbeat(threading.Thread):
-    """Beats for every trial of a group still training; notes lost claims and stop requests."""
-
-    def __init__(self, store: Store, attempts: dict[str, int], interval: float) -> None:
-        super().__init__(name="heartbeat-group", daemon=True)
-        self.store, self.interval = store, interval
-        self.attempts = dict(attempts)
-        self.lost: set[str] = set()
-        self.stop_requested: set[str] = set()
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        while not self._done.wait(self.interval):
-            with self._lock:
-                beating = list(self.attempts.items())
-            for trial_id, attempt in beating:
-                try:
-                    status = self.store.heartbeat(trial_id, attempt)
-                except (StoreUnavailable, NotFound) as exc:
-                    log.warning("heartbeat for %s failed: %s", trial_id, exc)
-                    continue
-                if status == "lost":
-                    self.lost.add(trial_id)
-                elif status == "stop":
-                    self.stop_requested.add(trial_id)
-
-    def release(self, trial_id: str) -> None:
-        """Stop beating for a trial that ended."""
-        with self._lock:
-            self.attempts.pop(trial_id, None)
-
-    def should_stop(self, trial_id: str) -> bool:
-        return trial_id in self.lost or trial_id in self.stop_requested
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join(timeout=5)
 
 
 class _Writer(threading.Thread):
@@ -146,14 +111,16 @@ class _Writer(threading.Thread):
 
 
 class _Run:
-    """One attempt at a group: the claimed trials, their heartbeat, and how each ended."""
+    """One attempt at a group: the claimed trials, their rows, and how each ended."""
 
     def __init__(
-        self, store: Store, trial_ids: list[str], options: RunnerOptions, beat: GroupHeartbeat
+        self, store: Store, trial_ids: list[str], options: RunnerOptions, beats: HeartbeatSender
     ) -> None:
-        self.store, self.options, self.beat = store, options, beat
+        self.store, self.options, self.beats = store, options, beats
         self.budget = options.store_retry_seconds
         self.writer = _Writer()
+        self.rows = EpochRows()
+        self.ending: list[Finish] = []
         self.versions = versions()
         self.group = group_id(trial_ids)
         self.group_size = len(trial_ids)
@@ -164,24 +131,46 @@ class _Run:
         return sweep_objective(self.store, sweep_id, self.budget)
 
     def report(self, doc: dict[str, Any], epoch: int, row: dict[str, float]) -> None:
-        self.writer.submit(self._write_report, doc["_id"], doc["attempt"], epoch, row)
+        """Keep an epoch's row; first write the finishes of trials that ended before it."""
+        self.flush_finishes()
+        due = self.rows.add(doc["_id"], doc["attempt"], epoch, row)
+        if due:
+            self.writer.submit(self._write_rows, due)
 
-    def _write_report(self, trial_id: str, attempt: int, epoch: int, row: dict) -> None:
-        with_retry(self.store.report, trial_id, attempt, epoch, row, budget=self.budget)
+    def flush_finishes(self) -> None:
+        """Write every row kept so far, then the finishes waiting (one write each)."""
+        if not self.ending:
+            return
+        self.writer.submit(self._write_rows, self.rows.take())
+        self.writer.submit(self._write_finishes, self.ending)
+        self.ending = []
 
-    def _write_finish(self, trial_id: str, attempt: int, fields: dict[str, Any]) -> None:
-        with_retry(self.store.finish, trial_id, attempt, budget=self.budget, **fields)
-        self.beat.release(trial_id)
+    def flush(self) -> None:
+        """Write everything kept: rows, then finishes."""
+        self.writer.submit(self._write_rows, self.rows.take())
+        self.flush_finishes()
+
+    def _write_rows(self, rows: list[EpochRow]) -> None:
+        if rows:
+            with_retry(self.store.report_many, rows, budget=self.budget)
+
+    def _write_finishes(self, finishes: list[Finish]) -> None:
+        with_retry(self.store.finish_many, finishes, budget=self.budget)
+        for finish in finishes:
+            self.beats.release(finish.trial_id)
 
     def finish(self, doc: dict[str, Any], outcome: Any, dtype: str | None = None) -> None:
-        """Record how one trial ended (a `TrainResult`, or an error or reason); at most once."""
+        """Record how one trial ended (a `TrainResult`, or an error or reason); at most once.
+
+        The finish waits in `ending` until training moves on or stops (`flush_finishes`).
+        """
         from workers.training import TrainResult
 
         trial_id = doc["_id"]
         if trial_id in self.outcomes:
             return
-        if trial_id in self.beat.lost:
-            self.beat.release(trial_id)
+        if self.beats.lost(trial_id):
+            self.beats.release(trial_id)
             log.warning(
                 "trial %s: attempt %s lost its claim; not recording", trial_id, doc["attempt"]
             )
@@ -198,7 +187,7 @@ class _Run:
         state, result, error = TrialState.FAILED, None, None
         if isinstance(outcome, TrainResult):
             result = record_outcome(outcome, self.objective(doc["sweep_id"]), extra)
-            if trial_id in self.beat.stop_requested:
+            if self.beats.stopping(trial_id):
                 state, error = TrialState.CANCELLED, "the sweep was cancelled while the trial ran"
             else:
                 state = TrialState.COMPLETE
@@ -207,8 +196,7 @@ class _Run:
         else:
             error = str(outcome)
         self.outcomes[trial_id] = state.value
-        fields = {"state": state, "result": result, "error": error, "extra": extra}
-        self.writer.submit(self._write_finish, trial_id, doc["attempt"], fields)
+        self.ending.append(Finish(trial_id, doc["attempt"], state, result, error, extra))
 
 
 def _time_limit(configs: list[TrialConfig]) -> float:
@@ -232,9 +220,10 @@ def _train(
     on_epoch: Callable[[int, int, dict[str, float]], None],
     should_stop: Callable[[int], bool],
     on_done: Callable[[int, Any], None],
-    options: RunnerOptions,
+    data_dir: Path | None = None,
 ) -> None:
-    """Train the configs as one fused model, or (not `fused`) one by one, unfused."""
+    """Train the configs as one fused model, or (not `fused`) one by one, unfused; dataset
+    files are read from `data_dir` (the worker's datasets folder)."""
     from workers.training import train
     from workers.training.fused import train_fused
 
@@ -244,7 +233,7 @@ def _train(
             on_epoch=on_epoch,
             should_stop=should_stop,
             on_done=on_done,
-            data_dir=options.data_dir,
+            data_dir=data_dir,
         )
         return
     for k, config in enumerate(configs):
@@ -253,7 +242,7 @@ def _train(
                 config,
                 on_epoch=lambda epoch, row, k=k: on_epoch(k, epoch, row),
                 should_stop=lambda k=k: should_stop(k),
-                data_dir=options.data_dir,
+                data_dir=data_dir,
             )
         except TrainingError as err:
             outcome = err
@@ -261,33 +250,44 @@ def _train(
 
 
 def execute_group(
-    store: Store, trial_ids: list[str], worker: dict[str, Any], options: RunnerOptions
+    store: Store,
+    trial_ids: list[str],
+    worker: dict[str, Any],
+    options: RunnerOptions,
+    carried: dict[str, tuple[int, dict[str, Any]]] | None = None,
 ) -> dict[str, str]:
     """Run the trials of a group this worker can claim; what happened to each, by id.
 
-    Outcomes as `execute_trial`'s: ``skipped``, ``complete``, ``failed``, ``cancelled``,
-    ``lost``, and ``unknown`` for an id the store does not have.
+    `carried` maps ids to the (queued attempt, config) the message carries (module
+    docstring). Outcomes as `execute_trial`'s: ``skipped``, ``complete``, ``failed``,
+    ``cancelled``, ``lost``, and ``unknown`` for an id the store does not have.
     """
     budget = options.store_retry_seconds
-    beat = GroupHeartbeat(store, {}, options.heartbeat_seconds)
-    run = _Run(store, trial_ids, options, beat)
+    beats = HeartbeatSender.of_process(store, options.heartbeat_seconds)
+    run = _Run(store, trial_ids, options, beats)
+    unique = list(dict.fromkeys(trial_ids))
+    claims = claim_trials(
+        store,
+        unique,
+        worker,
+        options.stale_after_seconds,
+        carried or {},
+        budget,
+        max_attempts=options.max_attempts,
+    )
     docs: list[dict[str, Any]] = []
-    for trial_id in dict.fromkeys(trial_ids):
-        try:
-            doc = with_retry(claim_trial, store, trial_id, worker, options, budget=budget)
-        except NotFound:
+    for trial_id in unique:
+        if trial_id not in claims:
             log.error("trial %s does not exist; leaving it out of its group", trial_id)
             run.outcomes[trial_id] = "unknown"
-            continue
-        if doc is None:
+        elif (doc := claims[trial_id]) is None:
             log.info("trial %s: nothing to do (finished or held by a live attempt)", trial_id)
             run.outcomes[trial_id] = "skipped"
-            continue
-        docs.append(doc)
-        beat.attempts[trial_id] = doc["attempt"]
+        else:
+            docs.append(doc)
+            beats.hold(trial_id, doc["attempt"])
     if not docs:
         return run.outcomes
-    beat.start()
     run.writer.start()
     members: list[tuple[dict[str, Any], TrialConfig]] = []
     try:
@@ -305,11 +305,11 @@ def execute_group(
                 configs,
                 fused,
                 on_epoch=lambda k, epoch, row: run.report(members[k][0], epoch, row),
-                should_stop=lambda k: beat.should_stop(members[k][0]["_id"]),
+                should_stop=lambda k: beats.should_stop(members[k][0]["_id"]),
                 on_done=lambda k, outcome: run.finish(
                     members[k][0], outcome, members[k][1].execution.dtype
                 ),
-                options=options,
+                data_dir=options.data_dir,
             )
         except SoftTimeLimitExceeded:
             reason = (
@@ -324,6 +324,7 @@ def execute_group(
             log.exception("group %s failed as a whole", run.group)
             for doc, config in members:
                 run.finish(doc, exc, config.execution.dtype)
+        run.flush()
         run.writer.close()
     finally:
         if run.writer.is_alive():  # an error escaped: write what was queued, then give up
@@ -331,5 +332,6 @@ def execute_group(
                 run.writer.close()
             except Exception as exc:
                 log.warning("group %s: writes after the error failed: %s", run.group, exc)
-        beat.stop()
+        for doc in docs:
+            beats.release(doc["_id"])
     return run.outcomes

@@ -1,5 +1,9 @@
 """Run one trial end to end: claim it, train it with heartbeats, report epochs, finish it.
 
+Claims, heartbeats and epoch rows are written as `workers.claims` says: a claim in one
+write when the message carries the config, one heartbeat thread per process, epoch rows
+in batches (at most every 2 s, and all of them before the finish).
+
 This is the logic behind the thin Celery task `workers.run_trial`. It never lets a training
 error escape: NaN loss, out of memory, a bad shape, a time limit, even a bug in training
 code, all end the trial `failed` with a readable reason, and the worker goes on. Only an
@@ -10,32 +14,31 @@ stale-heartbeat requeue brings it back.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import platform
 import socket
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
+from core.batch_writes import EpochRow, Finish
 from core.config import TrialConfig
-from core.errors import StoreUnavailable, TrainingError
+from core.errors import NotFound, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.states import TrialState
 from core.store import Store
+from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 
 if TYPE_CHECKING:
     from workers.training import TrainResult
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class RunnerOptions:
     stale_after_seconds: float = 120.0
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     store_retry_seconds: float = 600.0
+    #: The worker's datasets folder (``SWEEPSTACK_DATASETS_DIR``); None: the current folder.
     data_dir: Path | None = None
 
 
@@ -55,41 +59,8 @@ def worker_identity(name: str | None = None) -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "name": name or ""}
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def holder_is_dead(holder: dict[str, Any] | None) -> bool:
-    """Whether a claim's holder ran on this host and its process is gone (killed, crashed)."""
-    if not holder or holder.get("host") != socket.gethostname():
-        return False
-    pid = holder.get("pid")
-    return isinstance(pid, int) and pid != os.getpid() and not _pid_alive(pid)
-
-
-def with_retry(fn: Callable[..., T], *args: Any, budget: float, **kwargs: Any) -> T:
-    """Call `fn`, retrying on `StoreUnavailable` with exponential backoff for `budget` seconds."""
-    deadline = time.monotonic() + budget
-    delay = 0.5
-    while True:
-        try:
-            return fn(*args, **kwargs)
-        except StoreUnavailable as exc:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("store unavailable (%s); retrying in %.1f s", exc, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 30.0)
-
-
-def versions() -> dict[str, str]:
-    """The code and library versions recorded with every result."""
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
     out = {"python": platform.python_version()}
     for package in ("sweepstack", "torch", "numpy", "scikit-learn", "celery"):
         try:
@@ -97,60 +68,13 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             continue
     out["code"] = out.get("sweepstack", "unknown")
-    return out
+    return tuple(out.items())
 
 
-class Heartbeat(threading.Thread):
-    """Beats for one attempt until stopped; notes when the claim is lost or a stop is asked."""
-
-    def __init__(self, store: Store, trial_id: str, attempt: int, interval: float) -> None:
-        super().__init__(name=f"heartbeat-{trial_id}", daemon=True)
-        self.store, self.trial_id, self.attempt, self.interval = store, trial_id, attempt, interval
-        self.lost = False
-        self.stop_requested = False
-        self._done = threading.Event()
-
-    def run(self) -> None:
-        while not self._done.wait(self.interval):
-            try:
-                status = self.store.heartbeat(self.trial_id, self.attempt)
-            except StoreUnavailable as exc:
-                log.warning("heartbeat for %s failed: %s", self.trial_id, exc)
-                continue
-            if status == "lost":
-                self.lost = True
-            elif status == "stop":
-                self.stop_requested = True
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join(timeout=5)
-
-
-def claim_trial(
-    store: Store, trial_id: str, worker: dict[str, Any], options: RunnerOptions
-) -> dict[str, Any] | None:
-    """Claim the trial for `worker`: its document, or None when it is finished or held by a
-    live attempt. A claim whose holder was a process on this host that has died is taken
-    over at once rather than after the stale-heartbeat wait; its `max_attempts`-th loss
-    ends the trial failed (None), so a redelivered message for it is acked and does nothing."""
-    stale, limit = options.stale_after_seconds, options.max_attempts
-    doc = store.claim(trial_id, worker, stale_after=stale, max_attempts=limit)
-    if doc is not None:
-        return doc
-    current = store.get_trial(trial_id, with_metrics=False)
-    if current["state"] == TrialState.RUNNING.value and holder_is_dead(current.get("worker")):
-        log.info(
-            "trial %s: attempt %s died with its process; taking over", trial_id, current["attempt"]
-        )
-        return store.claim(
-            trial_id,
-            worker,
-            stale_after=stale,
-            takeover_attempt=current["attempt"],
-            max_attempts=limit,
-        )
-    return None
+def versions() -> dict[str, str]:
+    """The code and library versions recorded with every result (read once per process:
+    importlib.metadata scans the installed packages, ~10 ms a call)."""
+    return dict(_versions())
 
 
 _OBJECTIVES: dict[str, dict[str, str]] = {}
@@ -205,62 +129,76 @@ def execute_trial(
     worker: dict[str, Any],
     options: RunnerOptions,
     objective: dict[str, str] | None = None,
+    carried: tuple[int, dict[str, Any]] | None = None,
 ) -> str:
     """Run the trial if this worker can claim it; return what happened.
 
-    Outcomes: ``skipped`` (finished already, or held by a live attempt), ``complete``,
-    ``failed``, ``cancelled``, ``lost`` (another attempt took the claim over).
+    `carried` is the (queued attempt, config) the message carries, if it does: the claim
+    is then one write (`workers.claims`). Outcomes: ``skipped`` (finished already, or held
+    by a live attempt), ``complete``, ``failed``, ``cancelled``, ``lost`` (another attempt
+    took the claim over).
     """
     from workers.training import train  # torch loads only in workers
 
     budget = options.store_retry_seconds
-    doc = with_retry(claim_trial, store, trial_id, worker, options, budget=budget)
+    stale = options.stale_after_seconds
+    claims = claim_trials(
+        store,
+        [trial_id],
+        worker,
+        stale,
+        {trial_id: carried} if carried else {},
+        budget,
+        max_attempts=options.max_attempts,
+    )
+    if trial_id not in claims:
+        raise NotFound("trial", trial_id)
+    doc = claims[trial_id]
     if doc is None:
         log.info("trial %s: nothing to do (finished or held by a live attempt)", trial_id)
         return "skipped"
     attempt = doc["attempt"]
     if objective is None:
         objective = sweep_objective(store, doc["sweep_id"], budget)
-    beat = Heartbeat(store, trial_id, attempt, options.heartbeat_seconds)
-    beat.start()
+    beats = HeartbeatSender.of_process(store, options.heartbeat_seconds)
+    beats.hold(trial_id, attempt)
+    rows = EpochRows()
+
+    def write_rows(batch: list[EpochRow]) -> None:
+        if batch:
+            with_retry(store.report_many, batch, budget=budget)
 
     def on_epoch(epoch: int, metrics: dict[str, Any]) -> None:
-        with_retry(store.report, trial_id, attempt, epoch, metrics, budget=budget)
-
-    def should_stop() -> bool:
-        return beat.lost or beat.stop_requested
+        write_rows(rows.add(trial_id, attempt, epoch, metrics) or [])
 
     state, result, error, extra = TrialState.FAILED, None, None, {"versions": versions()}
     try:
-        config = TrialConfig.model_validate(doc["config"])
-        extra["dtype"] = config.execution.dtype
-        outcome = train(
-            config, on_epoch=on_epoch, should_stop=should_stop, data_dir=options.data_dir
-        )
-        result = record_outcome(outcome, objective, extra)
-        if beat.stop_requested:
-            state, error = TrialState.CANCELLED, "the sweep was cancelled while the trial ran"
-        else:
-            state = TrialState.COMPLETE
-    except SoftTimeLimitExceeded:
-        limit = doc.get("config", {}).get("execution", {}).get("time_limit")
-        error = f"time limit exceeded: execution.time_limit is {limit} s"
-    except Exception as exc:  # a training error is a result, whatever its kind
-        error = failure_reason(exc)
-        log.info("trial %s failed: %s", trial_id, error.splitlines()[0])
+        try:
+            config = TrialConfig.model_validate(doc["config"])
+            extra["dtype"] = config.execution.dtype
+            outcome = train(
+                config,
+                on_epoch=on_epoch,
+                should_stop=lambda: beats.should_stop(trial_id),
+                data_dir=options.data_dir,
+            )
+            result = record_outcome(outcome, objective, extra)
+            if beats.stopping(trial_id):
+                state, error = TrialState.CANCELLED, "the sweep was cancelled while the trial ran"
+            else:
+                state = TrialState.COMPLETE
+        except SoftTimeLimitExceeded:
+            limit = doc.get("config", {}).get("execution", {}).get("time_limit")
+            error = f"time limit exceeded: execution.time_limit is {limit} s"
+        except Exception as exc:  # a training error is a result, whatever its kind
+            error = failure_reason(exc)
+            log.info("trial %s failed: %s", trial_id, error.splitlines()[0])
+        write_rows(rows.take())  # every row before the finish, so none is left behind
+        if beats.lost(trial_id):
+            log.warning("trial %s: attempt %s lost its claim; not recording", trial_id, attempt)
+            return "lost"
+        finish = Finish(trial_id, attempt, state, result, error, extra)
+        with_retry(store.finish_many, [finish], budget=budget)
     finally:
-        beat.stop()
-    if beat.lost:
-        log.warning("trial %s: attempt %s lost its claim; not recording", trial_id, attempt)
-        return "lost"
-    with_retry(
-        store.finish,
-        trial_id,
-        attempt,
-        state,
-        result=result,
-        error=error,
-        extra=extra,
-        budget=budget,
-    )
+        beats.release(trial_id)
     return state.value

@@ -1,12 +1,15 @@
 """The Celery tasks `workers.run_trial` and `workers.run_group`: thin, like web views.
 
-The logic is in `runner` (one trial) and `group_runner` (a fused group of trials).
+The logic is in `runner` (one trial) and `group_runner` (a fused group of trials). A
+message may carry, besides the ids, each trial's config and the attempt it was queued at
+(`scheduler.enqueue`): the claim is then one write with no read (`workers.claims`). A
+message without them, or with ones that do not check out, reads them from the store.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
 
@@ -19,6 +22,31 @@ if TYPE_CHECKING:
     from workers.app import WorkerContext
 
 log = logging.getLogger(__name__)
+
+#: What both tasks are: late acks and reject on worker loss (a killed trial is
+#: redelivered), retried without end while the store is unreachable, no results.
+TASK_OPTIONS: dict[str, Any] = {
+    "bind": True,
+    "max_retries": None,
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "ignore_result": True,
+}
+
+
+def _carried(config: Any, attempt: Any) -> tuple[int, dict[str, Any]] | None:
+    """The (queued attempt, config) a message carries, if it carries them well-formed."""
+    if config is None and attempt is None:
+        return None
+    if (
+        isinstance(config, dict)
+        and isinstance(attempt, int)
+        and not isinstance(attempt, bool)
+        and attempt >= 0
+    ):
+        return attempt, config
+    log.warning("ignoring a malformed config or attempt in a message (attempt %r)", attempt)
+    return None
 
 
 def register(app: Celery, context: WorkerContext) -> None:
@@ -33,21 +61,17 @@ def register(app: Celery, context: WorkerContext) -> None:
             data_dir=settings.datasets_dir,
         )
 
-    @app.task(
-        name=TASK_NAME,
-        bind=True,
-        max_retries=None,
-        acks_late=True,
-        reject_on_worker_lost=True,
-        ignore_result=True,
-    )
-    def run_trial(self: Task, trial_id: str) -> str:
+    @app.task(name=TASK_NAME, **TASK_OPTIONS)
+    def run_trial(
+        self: Task, trial_id: str, config: dict | None = None, attempt: int | None = None
+    ) -> str:
         if not isinstance(trial_id, str):
             log.error("refusing a message whose argument is not a trial id: %r", trial_id)
             return "refused"
+        worker = worker_identity(self.request.hostname)
         try:
             return execute_trial(
-                context.store, trial_id, worker_identity(self.request.hostname), _options()
+                context.store, trial_id, worker, _options(), carried=_carried(config, attempt)
             )
         except NotFound:
             log.error("trial %s does not exist; dropping the message", trial_id)
@@ -57,15 +81,13 @@ def register(app: Celery, context: WorkerContext) -> None:
             log.warning("store unavailable for %s (%s); retrying in %d s", trial_id, exc, delay)
             raise self.retry(exc=exc, countdown=delay) from exc
 
-    @app.task(
-        name=GROUP_TASK_NAME,
-        bind=True,
-        max_retries=None,
-        acks_late=True,
-        reject_on_worker_lost=True,
-        ignore_result=True,
-    )
-    def run_group(self: Task, trial_ids: list[str]) -> str:
+    @app.task(name=GROUP_TASK_NAME, **TASK_OPTIONS)
+    def run_group(
+        self: Task,
+        trial_ids: list[str],
+        configs: list | None = None,
+        attempts: list | None = None,
+    ) -> str:
         if (
             not isinstance(trial_ids, list)
             or not trial_ids
@@ -73,10 +95,18 @@ def register(app: Celery, context: WorkerContext) -> None:
         ):
             log.error("refusing a group message whose argument is not a list of ids: %r", trial_ids)
             return "refused"
+        carried: dict[str, tuple[int, dict[str, Any]]] = {}
+        if (
+            isinstance(configs, list)
+            and isinstance(attempts, list)
+            and len(configs) == len(attempts) == len(trial_ids)
+        ):
+            for trial_id, config, attempt in zip(trial_ids, configs, attempts, strict=True):
+                if (one := _carried(config, attempt)) is not None:
+                    carried[trial_id] = one
+        worker = worker_identity(self.request.hostname)
         try:
-            outcomes = execute_group(
-                context.store, trial_ids, worker_identity(self.request.hostname), _options()
-            )
+            outcomes = execute_group(context.store, trial_ids, worker, _options(), carried)
         except StoreUnavailable as exc:
             delay = _retry_delay(self.request.retries)
             log.warning(

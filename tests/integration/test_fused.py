@@ -1,9 +1,10 @@
 """Fused groups on real RabbitMQ, a real MongoDB wire-protocol server and real Celery workers.
 
 A fused sweep completes with every trial's own metrics, faithful to unfused training and
-marked with its group; a diverging member fails alone; kill -9 of the training child
-mid-group ends every trial exactly once; a redelivered group message changes nothing; a
-time limit fails the whole group and a cancelled sweep stops it, trial by trial.
+marked with its group; a diverging member fails alone; kill -9 of the training child or of
+the whole worker mid-group ends every trial exactly once, with no epoch row twice; a
+redelivered group message changes nothing; a time limit fails the whole group and a
+cancelled sweep stops it, trial by trial.
 """
 
 from __future__ import annotations
@@ -86,8 +87,21 @@ def test_fused_sweep_completes_with_own_metrics_and_group(stack: Stack) -> None:
         assert full["objective"] == pytest.approx(alone.best["val_rmse"], rel=1e-4)
 
 
-def test_kill_9_of_the_child_mid_group_ends_every_trial_once(stack: Stack) -> None:
-    stack.start_worker()
+def _rows_once(stack: Stack, trial_id: str) -> list[tuple[int, int]]:
+    """The trial's (attempt, epoch) rows, checked: none twice in the store, and each
+    attempt's epochs a run from 1 without a gap (a kill loses only the newest ones)."""
+    found = stack.store.db["metrics"].find({"trial_id": trial_id}, {"attempt": 1, "epoch": 1})
+    rows = [(row["attempt"], row["epoch"]) for row in found]
+    assert len(rows) == len(set(rows)), rows
+    for attempt in {a for a, _ in rows}:
+        epochs = sorted(e for a, e in rows if a == attempt)
+        assert epochs == list(range(1, len(epochs) + 1)), (attempt, epochs)
+    return sorted(rows)
+
+
+@pytest.mark.parametrize("kill", ["child", "whole worker"])
+def test_kill_9_mid_group_ends_every_trial_once(stack: Stack, kill: str) -> None:
+    worker = stack.start_worker()
     sweep_id, _ = stack.submit(
         regression_sweep(
             "fused-kill",
@@ -107,15 +121,18 @@ def test_kill_9_of_the_child_mid_group_ends_every_trial_once(stack: Stack) -> No
     doc = wait_for(training_after_an_epoch, 120, "a fused trial with a reported epoch")
     failed, _ = stack.store.trials(sweep_id, state="failed")
     assert len(failed) == 1  # the diverged member ended before the kill, in attempt 1
-    os.kill(doc["worker"]["pid"], signal.SIGKILL)
+    if kill == "child":
+        os.kill(doc["worker"]["pid"], signal.SIGKILL)
+    else:
+        worker.kill_all()
+        stack.start_worker()
     counts = stack.wait_finished(sweep_id, timeout=240)
     assert (counts["complete"], counts["failed"]) == (3, 1), stack.logs()
     trials, _ = stack.store.trials(sweep_id)
     for trial in trials:
         full = stack.store.get_trial(trial["_id"])
         assert len(_terminal(full)) == 1
-        epochs = [(m["attempt"], m["epoch"]) for m in full["metrics"]]
-        assert len(epochs) == len(set(epochs))
+        epochs = _rows_once(stack, trial["_id"])
         if full["state"] == "failed":
             assert full["attempt"] == 1
             continue

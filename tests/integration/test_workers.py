@@ -119,8 +119,12 @@ def _one_terminal_record(stack: Stack, sweep_id: str) -> dict:
     terminal = [h for h in full["history"] if h["state"] in ("complete", "failed", "pruned")]
     assert len(terminal) <= 1
     assert [h["attempt"] for h in full["history"]].count(1) == 1
-    epochs = [(m["attempt"], m["epoch"]) for m in full["metrics"]]
-    assert len(epochs) == len(set(epochs))
+    found = stack.store.db["metrics"].find({"trial_id": doc["_id"]}, {"attempt": 1, "epoch": 1})
+    rows = [(row["attempt"], row["epoch"]) for row in found]
+    assert len(rows) == len(set(rows)), rows  # no (attempt, epoch) row twice
+    lost = sorted(e for a, e in rows if a == 1)
+    assert lost == list(range(1, len(lost) + 1))  # the kill lost only the newest rows
+    assert sorted(e for a, e in rows if a == 2) == list(range(1, 41))
     return full
 
 

@@ -1,6 +1,7 @@
 """`scheduler.enqueue` on the real RabbitMQ: the fast path publishes exactly the message
-Celery's ``send_task`` would (a real worker consuming them is in tests/api/test_workers.py),
-every message is confirmed, and ids that need escaping take the plain path."""
+Celery's ``send_task`` would (a real worker consuming them is in tests/integration/), with
+or without the trial's config and attempt as keywords, every message is confirmed, and
+ids that need escaping take the plain path."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kombu import Connection
 
 from core.broker import TASK_NAME, time_limits
 from core.settings import Settings
-from scheduler.enqueue import _Confirms, enqueue, sender_app
+from scheduler.enqueue import _Confirms, carry, carry_group, enqueue, sender_app
 
 VARYING = {"id", "root_id", "argsrepr", "origin", "ignore_result"}
 
@@ -70,6 +71,35 @@ def test_many_messages_are_all_confirmed_and_odd_ids_still_go(settings: Settings
     assert len(messages) == len(trials)
     assert [json.loads(m.body)[0][0] for m in messages[-4:]] == odd
     assert len({m.headers["id"] for m in messages}) == len(trials)
+
+
+def test_messages_carry_the_config_and_attempt_as_send_task_would(settings: Settings) -> None:
+    app = sender_app(settings)
+    config = {"model": {"hidden_units": 64}, "training": {"lr": 0.01, "note": 'é "q"'}}
+    kwargs = carry(config, 2)
+    with app.producer_pool.acquire(block=True) as producer:
+        app.send_task(
+            TASK_NAME,
+            args=["ab-1"],
+            kwargs=kwargs,
+            kwargsrepr="{'config': ..., 'attempt': ...}",
+            producer=producer,
+            **time_limits(300),
+        )
+    (reference,) = drain(settings)
+    big = carry({"blob": "x" * 300_000}, 0)  # past frame_max: the body goes in several frames
+    group = carry_group([config, config], [0, 1])
+    sent = [("cafe01-1", 300.0, kwargs), ("cafe01-2", 300.0, big), (["g-1", "g-2"], 60.0, group)]
+    assert enqueue(app, sent) == 3
+    first, second, third = drain(settings)
+    assert {k: v for k, v in first.headers.items() if k not in VARYING} == {
+        k: v for k, v in reference.headers.items() if k not in VARYING
+    }
+    assert first.headers["kwargsrepr"] == "{'config': ..., 'attempt': ...}"
+    assert json.loads(first.body) == [["cafe01-1"], kwargs, json.loads(reference.body)[2]]
+    assert json.loads(second.body)[:2] == [["cafe01-2"], big]
+    assert json.loads(third.body)[:2] == [[["g-1", "g-2"]], group]
+    assert third.headers["kwargsrepr"] == "{'configs': ..., 'attempts': ...}"
 
 
 def test_confirms_count_multiple_and_single_acks() -> None:

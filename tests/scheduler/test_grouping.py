@@ -108,7 +108,7 @@ def test_data_parallel_trials_are_never_fused() -> None:
         "execution:\n  parallel:\n    world_size: 2\n    tau: [1, 5, 20]\n"
     )
     sent = messages("s1", expand(spec, with_config=True))
-    assert len(sent) == 6 and all(isinstance(ids, str) for ids, _ in sent)
+    assert len(sent) == 6 and all(isinstance(ids, str) for ids, _, _ in sent)
 
 
 def test_on_one_process_the_parallel_settings_do_nothing_to_grouping() -> None:
@@ -187,12 +187,12 @@ def test_mcleod_groups_and_messages() -> None:
     spec = load_spec_file(CONFIGS / "mcleod-digits.yaml")
     trials = expand(spec, with_config=True)
     sent = messages("s1", trials)
-    ids = [i for ids, _ in sent for i in ([ids] if isinstance(ids, str) else ids)]
+    ids = [i for ids, _, _ in sent for i in ([ids] if isinstance(ids, str) else ids)]
     assert sorted(ids) == sorted(f"s1-{t.id}" for t in trials)
     # Seeds always fuse; widths 16-64 share a bucket: 5 depths x 3 activations x 6 buckets.
     assert len(sent) == 90
-    assert sorted({len(ids) for ids, _ in sent}) == [3, 9]
-    assert {limit for ids, limit in sent} == {3 * 1800.0, 9 * 1800.0}
+    assert sorted({len(ids) for ids, _, _ in sent}) == [3, 9]
+    assert {limit for ids, limit, _ in sent} == {3 * 1800.0, 9 * 1800.0}
 
 
 def test_fuse_off_sends_one_message_per_trial() -> None:
@@ -201,7 +201,7 @@ def test_fuse_off_sends_one_message_per_trial() -> None:
         "training: {seed: [0, 1, 2]}\nexecution: {fuse: off, time_limit: 60}\n"
     )
     sent = messages("s1", expand(spec, with_config=True))
-    assert len(sent) == 6 and all(isinstance(ids, str) and limit == 60 for ids, limit in sent)
+    assert len(sent) == 6 and all(isinstance(ids, str) and limit == 60 for ids, limit, _ in sent)
 
 
 @pytest.mark.parametrize("value", ["sometimes", 0, 2000, 1.5, True])

@@ -1,0 +1,72 @@
+"""`workers.claims`: epoch rows in batches (pure logic), and the one heartbeat thread of a
+process against the real store of the `mongo_url` fixture."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from core.store import Store
+from tests.core import WORKER, make_sweep, open_store, trial_ids
+from tests.integration.stack import wait_for
+from workers.claims import EpochRows, HeartbeatSender, claim_trials
+
+
+class Ticks:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_epoch_rows_go_first_at_once_then_every_two_seconds_and_on_demand() -> None:
+    ticks = Ticks()
+    rows = EpochRows(every=2.0, clock=ticks)
+    first = rows.add("t-1", 1, 1, {"loss": 1.0})
+    assert first is not None and [r.epoch for r in first] == [1]
+    ticks.now = 1.0
+    assert rows.add("t-1", 1, 2, {"loss": 0.9}) is None
+    assert rows.add("t-2", 1, 1, {"loss": 0.8}) is None
+    ticks.now = 2.5
+    due = rows.add("t-1", 1, 3, {"loss": 0.7})
+    assert due is not None and [(r.trial_id, r.epoch) for r in due] == [
+        ("t-1", 2),
+        ("t-2", 1),
+        ("t-1", 3),
+    ]
+    assert rows.add("t-1", 1, 4, {"loss": 0.6}) is None
+    assert [r.epoch for r in rows.take()] == [4]  # on demand: the end, or a pruning decision
+    assert rows.take() == []
+
+
+@pytest.fixture
+def store(mongo_url: str, db_name: str) -> Iterator[Store]:
+    from datetime import UTC, datetime
+
+    yield from open_store(mongo_url, db_name, lambda: datetime.now(UTC))  # type: ignore[arg-type]
+
+
+def test_one_heartbeat_thread_beats_for_every_held_trial(store: Store) -> None:
+    sweep_id, points = make_sweep(store)
+    ids = trial_ids(sweep_id, points)[:3]
+    configs = {t: (0, p.config) for t, p in zip(ids, points, strict=False)}
+    claims = claim_trials(store, ids, WORKER, 60.0, configs, budget=5.0)
+    assert [claims[t]["attempt"] for t in ids] == [1, 1, 1]
+    sender = HeartbeatSender.of_process(store, 0.2)
+    assert HeartbeatSender.of_process(store, 0.2) is sender  # one per process and store
+    for trial_id in ids:
+        sender.hold(trial_id, 1)
+    before = {t: store.get_trial(t)["heartbeat_at"] for t in ids}
+    wait_for(lambda: all(store.get_trial(t)["heartbeat_at"] > before[t] for t in ids), 10, "beats")
+    other = {**WORKER, "pid": WORKER["pid"] + 1}
+    assert store.claim(ids[0], other, stale_after=60, takeover_attempt=1) is not None
+    wait_for(lambda: sender.lost(ids[0]), 10, "the lost claim noted")
+    store.cancel_sweep(sweep_id)
+    wait_for(lambda: sender.stopping(ids[1]) and sender.stopping(ids[2]), 10, "stop requests")
+    assert not sender.lost(ids[1]) and sender.should_stop(ids[1])
+    sender.hold(ids[0], 2)  # a new attempt held starts clean
+    assert not sender.should_stop(ids[0])
+    for trial_id in ids:
+        sender.release(trial_id)

@@ -1,0 +1,244 @@
+"""What a worker process writes while it holds trials: claims, heartbeats, epoch rows.
+
+- **Claims.** A message carries the trial's config and the attempt it was queued at
+  (`scheduler.enqueue`), so a claim is one conditional write with no read
+  (`Store.claim_queued`), for one trial or a whole fused group. A message without them (an
+  older one), or a trial that is not where the message says (requeued, taken over,
+  finished), goes the careful way: `Store.claim`, which reads the trial, takes over an
+  attempt whose process is known dead, and cancels a trial of a cancelled sweep.
+- **Heartbeats.** One thread per process (`HeartbeatSender`) beats for every trial the
+  process holds in one write, and notes per trial a lost claim or a stop request.
+- **Epoch rows** (`EpochRows`) are written in batches: the first at once (so a live page
+  shows the trial moving), then at most every `ROWS_EVERY` seconds, and whenever the
+  runner asks (`take`) — at the end of a trial, whatever ends it, and whenever a decision
+  needs the rows in the store (pruning). A kill -9 loses at most the rows of those
+  seconds, of the running attempt only; the next attempt writes its own rows (attempt + 1),
+  and the store's unique index keeps a repeated row out.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
+
+from core.batch_writes import EpochRow, sweep_of
+from core.errors import NotFound, StoreUnavailable
+from core.settings import DEFAULT_MAX_ATTEMPTS
+from core.states import Heartbeat, TrialState
+from core.store import Store
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: Seconds between two writes of a trial's epoch rows (the first is written at once).
+ROWS_EVERY = 2.0
+
+
+def with_retry(fn: Callable[..., T], *args: Any, budget: float, **kwargs: Any) -> T:
+    """Call `fn`, retrying on `StoreUnavailable` with exponential backoff for `budget` seconds."""
+    deadline = time.monotonic() + budget
+    delay = 0.5
+    while True:
+        try:
+            return fn(*args, **kwargs)
+        except StoreUnavailable as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("store unavailable (%s); retrying in %.1f s", exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def holder_is_dead(holder: dict[str, Any] | None) -> bool:
+    """Whether a claim's holder ran on this host and its process is gone (killed, crashed)."""
+    if not holder or holder.get("host") != socket.gethostname():
+        return False
+    pid = holder.get("pid")
+    return isinstance(pid, int) and pid != os.getpid() and not _pid_alive(pid)
+
+
+def claim_trial(
+    store: Store,
+    trial_id: str,
+    worker: dict[str, Any],
+    stale_after: float,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> dict[str, Any] | None:
+    """Claim the trial the careful way (module docstring): its document, or None when it is
+    finished or held by a live attempt. A claim whose holder was a process on this host
+    that has died is taken over at once rather than after the stale-heartbeat wait; its
+    `max_attempts`-th loss ends the trial failed (None), so a redelivered message for it is
+    acked and does nothing."""
+    doc = store.claim(trial_id, worker, stale_after=stale_after, max_attempts=max_attempts)
+    if doc is not None:
+        return doc
+    current = store.get_trial(trial_id, with_metrics=False)
+    if current["state"] == TrialState.RUNNING.value and holder_is_dead(current.get("worker")):
+        log.info(
+            "trial %s: attempt %s died with its process; taking over", trial_id, current["attempt"]
+        )
+        return store.claim(
+            trial_id,
+            worker,
+            stale_after=stale_after,
+            takeover_attempt=current["attempt"],
+            max_attempts=max_attempts,
+        )
+    return None
+
+
+def claim_trials(
+    store: Store,
+    trial_ids: list[str],
+    worker: dict[str, Any],
+    stale_after: float,
+    carried: Mapping[str, tuple[int, dict[str, Any]]],
+    budget: float,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> dict[str, dict[str, Any] | None]:
+    """Claim trials for `worker`: each id's document (id, sweep_id, attempt, config), or None
+    when it is finished or held by a live attempt; an id the store does not have is left out.
+
+    `carried` maps ids to the (queued attempt, config) their message carries: those are
+    claimed in one write; the rest, and those that write did not claim, one by one the
+    careful way.
+    """
+    out: dict[str, dict[str, Any] | None] = {}
+    expected = {t: carried[t][0] for t in trial_ids if t in carried}
+    if expected:
+        for trial_id in with_retry(store.claim_queued, expected, worker, budget=budget):
+            attempt, config = carried[trial_id]
+            out[trial_id] = {
+                "_id": trial_id,
+                "sweep_id": sweep_of(trial_id),
+                "attempt": attempt + 1,
+                "config": config,
+            }
+    for trial_id in trial_ids:
+        if trial_id not in out:
+            try:
+                out[trial_id] = with_retry(
+                    claim_trial, store, trial_id, worker, stale_after, max_attempts, budget=budget
+                )
+            except NotFound:
+                log.error("trial %s does not exist", trial_id)
+    return out
+
+
+class HeartbeatSender(threading.Thread):
+    """The one thread of a worker process that beats for every trial the process holds.
+
+    A runner `hold`s a trial's attempt after its claim and `release`s it once its finish is
+    written; every `interval` seconds the thread sends one `Store.heartbeat_many` for all
+    of them and notes, per trial, a lost claim (`lost`) or a stop request (`stopping`).
+    (The store's answer to a heartbeat is `core.states.Heartbeat`.)
+    """
+
+    _senders: ClassVar[dict[tuple[int, int, float], HeartbeatSender]] = {}
+    _made = threading.Lock()
+
+    def __init__(self, store: Store, interval: float) -> None:
+        super().__init__(name="heartbeats", daemon=True)
+        self.store, self.interval = store, interval
+        self._held: dict[str, int] = {}
+        self._lost: set[str] = set()
+        self._stopping: set[str] = set()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of_process(cls, store: Store, interval: float) -> HeartbeatSender:
+        """This process's sender for `store` (started on first use; a fork gets its own)."""
+        key = (os.getpid(), id(store), interval)
+        with cls._made:
+            sender = cls._senders.get(key)
+            if sender is None or not sender.is_alive():
+                sender = cls._senders[key] = cls(store, interval)
+                sender.start()
+            return sender
+
+    def hold(self, trial_id: str, attempt: int) -> None:
+        """Beat for this attempt of the trial from now on."""
+        with self._lock:
+            self._held[trial_id] = attempt
+            self._lost.discard(trial_id)
+            self._stopping.discard(trial_id)
+
+    def release(self, trial_id: str) -> None:
+        """Stop beating for the trial (its attempt ended)."""
+        with self._lock:
+            self._held.pop(trial_id, None)
+
+    def lost(self, trial_id: str) -> bool:
+        """Whether the trial's attempt no longer holds its claim (requeued or taken over)."""
+        return trial_id in self._lost
+
+    def stopping(self, trial_id: str) -> bool:
+        """Whether the trial's sweep asked it to stop (it still holds its claim)."""
+        return trial_id in self._stopping
+
+    def should_stop(self, trial_id: str) -> bool:
+        return trial_id in self._lost or trial_id in self._stopping
+
+    def run(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            with self._lock:
+                held = dict(self._held)
+            if not held:
+                continue
+            try:
+                answers = self.store.heartbeat_many(held)
+            except (StoreUnavailable, NotFound) as exc:
+                log.warning("heartbeat for %d trial(s) failed: %s", len(held), exc)
+                continue
+            except Exception:  # the thread must outlive any one failed beat
+                log.exception("heartbeat for %d trial(s) failed", len(held))
+                continue
+            with self._lock:
+                for trial_id, answer in answers.items():
+                    if self._held.get(trial_id) != held[trial_id]:
+                        continue  # released or held again meanwhile: the answer is stale
+                    if answer == Heartbeat.LOST:
+                        self._lost.add(trial_id)
+                    elif answer == Heartbeat.STOP:
+                        self._stopping.add(trial_id)
+
+
+class EpochRows:
+    """Epoch rows waiting to be written, and when the next batch is due (module docstring)."""
+
+    def __init__(self, every: float = ROWS_EVERY, clock: Callable[[], float] = time.monotonic):
+        self.every, self._clock = every, clock
+        self._rows: list[EpochRow] = []
+        self._last: float | None = None
+
+    def add(
+        self, trial_id: str, attempt: int, epoch: int, metrics: dict[str, Any]
+    ) -> list[EpochRow] | None:
+        """Keep a row; the batch to write now if one is due, else None."""
+        self._rows.append(EpochRow(trial_id, attempt, epoch, metrics))
+        now = self._clock()
+        if self._last is None or now - self._last >= self.every:
+            return self.take()
+        return None
+
+    def take(self) -> list[EpochRow]:
+        """Every row kept so far, to write now (possibly none)."""
+        rows, self._rows = self._rows, []
+        self._last = self._clock()
+        return rows
