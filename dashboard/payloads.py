@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from core.store import Store
-from dashboard import data, figures, parallel, params
+from dashboard import data, figures, params, parcoords
 from dashboard.detail import epoch_series, trial_detail
 from dashboard.params import Prepared
 from dashboard.table import SweepTable, Tables
@@ -313,6 +313,6 @@ def _scatter(table: SweepTable, param: str) -> dict[str, Any]:
 
 def _parallel(table: SweepTable, mode: str) -> dict[str, Any]:
     metric, direction = _objective(table.sweep)
-    return table.memo(f"parallel:{mode}", lambda p: parallel.parallel_figure(
+    return table.memo(f"parallel:{mode}", lambda p: parcoords.parallel_figure(
         params.parallel_rows(p, mode), metric, direction), PREPARED_SECONDS,
         versioned=False)[1]

@@ -168,11 +168,6 @@ def group_limit(config: Mapping[str, Any]) -> int:
     return int(fuse)
 
 
-def fusion_key(config: Mapping[str, Any]) -> str | None:
-    """What compatible trials share, as canonical text; None for a trial never fused."""
-    return _fusion(config)[0]
-
-
 def _fusion(config: Mapping[str, Any]) -> tuple[str | None, int, list[int]]:
     """(fusion key or None, group limit, widths) of one trial, each worked out once."""
     limit = group_limit(config)
