@@ -33,11 +33,15 @@ def _time_limit(config: dict) -> float:
     return float(config.get("execution", {}).get("time_limit", DEFAULT_TIME_LIMIT))
 
 
-def messages(sweep_id: str, trials: list[TrialPoint]) -> list[tuple[str | list[str], float]]:
-    """What `enqueue` sends for these trials: (trial id, limit) or (group's ids, limit)."""
+def messages(
+    sweep_id: str, trials: list[TrialPoint], workers: int | None = None
+) -> list[tuple[str | list[str], float]]:
+    """What `enqueue` sends for these trials: (trial id, limit) or (group's ids, limit).
+
+    `workers`, when known, is how many processes will train them (`group_trials`)."""
     by_id = {t.id: t for t in trials}
     out: list[tuple[str | list[str], float]] = []
-    for group in group_trials((t.id, t.config) for t in trials):
+    for group in group_trials(((t.id, t.config) for t in trials), workers):
         limits = [_time_limit(by_id[key].config) for key in group]
         ids = [f"{sweep_id}-{key}" for key in group]
         if len(ids) == 1:
@@ -48,12 +52,17 @@ def messages(sweep_id: str, trials: list[TrialPoint]) -> list[tuple[str | list[s
 
 
 def submit_sweep(
-    spec: SweepSpec, store: Store, app: Celery, owner: str | None = None
+    spec: SweepSpec,
+    store: Store,
+    app: Celery,
+    owner: str | None = None,
+    workers: int | None = None,
 ) -> tuple[str, int]:
     """Store the sweep and its trials, then enqueue every trial; return (sweep id, count).
 
     Compatible trials are enqueued as fused groups (see the module docstring); the count
-    is of trials, not messages.
+    is of trials, not messages; `workers` (when the caller knows it, as `sweepstack run`
+    does) sizes the groups to keep that many processes busy.
 
     If the broker refuses part way, the sweep's queued trials are cancelled and the error is
     raised: a sweep is accepted whole or not at all.
@@ -61,7 +70,7 @@ def submit_sweep(
     trials = expand(spec, with_config=True)
     sweep_id = store.create_sweep(spec, trials, owner=owner)
     try:
-        enqueue(app, messages(sweep_id, trials))
+        enqueue(app, messages(sweep_id, trials, workers))
     except Exception:
         log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
         store.cancel_sweep(sweep_id)
