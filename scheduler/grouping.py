@@ -329,7 +329,8 @@ def model_bytes(config: Mapping[str, Any]) -> int:
     return max(1, (params * TRAINING_COPIES + activations) * item)
 
 
-def _balanced(members: list[str], limit: int) -> list[list[str]]:
+def _balanced(members: list[Any], limit: int) -> list[list[Any]]:
+    """`members` in ceil(n / limit) consecutive runs of nearly equal size."""
     count = math.ceil(len(members) / limit)
     size, extra = divmod(len(members), count)
     out, start = [], 0
