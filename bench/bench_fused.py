@@ -214,6 +214,7 @@ def _step_timer(depth: int, width: int, k: int) -> Any:
     """A function that runs `steps` training steps of k models (k = 0: one model alone)."""
     import torch.nn.functional as F
 
+    from workers.training.datasets import load_dataset
     from workers.training.fused_model import FusedMLP
     from workers.training.fused_optim import FusedOptimizer
     from workers.training.models import build_mlp
@@ -221,15 +222,16 @@ def _step_timer(depth: int, width: int, k: int) -> Any:
 
     config = _config(0, "cpu")
     model = config.model.model_copy(update={"hidden_layers": depth, "hidden_units": width})
-    x = torch.randn(1347, 64)
-    y = torch.randint(0, 10, (1347,))
+    data = load_dataset(config.dataset)  # real digits: random data may diverge to denormals
+    x = torch.tensor(data.x_train, dtype=torch.float32)
+    y = torch.tensor(data.y_train, dtype=torch.int64)
     if k == 0:
         net = build_mlp(model, 64, 10, device=torch.device("cpu"), dtype=torch.float32)
         optimizer = build_optimizer(net.parameters(), config.training)
 
         def one(steps: int) -> None:
             for _step in range(steps):
-                index = torch.randint(0, 1347, (64,))
+                index = torch.randint(0, len(y), (64,))
                 loss = F.cross_entropy(net(x[index]), y[index])
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -243,7 +245,7 @@ def _step_timer(depth: int, width: int, k: int) -> Any:
 
     def many(steps: int) -> None:
         for _step in range(steps):
-            index = torch.randint(0, 1347, (k, 64))
+            index = torch.randint(0, len(y), (k, 64))
             out = fused(x[index], train=True)
             loss = F.cross_entropy(out.flatten(0, 1), y[index].flatten(), reduction="none")
             fused.zero_grad()
