@@ -15,9 +15,15 @@
    K = 1, 8, 32 and 128 fused 64-128-10 MLPs (digits, SGD with momentum, batches of 64)
    against training the same models one after another, in this process, one thread.
 3. **GPU**: the same as 2 on CUDA when there is one.
+4. **Calibration** (``--calibrate``, alone): the seconds of one training step of one model
+   and of fused groups of K, for depths and widths of the McLeod sweep on digits (batches
+   of 64, SGD with momentum, one thread), single and fused interleaved and the fastest of
+   many windows kept (a shared machine's load inflates the others), then the constants
+   of `scheduler.grouping`'s cost model fitted to them by least squares, beside the values
+   in the code and the model's error on each shape.
 
     python -m bench.bench_fused [--sweep small|trimmed|full|all] [--workers 2] [--repeat 1]
-                                [--no-platform]
+                                [--no-platform] [--calibrate]
 """
 
 from __future__ import annotations
@@ -192,13 +198,152 @@ def training_alone(device: str) -> None:
     torch.set_num_threads(threads)
 
 
+CALIBRATION_SHAPES = (
+    (1, 16, (2, 8, 32)),
+    (2, 64, (2, 8, 32)),
+    (4, 64, (2, 8, 32)),
+    (2, 128, (3, 9)),
+    (1, 256, (3, 9)),
+    (3, 256, (3,)),
+    (1, 512, (3,)),
+    (2, 1024, (2,)),
+)
+
+
+def _step_timer(depth: int, width: int, k: int) -> Any:
+    """A function that runs `steps` training steps of k models (k = 0: one model alone)."""
+    import torch.nn.functional as F
+
+    from workers.training.datasets import load_dataset
+    from workers.training.fused_model import FusedMLP
+    from workers.training.fused_optim import FusedOptimizer
+    from workers.training.models import build_mlp
+    from workers.training.optim import build_optimizer
+
+    config = _config(0, "cpu")
+    model = config.model.model_copy(update={"hidden_layers": depth, "hidden_units": width})
+    data = load_dataset(config.dataset)  # real digits: random data may diverge to denormals
+    x = torch.tensor(data.x_train, dtype=torch.float32)
+    y = torch.tensor(data.y_train, dtype=torch.int64)
+    if k == 0:
+        net = build_mlp(model, 64, 10, device=torch.device("cpu"), dtype=torch.float32)
+        optimizer = build_optimizer(net.parameters(), config.training)
+
+        def one(steps: int) -> None:
+            for _step in range(steps):
+                index = torch.randint(0, len(y), (64,))
+                loss = F.cross_entropy(net(x[index]), y[index])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+
+        return one
+    nets = [build_mlp(model, 64, 10, device=torch.device("cpu"), dtype=torch.float32)] * k
+    fused = FusedMLP(nets, [model] * k, [None] * k)
+    fused_optimizer = FusedOptimizer("momentum", [config.training] * k)
+    lrs = [0.05] * k
+
+    def many(steps: int) -> None:
+        for _step in range(steps):
+            index = torch.randint(0, len(y), (k, 64))
+            out = fused(x[index], train=True)
+            loss = F.cross_entropy(out.flatten(0, 1), y[index].flatten(), reduction="none")
+            fused.zero_grad()
+            (loss.view(k, 64).mean(1)).sum().backward()
+            fused_optimizer.step(fused.parameters(), lrs)
+
+    return many
+
+
+def calibrate(windows: int = 12, steps: int = 10) -> None:
+    """Time steps of single and fused models and fit the cost model (module docstring, 4)."""
+    from scheduler import grouping
+
+    torch.set_num_threads(1)
+    print("\n== 4. calibration of scheduler.grouping's cost model (one thread, batch 64) ==")
+    spec = {"dataset": {"name": "digits", "validation_fraction": 0.25}}
+    rows: list[tuple[int, int, int, float, float]] = []  # depth, width, k, flops, seconds
+    for depth, width, ks in CALIBRATION_SHAPES:
+        config = {**spec, "model": {"hidden_layers": depth, "hidden_units": width}}
+        flops = grouping.step_flops(config, [width] * depth)
+        timers = {k: _step_timer(depth, width, k) for k in (0, *ks)}
+        best = dict.fromkeys(timers, math.inf)
+        for run in timers.values():
+            run(2)  # warm up
+        for _ in range(windows):  # interleaved, so that load hits every timer alike
+            for k, run in timers.items():
+                started = time.perf_counter()
+                run(steps)
+                best[k] = min(best[k], (time.perf_counter() - started) / steps)
+        for k, seconds in best.items():
+            rows.append((depth, width, k, flops, seconds))
+        print(f"  {depth} x {width:<5} ({flops / 1e6:7.1f} Mflop/step): "
+              + ", ".join(f"{'alone' if k == 0 else f'K={k}'} {s * 1e3:.2f} ms"
+                          for k, s in best.items()), flush=True)  # fmt: skip
+
+    import numpy as np
+
+    def fit(columns: list[list[float]], seconds: list[float]) -> list[float]:
+        """Non-negative least squares, column by column dropped when negative."""
+        matrix, target = np.array(columns, dtype=float).T, np.array(seconds)
+        keep = list(range(matrix.shape[1]))
+        while True:
+            solution, *_ = np.linalg.lstsq(matrix[:, keep], target, rcond=None)
+            if (solution >= 0).all() or len(keep) == 1:
+                out = [0.0] * matrix.shape[1]
+                for i, value in zip(keep, solution, strict=True):
+                    out[i] = max(float(value), 0.0)
+                return out
+            keep.pop(int(np.argmin(solution)))
+
+    singles = [r for r in rows if r[2] == 0]
+    groups = [r for r in rows if r[2] > 0]
+    layer, per_flop = fit(
+        [[d + 1 for d, *_ in singles], [f for *_, f, _ in singles]], [s for *_, s in singles]
+    )
+    fused_layer, member_layer, fused_flop = fit(
+        [
+            [d + 1 for d, *_ in groups],
+            [(d + 1) * k for d, _, k, _, _ in groups],
+            [k * f for _, _, k, f, _ in groups],
+        ],
+        [s for *_, s in groups],
+    )
+    print(f"{'constant':28}{'fitted':>12}{'in the code':>14}")
+    for name, value in (
+        ("LAYER_STEP_SECONDS", layer),
+        ("FLOPS_PER_SECOND", 1 / max(per_flop, 1e-15)),
+        ("FUSED_LAYER_STEP_SECONDS", fused_layer),
+        ("MEMBER_LAYER_STEP_SECONDS", member_layer),
+        ("FUSED_FLOPS_PER_SECOND", 1 / max(fused_flop, 1e-15)),
+    ):
+        print(f"{name:28}{value:>12.3g}{getattr(grouping, name):>14.3g}")
+    print("the code's model against each measurement (gain: K models alone / fused):")
+    single = math.nan
+    for depth, width, k, flops, seconds in rows:
+        alone = grouping.step_seconds(depth, flops, 1)
+        if k == 0:
+            single = seconds
+            print(f"  {depth} x {width:<5} alone  {seconds * 1e3:7.2f} ms, "
+                  f"model {alone * 1e3:7.2f}")  # fmt: skip
+            continue
+        model = grouping.step_seconds(depth, flops, k)
+        gain, modelled = k * single / seconds, k * alone / model
+        print(f"  {depth} x {width:<5} K={k:<4} {seconds * 1e3:7.2f} ms, "
+              f"model {model * 1e3:7.2f}; gain {gain:5.2f}x, model {modelled:5.2f}x")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", choices=("small", "trimmed", "full", "all"), default="trimmed")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1, help="runs of each mode, alternating")
     parser.add_argument("--no-platform", action="store_true", help="only training alone")
+    parser.add_argument("--calibrate", action="store_true", help="only the cost model's fit")
     args = parser.parse_args()
+    if args.calibrate:
+        calibrate()
+        return
     if not args.no_platform:
         for variant in ("small", "trimmed", "full") if args.sweep == "all" else (args.sweep,):
             platform(variant, args.workers, args.repeat)

@@ -77,10 +77,10 @@ RESERVED_TRIAL_FIELDS = frozenset(
 
 def utcnow() -> datetime:
     """Now, in UTC, to the millisecond (BSON's resolution)."""
-    return to_millis(datetime.now(UTC))
+    return truncate_to_millis(datetime.now(UTC))
 
 
-def to_millis(moment: datetime) -> datetime:
+def truncate_to_millis(moment: datetime) -> datetime:
     """`moment` cut to whole milliseconds, as BSON stores it."""
     return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 

@@ -4,7 +4,7 @@ plotly.js draws them in the browser (`static/sweep.js` and friends); nothing her
 the store. Colours are fixed per trial state (`STATE_COLOURS`, also used by the pages'
 CSS) and per depth (`depth_colours`), so a colour means the same thing on every figure.
 The objective scatter uses WebGL (``scattergl``); the parallel coordinates are in
-`dashboard.parallel`.
+`dashboard.parcoords`.
 """
 
 from __future__ import annotations

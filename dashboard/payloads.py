@@ -24,7 +24,7 @@ from typing import Any
 
 from core.errors import NotFound
 from core.store import Store
-from dashboard import data, figures, parallel, params
+from dashboard import data, figures, params, parcoords
 from dashboard.detail import epoch_series, trial_detail
 from dashboard.params import Prepared
 from dashboard.table import SweepTable, Tables
@@ -452,7 +452,7 @@ def _parallel(table: SweepTable, mode: str) -> dict[str, Any]:
     metric, direction = _objective(table.sweep)
     return table.memo(
         f"parallel:{mode}",
-        lambda p: parallel.parallel_figure(params.parallel_rows(p, mode), metric, direction),
+        lambda p: parcoords.parallel_figure(params.parallel_rows(p, mode), metric, direction),
         PREPARED_SECONDS,
         versioned=False,
     )[1]

@@ -182,14 +182,15 @@ def run(
             "SWEEPSTACK_BROKER_URL": broker_url,
             "SWEEPSTACK_DATA_DIR": str(settings.data_dir),
         }
-        embedded.start_workers(procs, env, workers or os.cpu_count() or 1, settings.queue)
+        processes = workers or os.cpu_count() or 1
+        embedded.start_workers(procs, env, processes, settings.queue)
         dashboard = None
         if not no_dashboard:
             dashboard = embedded.start_dashboard(procs, env, port or embedded.free_port())
         app = sender_app(settings)
         if loaded is not None:
             try:
-                sweep_id, total = submit_sweep(loaded, store, app)
+                sweep_id, total = submit_sweep(loaded, store, app, workers=processes)
             except SpecError as exc:
                 _fail_spec(exc)
                 return

@@ -34,12 +34,16 @@ def _time_limit(config: dict) -> float:
     return float(config.get("execution", {}).get("time_limit", DEFAULT_TIME_LIMIT))
 
 
-def messages(sweep_id: str, trials: list[TrialPoint]) -> list[Outgoing]:
+def messages(
+    sweep_id: str, trials: list[TrialPoint], workers: int | None = None
+) -> list[Outgoing]:
     """What `enqueue` sends for these new trials: (trial id, limit, its config and attempt 0)
-    or (group's ids, limit, their configs and attempts)."""
+    or (group's ids, limit, their configs and attempts).
+
+    `workers`, when known, is how many processes will train them (`group_trials`)."""
     by_id = {t.id: t for t in trials}
     out: list[Outgoing] = []
-    for group in group_trials((t.id, t.config) for t in trials):
+    for group in group_trials(((t.id, t.config) for t in trials), workers):
         configs = [by_id[key].config for key in group]
         limits = [_time_limit(config) for config in configs]
         ids = [f"{sweep_id}-{key}" for key in group]
@@ -52,12 +56,17 @@ def messages(sweep_id: str, trials: list[TrialPoint]) -> list[Outgoing]:
 
 
 def submit_sweep(
-    spec: SweepSpec, store: Store, app: Celery, owner: str | None = None
+    spec: SweepSpec,
+    store: Store,
+    app: Celery,
+    owner: str | None = None,
+    workers: int | None = None,
 ) -> tuple[str, int]:
     """Store the sweep and its trials, then enqueue every trial; return (sweep id, count).
 
     Compatible trials are enqueued as fused groups (see the module docstring); the count
-    is of trials, not messages.
+    is of trials, not messages; `workers` (when the caller knows it, as `sweepstack run`
+    does) sizes the groups to keep that many processes busy.
 
     If the broker refuses part way, the sweep's queued trials are cancelled and the error is
     raised: a sweep is accepted whole or not at all.
@@ -65,7 +74,7 @@ def submit_sweep(
     trials = expand(spec, with_config=True)
     sweep_id = store.create_sweep(spec, trials, owner=owner)
     try:
-        enqueue(app, messages(sweep_id, trials))
+        enqueue(app, messages(sweep_id, trials, workers))
     except Exception:
         log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
         store.cancel_sweep(sweep_id)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dashboard import figures, parallel, params
+from dashboard import figures, params, parcoords
 
 MAXIMIZE = "maximize"
 
@@ -37,7 +37,7 @@ def as_json(figure: dict[str, Any]) -> dict[str, Any]:
 ])
 def test_normalise_places_values_on_a_parallel_axis(value: Any, dim: dict[str, Any],
                                                      expected: float | None) -> None:
-    assert parallel.normalise(value, dim) == pytest.approx(expected)
+    assert parcoords.normalise(value, dim) == pytest.approx(expected)
 
 
 def test_axis_kinds() -> None:
@@ -54,7 +54,7 @@ def test_parallel_figure_draws_one_polyline_per_kept_trial() -> None:
                                      "model.activation": ["relu", "tanh"][i % 2],
                                      "training.seed": i}) for i in range(10)]
     prep = params.prepare(rows, MAXIMIZE)
-    figure = as_json(parallel.parallel_figure(params.parallel_rows(prep, cap=6), "acc",
+    figure = as_json(parcoords.parallel_figure(params.parallel_rows(prep, cap=6), "acc",
                                              MAXIMIZE))
     meta = figure["layout"]["meta"]
     bands = figure["data"][: meta["bands"]["count"]]

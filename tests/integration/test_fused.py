@@ -35,11 +35,13 @@ pytestmark = pytest.mark.integration
 
 
 def regression_sweep(name: str, body: str) -> str:
-    """Regression trials that all fall into one group (lr and width may differ)."""
+    """Regression trials that all fall into one group (lr and width may differ): ``fuse: 64``,
+    since ``auto`` would train such small sweeps one trial per worker."""
     return (
         f"name: {name}-{uuid.uuid4().hex[:6]}\n"
         "dataset: {name: synthetic_regression, samples: 600, features: 10}\n"
-        "execution: {device: cpu}\nobjective: {metric: val_rmse, direction: min}\n" + body
+        "execution: {device: cpu, fuse: 64}\n"
+        "objective: {metric: val_rmse, direction: min}\n" + body
     )
 
 

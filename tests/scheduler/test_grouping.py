@@ -13,26 +13,32 @@ from scheduler import grouping
 from scheduler.expand import expand
 from scheduler.grouping import (
     AUTO_CAP,
-    CPU_STEP_FLOPS,
     KEY_FIELDS,
     MAY_DIFFER,
+    MIN_GAIN,
+    TRIAL_SECONDS,
     bucket,
+    estimate_seconds,
     group_limit,
     group_trials,
     model_bytes,
     step_flops,
+    step_seconds,
 )
 from scheduler.submit import messages
 from tests.core.test_spec import CONFIGS
 
 
 def config(**sections: dict[str, Any]) -> dict[str, Any]:
-    """A resolved config as expansion makes it: only the fields a spec gave."""
+    """A resolved config as expansion makes it: only the fields a spec gave.
+
+    Groups of at most 64 unless a test says otherwise, so that what may fuse is tested
+    apart from `auto`'s choice of sizes."""
     base: dict[str, dict[str, Any]] = {
         "dataset": {"name": "digits"},
         "model": {},
         "training": {"epochs": 5},
-        "execution": {},
+        "execution": {"fuse": 64},
     }
     for name, values in sections.items():
         base[name] = {**base[name], **values}
@@ -108,7 +114,7 @@ def test_data_parallel_trials_are_never_fused() -> None:
         "execution:\n  parallel:\n    world_size: 2\n    tau: [1, 5, 20]\n"
     )
     sent = messages("s1", expand(spec, with_config=True))
-    assert len(sent) == 6 and all(isinstance(ids, str) for ids, _, _ in sent)
+    assert len(sent) == 6 and all(isinstance(m[0], str) for m in sent)
 
 
 def test_on_one_process_the_parallel_settings_do_nothing_to_grouping() -> None:
@@ -143,32 +149,75 @@ def test_an_explicit_k_caps_groups_and_splits_evenly() -> None:
     assert sum(sizes) == 10
 
 
-def test_auto_is_sized_from_memory_and_capped() -> None:
-    small = config(model={"hidden_units": 64})
-    huge = config(model={"hidden_layers": 5, "hidden_units": 2048})
+def auto(device: str, layers: int, width: int, **training: Any) -> dict[str, Any]:
+    """A trial fused with ``auto`` on `device`, of `layers` x `width` units."""
+    return config(
+        model={"hidden_layers": layers, "hidden_units": width},
+        training={"epochs": 20, **training},
+        execution={"device": device, "fuse": "auto"},
+    )
+
+
+def test_auto_is_capped_from_memory_and_on_cuda_memory_alone_decides() -> None:
+    small, huge = auto("cuda", 2, 64), auto("cuda", 5, 2048)
     assert group_limit(small) == AUTO_CAP
     assert 1 <= group_limit(huge) < AUTO_CAP
     assert model_bytes(huge) * group_limit(huge) <= 2 * 1024**3
     assert model_bytes(config(execution={"dtype": "float64"})) > model_bytes(config())
-    trials = [config(training={"seed": s, "epochs": 5}) for s in range(AUTO_CAP + 6)]
+    trials = [auto("cuda", 2, 64, seed=s) for s in range(AUTO_CAP + 6)]
     assert [len(g) for g in groups_of(*trials)] == [35, 35]
+    # Where a GPU trains them, compute-bound models are fused too.
+    assert groups_of(*(auto("cuda", 5, 1024, seed=s) for s in range(3))) == [[0, 1, 2]]
 
 
-def test_on_a_cpu_compute_bound_models_are_fused_less_or_not_at_all() -> None:
-    def on(device: str, layers: int, width: int) -> dict[str, Any]:
-        return config(
-            model={"hidden_layers": layers, "hidden_units": width}, execution={"device": device}
-        )
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_compute_bound_members_are_never_fused_on_a_cpu(device: str) -> None:
+    for layers, width in ((5, 1024), (2, 1024), (3, 256)):
+        trials = [auto(device, layers, width, seed=s) for s in range(16)]
+        assert groups_of(*trials) == [[i] for i in range(16)], (layers, width)
+        flops = step_flops(trials[0], [width] * layers)
+        # ... because the model says two of them fused take longer than both alone:
+        assert step_seconds(layers, flops, 2) * MIN_GAIN > 2 * step_seconds(layers, flops, 1)
 
-    assert group_limit(on("cpu", 2, 64)) == AUTO_CAP
-    assert group_limit(on("cpu", 5, 256)) == 2
-    assert group_limit(on("cpu", 5, 1024)) == 1
-    assert step_flops(on("cpu", 5, 1024)) > CPU_STEP_FLOPS
-    trials = [on("cpu", 5, 1024) for _ in range(3)]
-    assert groups_of(*trials) == [[0], [1], [2]]
-    # Where a GPU may train them, memory alone decides.
-    assert group_limit(on("auto", 5, 1024)) == group_limit(on("cuda", 5, 1024)) > 1
-    assert groups_of(*(on("auto", 5, 1024) for _ in range(3))) == [[0, 1, 2]]
+
+def test_small_members_are_fused_and_gain() -> None:
+    trials = [auto("cpu", 2, width, lr=lr, seed=s) for width in (16, 64) for lr in (0.1, 0.01)
+              for s in range(16)]  # fmt: skip
+    groups = groups_of(*trials)
+    assert sorted(i for g in groups for i in g) == list(range(64))
+    assert min(len(g) for g in groups) >= 8
+    configs = dict(enumerate(trials))
+    fused = sum(estimate_seconds([configs[i] for i in g]) for g in groups)
+    alone = sum(estimate_seconds([c]) for c in trials)
+    assert alone >= 2.5 * fused
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4, 8])
+def test_auto_makes_at_least_as_many_groups_as_workers_when_trials_allow(workers: int) -> None:
+    trials = [auto("cpu", 2, 32, seed=s) for s in range(64)]
+    groups = group_trials(((str(i), c) for i, c in enumerate(trials)), workers=workers)
+    assert len(groups) >= workers
+    sizes = [len(g) for g in groups]
+    assert max(sizes) - min(sizes) <= 1
+    if workers == 1:  # one worker: nothing to balance, the cheapest size wins
+        assert len(groups) == 1
+
+
+def test_a_group_too_small_to_gain_stays_apart() -> None:
+    # Two narrow models whose padding (16 -> 64) and fused overhead eat the gain.
+    pair = [auto("cpu", 1, 16), auto("cpu", 1, 64)]
+    both = estimate_seconds(pair)
+    alone = sum(estimate_seconds([c]) for c in pair)
+    assert groups_of(*pair) == ([[0, 1]] if both * MIN_GAIN <= alone else [[0], [1]])
+
+
+def test_the_estimate_grows_with_work() -> None:
+    one = estimate_seconds([auto("cpu", 2, 64)])
+    assert estimate_seconds([auto("cpu", 2, 64, epochs=40)]) > 1.9 * one - TRIAL_SECONDS
+    assert estimate_seconds([auto("cpu", 4, 1024)]) > 10 * one
+    group = [auto("cpu", 2, 64, seed=s) for s in range(8)]
+    assert one < estimate_seconds(group) < 8 * one
+    assert estimate_seconds([]) == 0
 
 
 def test_groups_come_in_expansion_order_with_similar_widths_together() -> None:
@@ -186,13 +235,34 @@ def test_groups_come_in_expansion_order_with_similar_widths_together() -> None:
 def test_mcleod_groups_and_messages() -> None:
     spec = load_spec_file(CONFIGS / "mcleod-digits.yaml")
     trials = expand(spec, with_config=True)
-    sent = messages("s1", trials)
-    ids = [i for ids, _, _ in sent for i in ([ids] if isinstance(ids, str) else ids)]
+    sent = messages("s1", trials, workers=2)
+    ids = [i for m in sent for i in ([m[0]] if isinstance(m[0], str) else m[0])]
     assert sorted(ids) == sorted(f"s1-{t.id}" for t in trials)
-    # Seeds always fuse; widths 16-64 share a bucket: 5 depths x 3 activations x 6 buckets.
-    assert len(sent) == 90
-    assert sorted({len(ids) for ids, _, _ in sent}) == [3, 9]
-    assert {limit for ids, limit, _ in sent} == {3 * 1800.0, 9 * 1800.0}
+    by_id = {f"s1-{t.id}": t.config for t in trials}
+    # Wide models train alone; narrow ones of one depth and activation are fused.
+    for ids, limit, *_ in sent:
+        group = [ids] if isinstance(ids, str) else ids
+        assert limit == len(group) * 1800.0
+        if len(group) > 1:
+            assert max(max(grouping.widths(by_id[i])) for i in group) <= 256
+    assert all(
+        isinstance(ids, str)
+        for ids, *_ in sent
+        if max(grouping.widths(by_id[ids if isinstance(ids, str) else ids[0]])) >= 512
+    )
+    assert 90 < len(sent) < 360
+
+
+def test_the_demo_is_fused_only_where_the_model_says_it_gains() -> None:
+    # One trial per depth, width and activation: the only candidates are pairs of 16 and
+    # 64 units (one bucket), which the padding and the fused overhead leave without gain.
+    trials = expand(load_spec_file(CONFIGS / "mcleod-demo.yaml"), with_config=True)
+    configs = {f"s1-{t.id}": t.config for t in trials}
+    groups = [[ids] if isinstance(ids, str) else ids for ids, *_ in messages("s1", trials, 2)]
+    for group in groups:
+        members = [configs[i] for i in group]
+        alone = sum(estimate_seconds([c]) for c in members)
+        assert len(group) == 1 or estimate_seconds(members) * MIN_GAIN <= alone
 
 
 def test_fuse_off_sends_one_message_per_trial() -> None:
@@ -201,7 +271,7 @@ def test_fuse_off_sends_one_message_per_trial() -> None:
         "training: {seed: [0, 1, 2]}\nexecution: {fuse: off, time_limit: 60}\n"
     )
     sent = messages("s1", expand(spec, with_config=True))
-    assert len(sent) == 6 and all(isinstance(ids, str) and limit == 60 for ids, limit, _ in sent)
+    assert len(sent) == 6 and all(isinstance(ids, str) and limit == 60 for ids, limit, *_ in sent)
 
 
 @pytest.mark.parametrize("value", ["sometimes", 0, 2000, 1.5, True])

@@ -1,6 +1,10 @@
-"""Plain PyTorch training of one trial: model, data, optimiser, device, loop.
+"""Plain PyTorch training, one trial (`train`) or a fused group of them (`train_fused`).
 
-No Celery and no store here: `workers.tasks` calls `train` and records what it returns.
+`loop` trains one trial and defines `TrainResult`; `fused`, `fused_model`, `fused_optim`
+and `fused_plan` train K compatible trials as one stacked model; `models`, `optim`,
+`datasets` and `device` are what both build from; `parallel` trains one trial on several
+processes. No Celery and no store here: `workers.runner` and `workers.group_runner` call
+these and record what they return.
 """
 
 from __future__ import annotations

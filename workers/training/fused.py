@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 from core.config import TrialConfig
 from core.errors import TrainingError
-from workers.training.device import MIXED_DTYPES, describe
+from workers.training.device import MIXED_DTYPES
 from workers.training.fused_model import FusedMLP, parameter_count
 from workers.training.fused_optim import FusedOptimizer, LrClock
 from workers.training.fused_plan import GroupData, chunks, fit_count
@@ -56,8 +56,7 @@ from workers.training.loop import (
     CHECK_EVERY_STEPS,
     EVAL_CHUNK_ROWS,
     TrainResult,
-    _fresh_seed,
-    best_values,
+    fresh_seed,
     oom_reason,
 )
 from workers.training.models import build_mlp, check_fits
@@ -183,7 +182,7 @@ class _Group:
         models, streams = [], []
         for k in chunk:
             config = configs[k]
-            seed = config.training.seed if config.training.seed is not None else _fresh_seed()
+            seed = config.training.seed if config.training.seed is not None else fresh_seed()
             try:
                 # The unfused loop's order: seed, then its shuffle generator, then the model.
                 torch.manual_seed(seed)
@@ -222,19 +221,17 @@ class _Group:
     def _result(
         self, member: _Member, stopped: bool, final: dict[str, float] | None = None
     ) -> TrainResult:
-        best = best_values(member.metrics or ([final] if final else []))
         shared = self.shared
-        return TrainResult(
-            metrics=member.metrics,
-            final=final if final is not None else (member.metrics[-1] if member.metrics else {}),
-            best=best,
+        return TrainResult.assemble(
+            member.metrics,
+            final if final is not None else (member.metrics[-1] if member.metrics else {}),
             param_count=member.param_count,
             train_seconds=time.perf_counter() - self.started,
             setup_seconds=self.setup_seconds,
             seed=member.seed,
-            device=describe(shared.device, shared.dtype),
-            dataset=shared.data.summary(),
-            dataset_fingerprint=shared.data.fingerprint,
+            device=shared.device,
+            dtype=shared.dtype,
+            data=shared.data,
             stopped_early=stopped,
         )
 

@@ -90,6 +90,38 @@ class TrainResult:
         """A JSON-ready copy for the trial record."""
         return asdict(self)
 
+    @classmethod
+    def assemble(
+        cls,
+        metrics: list[dict[str, float]],
+        final: dict[str, float],
+        *,
+        param_count: int,
+        train_seconds: float,
+        setup_seconds: float,
+        seed: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        data: Dataset,
+        stopped_early: bool,
+    ) -> TrainResult:
+        """The one place a result is put together, for `train` and the fused trainer alike:
+        `best` from the rows (or from `final` alone when no epoch ran), the device and data
+        described as the record keeps them."""
+        return cls(
+            metrics=metrics,
+            final=final,
+            best=best_values(metrics or ([final] if final else [])),
+            param_count=param_count,
+            train_seconds=train_seconds,
+            setup_seconds=setup_seconds,
+            seed=seed,
+            device=describe(device, dtype),
+            dataset=data.summary(),
+            dataset_fingerprint=data.fingerprint,
+            stopped_early=stopped_early,
+        )
+
 
 def best_values(rows: list[dict[str, float]]) -> dict[str, float]:
     """For each metric in `BEST_DIRECTIONS` that the rows have, its best value over them."""
@@ -151,13 +183,13 @@ def oom_reason(err: BaseException) -> str | None:
     if isinstance(err, torch.OutOfMemoryError):
         # torch's first line: "CUDA out of memory. Tried to allocate X. GPU 0 has ... free.
         # Process ...": the size asked for and what was free is what a reader needs.
-        sentences = first_line(err).removeprefix("CUDA out of memory.").strip().split(". ")
+        sentences = error_headline(err).removeprefix("CUDA out of memory.").strip().split(". ")
         return f"CUDA out of memory: {'. '.join(sentences[:2]).rstrip('.')}"
     if isinstance(err, MemoryError) or (
         isinstance(err, RuntimeError)
         and ("DefaultCPUAllocator" in str(err) or "can't allocate memory" in str(err))
     ):
-        return f"out of memory on the CPU: {first_line(err)}"
+        return f"out of memory on the CPU: {error_headline(err)}"
     return None
 
 
@@ -173,7 +205,7 @@ def warm_up() -> None:
     logger.info("training warm-up took %.2fs", time.perf_counter() - started)
 
 
-def first_line(err: BaseException) -> str:
+def error_headline(err: BaseException) -> str:
     """An error's first line of text, or its type's name."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
@@ -195,7 +227,7 @@ class Trainer:
         self.mixed = self.dtype in MIXED_DTYPES
         param_dtype = parameter_dtype(self.dtype)
         self.metric_dtype = torch.float64 if param_dtype == torch.float64 else torch.float32
-        self.seed = training.seed if training.seed is not None else _fresh_seed()
+        self.seed = training.seed if training.seed is not None else fresh_seed()
 
         self.data: Dataset = load_dataset(config.dataset, data_dir)
         self.classification = self.data.task == "classification"
@@ -265,7 +297,6 @@ class Trainer:
         if epochs == 0:
             final = self._untrained_row()
         train_seconds = time.perf_counter() - started
-        best = best_values(metrics or ([final] if final else []))
         logger.info(
             "trained %d epoch(s) in %.3fs (setup %.3fs)%s",
             len(metrics),
@@ -273,17 +304,16 @@ class Trainer:
             self.setup_seconds,
             ", stopped early" if stopped else "",
         )
-        return TrainResult(
-            metrics=metrics,
-            final=final,
-            best=best,
+        return TrainResult.assemble(
+            metrics,
+            final,
             param_count=count_parameters(self.model),
             train_seconds=train_seconds,
             setup_seconds=self.setup_seconds,
             seed=self.seed,
-            device=describe(self.device, self.dtype),
-            dataset=self.data.summary(),
-            dataset_fingerprint=self.data.fingerprint,
+            device=self.device,
+            dtype=self.dtype,
+            data=self.data,
             stopped_early=stopped,
         )
 
@@ -383,7 +413,8 @@ def check_finite(losses: torch.Tensor, epoch: int, offset: int) -> None:
     raise TrainingError(f"loss became {kind} at epoch {epoch}, step {offset + first + 1}")
 
 
-def _fresh_seed() -> int:
+def fresh_seed() -> int:
+    """A random trial seed for a config that sets none (logged, and kept in the record)."""
     seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
     logger.info("training.seed not set; drew %d", seed)
     return seed
