@@ -30,6 +30,7 @@ from core.records import flatten_params
 from core.settings import Settings
 from core.store import Store
 from scheduler import embedded
+from scheduler.embedded_broker import ORDERED_TRANSPORT
 
 log = logging.getLogger(__name__)
 REQUEUE_EVERY_SECONDS = 5.0
@@ -271,6 +272,8 @@ def run(
         store = Store.connect(mongo_url, settings.mongo_db)
         store.ensure_indexes()
         app = sender_app(settings)
+        if broker_url == EMBEDDED_BROKER_URL:
+            app.conf.broker_transport = ORDERED_TRANSPORT  # keeps the longest-first order
         if loaded is not None:
             try:
                 sweep_id, total = submit_sweep(loaded, store, app)
