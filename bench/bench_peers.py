@@ -9,7 +9,8 @@ user sees it:
   fresh data folder, with the dashboard on (as a user runs it; ``--port 0``), once with
   ``execution.fuse: auto`` and once with ``off``. From the stored records it also reads
   when the first trial started and when the last one finished, relative to the command's
-  start and end (start-up and shut-down).
+  start and end (start-up and shut-down), and the median time a worker process sat idle
+  between two trials (the platform's cost per trial: broker, claim, finish).
 - Optuna (`optuna.storages.JournalStorage` on a `JournalFileBackend` file), N processes
   started together, each ``study.optimize`` with a `GridSampler` over the trial indices of
   ``scheduler.expand.expand(spec, with_config=True)``; each Optuna trial trains that index's
@@ -27,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +57,7 @@ class Outcome:
     best: float | None
     first_start: float | None = None
     shutdown: float | None = None
+    gap: float | None = None
 
 
 def _clean_env() -> dict[str, str]:
@@ -69,8 +73,9 @@ def _seconds(value: Any) -> float:
     return float(value.timestamp())
 
 
-def _stored_times(data: Path, sweep_id: str) -> tuple[float | None, float | None]:
-    """(first started_at, last finished_at) of the sweep's trials, read from its data folder."""
+def _stored_times(data: Path, sweep_id: str) -> tuple[float, float, float | None]:
+    """From the sweep's records in its data folder: (first started_at, last finished_at,
+    median gap between one trial's end and the next start on the same worker process)."""
     import pymongo
 
     from tests.services import SecantusProcess
@@ -78,17 +83,24 @@ def _stored_times(data: Path, sweep_id: str) -> tuple[float | None, float | None
     server = SecantusProcess(data / "db")
     try:
         client = pymongo.MongoClient(server.url, serverSelectionTimeoutMS=10000)
-        docs = list(
-            client["sweepstack"]["trials"].find(
-                {"sweep_id": sweep_id}, {"started_at": 1, "finished_at": 1}
-            )
-        )
+        fields = {"started_at": 1, "finished_at": 1, "worker": 1}
+        docs = list(client["sweepstack"]["trials"].find({"sweep_id": sweep_id}, fields))
         client.close()
     finally:
         server.stop()
-    starts = [_seconds(d["started_at"]) for d in docs if d.get("started_at")]
-    ends = [_seconds(d["finished_at"]) for d in docs if d.get("finished_at")]
-    return (min(starts) if starts else None), (max(ends) if ends else None)
+    runs: dict[Any, set[tuple[float, float]]] = {}
+    for doc in docs:
+        if doc.get("started_at") and doc.get("finished_at"):
+            pid = (doc.get("worker") or {}).get("pid")
+            span = (_seconds(doc["started_at"]), _seconds(doc["finished_at"]))
+            runs.setdefault(pid, set()).add(span)  # a fused group's members share a span
+    spans = sorted(span for per_pid in runs.values() for span in per_pid)
+    gaps = []
+    for per_pid in runs.values():
+        ordered = sorted(per_pid)
+        gaps += [b[0] - a[1] for a, b in itertools.pairwise(ordered)]
+    gap = statistics.median(gaps) if gaps else None
+    return spans[0][0], max(end for _, end in spans), gap
 
 
 def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outcome:
@@ -109,7 +121,7 @@ def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outco
     if out.returncode != 0:
         raise RuntimeError(f"sweepstack run (fuse {fuse}) failed:\n{out.stderr[-3000:]}")
     summary = json.loads(out.stdout)
-    first, last = _stored_times(data, summary["sweep_id"])
+    first, last, gap = _stored_times(data, summary["sweep_id"])
     best = (summary.get("best") or {}).get("objective")
     count = sum(n for state, n in summary["counts"].items() if state not in ("queued", "running"))
     return Outcome(
@@ -118,8 +130,9 @@ def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outco
         trials=count,
         distinct=count,
         best=best,
-        first_start=None if first is None else first - started,
-        shutdown=None if last is None else ended - last,
+        first_start=first - started,
+        shutdown=ended - last,
+        gap=gap,
     )
 
 
@@ -192,13 +205,18 @@ def _fmt(value: float | None, pattern: str) -> str:
 def print_table(outcomes: list[Outcome], workers: int, spec: Path) -> None:
     print(f"spec {spec}, {workers} workers each; noisy if the machine is shared")
     header = f"{'system':<44} {'wall s':>7} {'1st start s':>11} {'shut-down s':>11}"
-    print(f"{header} {'trials (distinct)':>18} {'best':>8}")
+    print(f"{header} {'gap ms':>7} {'trials (distinct)':>18} {'best':>8}")
     for o in outcomes:
+        gap = None if o.gap is None else o.gap * 1000
         print(
             f"{o.system:<44} {o.wall:>7.1f} {_fmt(o.first_start, '.2f'):>11} "
-            f"{_fmt(o.shutdown, '.2f'):>11} {f'{o.trials} ({o.distinct})':>18} "
-            f"{_fmt(o.best, '.4f'):>8}"
+            f"{_fmt(o.shutdown, '.2f'):>11} {_fmt(gap, '.0f'):>7} "
+            f"{f'{o.trials} ({o.distinct})':>18} {_fmt(o.best, '.4f'):>8}"
         )
+    print(
+        "1st start: command start to the first trial's claim; shut-down: last trial's end to "
+        "the command's return; gap: median idle time of a worker process between trials"
+    )
     ours = [o for o in outcomes if o.system.startswith("sweepstack")]
     peer = [o for o in outcomes if o.system.startswith("optuna")]
     if ours and peer:
