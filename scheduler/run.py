@@ -4,6 +4,11 @@ With no ``SWEEPSTACK_BROKER_URL`` / ``SWEEPSTACK_MONGO_URL`` it starts an embedd
 broker (`scheduler.embedded`); with them it uses the real RabbitMQ and MongoDB. Either way it
 starts N Celery workers and the dashboard, submits the sweep, shows a progress bar with the
 best so far, and ends with a table of the top trials. Ctrl-C stops everything it started.
+
+Start-up and shut-down are on the sweep's critical path, so: the store, the workers and the
+dashboard start at once and only the store is waited for (the workers' boot, mostly the torch
+import, overlaps storing and enqueueing the sweep); the end of the sweep is seen within
+`POLL_SECONDS`; every child is then stopped at once (`embedded.Processes.stop`).
 """
 
 from __future__ import annotations
