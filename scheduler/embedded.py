@@ -37,7 +37,7 @@ from scheduler.gunicorn import gunicorn_argv
 log = logging.getLogger(__name__)
 
 #: Seconds a worker or the dashboard has to exit on SIGTERM at the end (`Processes.stop`).
-STOP_GRACE_SECONDS = 0.5
+STOP_GRACE_SECONDS = 0.2
 #: Seconds the store has to save and close its data on SIGTERM (it takes well under one).
 STORE_STOP_GRACE_SECONDS = 20.0
 
