@@ -11,6 +11,10 @@
   instead of being pushed messages; no management UI.
 - N Celery worker processes and the dashboard (gunicorn), with the same settings.
 
+`sweepstack run` starts all of them at once and waits only for what the next step needs
+(the store, before the sweep is stored); on a 2-core machine the workers' torch import is
+the longest part of start-up. At the end it stops them all at once (`Processes.stop`).
+
 Every child is started with a parent-death signal, so that even a ``kill -9`` of
 `sweepstack run` leaves no orphan behind (Linux).
 """
@@ -32,6 +36,11 @@ from scheduler.gunicorn import gunicorn_argv
 
 log = logging.getLogger(__name__)
 
+#: Seconds a worker or the dashboard has to exit on SIGTERM at the end (`Processes.stop`).
+STOP_GRACE_SECONDS = 0.2
+#: Seconds the store has to save and close its data on SIGTERM (it takes well under one).
+STORE_STOP_GRACE_SECONDS = 20.0
+
 
 def wait_listening(port: int, timeout: float, proc: subprocess.Popen, what: str) -> None:
     """Wait until something accepts connections on 127.0.0.1:port, or fail naming `what`."""
@@ -48,15 +57,23 @@ def wait_listening(port: int, timeout: float, proc: subprocess.Popen, what: str)
 
 
 class Processes:
-    """Child processes started by `sweepstack run`, each logging to ``DATA/logs``."""
+    """Child processes started by `sweepstack run`, each logging to ``DATA/logs``.
+
+    Each child has a grace: how long `stop` lets it exit on SIGTERM before SIGKILL.
+    """
 
     def __init__(self, data_dir: Path) -> None:
         self.logs = data_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.children: list[tuple[str, subprocess.Popen]] = []
+        self.children: list[tuple[str, subprocess.Popen, float]] = []
 
     def start(
-        self, name: str, cmd: list[str], env: dict[str, str], death_signal: int = signal.SIGKILL
+        self,
+        name: str,
+        cmd: list[str],
+        env: dict[str, str],
+        death_signal: int = signal.SIGKILL,
+        grace: float = STOP_GRACE_SECONDS,
     ) -> subprocess.Popen:
         log_file = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
         proc = subprocess.Popen(
@@ -69,36 +86,60 @@ class Processes:
             preexec_fn=die_with_parent(death_signal),
         )
         log_file.close()
-        self.children.append((name, proc))
+        self.children.append((name, proc, grace))
         return proc
 
     def check(self) -> None:
         """Raise if a child died on its own."""
-        for name, proc in self.children:
+        for name, proc, _ in self.children:
             if proc.poll() is not None:
                 raise RuntimeError(
                     f"{name} exited with status {proc.returncode}; see "
                     f"{self.logs / (name + '.log')}"
                 )
 
-    def stop(self, timeout: float = 15.0) -> None:
-        """Stop every child and its process group: politely, then by force."""
-        for _, proc in reversed(self.children):
+    def stop(self) -> None:
+        """Stop every child and its process group: SIGTERM to all at once, SIGKILL after its grace.
+
+        Workers and the dashboard hold nothing that is not already in the store (a trial
+        cut short stays ``running`` and is requeued by ``--resume``), so they get a short
+        grace; the store gets a long one, to close its data files cleanly.
+        """
+        started = time.monotonic()
+        for _, proc, _ in self.children:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for _, proc in self.children:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(0.1, deadline - time.monotonic()))
+        for name, proc, grace in self.children:
+            try:
+                proc.wait(max(0.0, started + grace - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.info("%s did not exit within %.1f s of SIGTERM; killing it", name, grace)
+            # The group too: a worker's pool processes, gunicorn's workers.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            log.debug("%s stopped %.2f s after SIGTERM", name, time.monotonic() - started)
         self.children.clear()
 
 
-def start_store(procs: Processes, data_dir: Path) -> str:
-    """SecantusDB on a free port with its data in ``DATA/db``; returns its URL."""
+class Service:
+    """A server child that `sweepstack run` started without waiting for it to listen."""
+
+    def __init__(self, what: str, proc: subprocess.Popen, port: int, url: str) -> None:
+        self.what = what
+        self.proc = proc
+        self.port = port
+        self.url = url
+
+    def wait(self, timeout: float = 60.0) -> str:
+        """Wait until it listens (or fail naming it); return its URL."""
+        wait_listening(self.port, timeout, self.proc, self.what)
+        return self.url
+
+
+def start_store(procs: Processes, data_dir: Path) -> Service:
+    """SecantusDB on a free port with its data in ``DATA/db``; `Service.wait` for its URL."""
     port = free_port()
     storage = data_dir / "db"
     storage.mkdir(parents=True, exist_ok=True)
@@ -119,21 +160,42 @@ def start_store(procs: Processes, data_dir: Path) -> str:
         ],
         dict(os.environ),
         death_signal=signal.SIGTERM,
+        grace=STORE_STOP_GRACE_SECONDS,
     )
-    wait_listening(port, 60, proc, "SecantusDB")
-    return f"mongodb://127.0.0.1:{port}/?retryWrites=false"
+    return Service("SecantusDB", proc, port, f"mongodb://127.0.0.1:{port}/?retryWrites=false")
+
+
+#: Off in the embedded worker: gossip and mingle talk to other workers (there are none) and
+#: Celery's worker heartbeat events feed monitors (the store has its own heartbeats).
+EMBEDDED_WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 
 
 def start_workers(procs: Processes, env: dict[str, str], workers: int, queue: str) -> None:
-    """One Celery worker with `workers` training processes, one torch thread each at most."""
+    """One Celery worker with `workers` training processes, one torch thread each at most.
+
+    It needs neither the store nor the broker to boot (the store is first used by a task,
+    the broker is retried), so it starts at once, alongside the store.
+    """
     from scheduler.commands import worker_commands
 
     for cmd, extra in worker_commands(workers, None, "INFO", queue):
-        procs.start("worker", cmd, {**env, **extra})
+        flags = [flag for flag in EMBEDDED_WORKER_FLAGS if flag not in cmd]
+        procs.start("worker", [*cmd, *flags], {**env, **extra})
 
 
-def start_dashboard(procs: Processes, env: dict[str, str], port: int) -> str:
-    """The dashboard under gunicorn on 127.0.0.1:port; returns its URL."""
+def port_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:port (so a server can bind it)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def start_dashboard(procs: Processes, env: dict[str, str], port: int) -> Service:
+    """The dashboard under gunicorn on 127.0.0.1:port; `Service.wait` for its URL."""
     argv = gunicorn_argv(
         "web.dashboard_wsgi:app",
         "127.0.0.1",
@@ -144,5 +206,4 @@ def start_dashboard(procs: Processes, env: dict[str, str], port: int) -> str:
         access_log=False,
     )
     proc = procs.start("dashboard", argv, env)
-    wait_listening(port, 60, proc, "the dashboard")
-    return f"http://127.0.0.1:{port}/"
+    return Service("the dashboard", proc, port, f"http://127.0.0.1:{port}/")

@@ -11,11 +11,25 @@ wait in the queue, and the process exits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
+import socket
 import sys
 
 _STOP = {signal.SIGTERM, signal.SIGINT}
+
+
+def _wake_accept(server: object) -> None:
+    """Shut the listening socket down so that the thread blocked in ``accept`` returns now.
+
+    `SecantusDBServer.stop` closes that socket, which on Linux does not wake ``accept``,
+    and then waits 2 s for the thread: most of the store's stop time. ``shutdown`` wakes it.
+    """
+    listener = getattr(server, "_socket", None)
+    if isinstance(listener, socket.socket):
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     server.start()
     received = signal.sigwait(_STOP)
     logging.getLogger(__name__).info("%s: stopping", signal.Signals(received).name)
+    _wake_accept(server)
     server.stop()
     return 0
 

@@ -3,7 +3,8 @@
 Compatible trials go as fused groups (`scheduler.grouping`, `execution.fuse`): one
 `workers.run_group` message per group, whose soft time limit is the sum of its trials'
 `execution.time_limit` (what they would take one after another, at most the largest limit
-a trial may have), and one `workers.run_trial` message per trial trained alone.
+a trial may have), and one `workers.run_trial` message per trial trained alone. Messages go
+most expensive first (`scheduler.order`), so the sweep does not end on one large net.
 
 Also the stale-heartbeat requeue: a trial `running` whose worker stopped beating (its host
 died, or its network) goes back to `queued` with attempt + 1 and a new message. The
@@ -25,6 +26,7 @@ from core.store import Store
 from scheduler.enqueue import Outgoing, carry, carry_group, enqueue
 from scheduler.expand import TrialPoint, expand
 from scheduler.grouping import group_trials
+from scheduler.order import group_cost, order_by_cost
 
 log = logging.getLogger(__name__)
 DEFAULT_TIME_LIMIT: float = ExecutionConfig.model_fields["time_limit"].default
@@ -40,19 +42,22 @@ def messages(
     """What `enqueue` sends for these new trials: (trial id, limit, its config and attempt 0)
     or (group's ids, limit, their configs and attempts).
 
-    `workers`, when known, is how many processes will train them (`group_trials`)."""
+    `workers`, when known, is how many processes will train them (`group_trials`). Most
+    expensive first (`scheduler.order`): workers take messages in the order sent."""
     by_id = {t.id: t for t in trials}
     out: list[Outgoing] = []
+    costs: list[float] = []
     for group in group_trials(((t.id, t.config) for t in trials), workers):
         configs = [by_id[key].config for key in group]
         limits = [_time_limit(config) for config in configs]
         ids = [f"{sweep_id}-{key}" for key in group]
+        costs.append(group_cost([by_id[key].config for key in group]))
         if len(ids) == 1:
             out.append((ids[0], limits[0], carry(configs[0])))
         else:
             limit = min(sum(limits), float(MAX_TIME_LIMIT))
             out.append((ids, limit, carry_group(configs, [0] * len(ids))))
-    return out
+    return order_by_cost(out, costs)
 
 
 def submit_sweep(

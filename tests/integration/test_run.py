@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -168,4 +169,25 @@ def test_kill_mid_sweep_then_resume(tmp_path: Path) -> None:
         assert after[trial_id]["attempt"] == doc["attempt"]
     assert all(doc["state"] == "complete" for doc in after.values())
     time.sleep(0.5)
+    assert processes_using(str(data)) == []
+
+
+def test_a_busy_dashboard_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        spec = str(ROOT / "configs" / "quickstart.yaml")
+        out = subprocess.run(
+            [*SWEEPSTACK, "run", spec, "--data", str(data), "--port", str(port)],
+            env=clean_env(tmp_path),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert f"127.0.0.1:{port} is in use" in out.stderr and "--port" in out.stderr
+    assert not (data / "logs").exists() or not any((data / "logs").iterdir())
     assert processes_using(str(data)) == []

@@ -1,0 +1,264 @@
+"""Sweepstack side by side with a plain two-process Optuna script, on the same spec.
+
+Both call the same training function (`workers.training.train`) on the same trials, and
+each system's wall time includes its processes' start (Python and the torch import), as a
+user sees it:
+
+- ``sweepstack run SPEC --workers N --json``, the real command as a subprocess, with the
+  embedded defaults (no ``SWEEPSTACK_*`` variable: embedded SecantusDB and broker) in a
+  fresh data folder, with the dashboard on (as a user runs it; ``--port 0``), once with
+  ``execution.fuse: auto`` and once with ``off``. From the stored records it also reads
+  when the first trial started and when the last one finished, relative to the command's
+  start and end (start-up and shut-down), and the median time a worker process sat idle
+  between two trials (the platform's cost per trial: broker, claim, finish).
+- Optuna (`optuna.storages.JournalStorage` on a `JournalFileBackend` file), N processes
+  started together, each ``study.optimize`` with a `GridSampler` over the trial indices of
+  ``scheduler.expand.expand(spec, with_config=True)``; each Optuna trial trains that index's
+  resolved config with one torch thread. Two processes sharing a GridSampler can run one
+  point twice: the table shows the trials it ran, and how many distinct grid points.
+
+Prints one table row per system (wall time, first trial start, shut-down, trials run, best
+objective) and the ratio sweepstack (best of auto/off) / Optuna. A busy machine makes every
+figure noisy; compare within one run.
+
+    python -m bench.bench_peers configs/mcleod-demo.yaml [--workers 2] [--systems ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SYSTEMS = ("sweepstack-auto", "sweepstack-off", "optuna")
+
+
+@dataclass
+class Outcome:
+    """What one system did with the spec."""
+
+    system: str
+    wall: float
+    trials: int
+    distinct: int
+    best: float | None
+    first_start: float | None = None
+    shutdown: float | None = None
+    gap: float | None = None
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment of a user with no settings: every service embedded."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPSTACK_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _seconds(value: Any) -> float:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return float(value.timestamp())
+
+
+def _stored_times(data: Path, sweep_id: str) -> tuple[float, float, float | None]:
+    """From the sweep's records in its data folder: (first started_at, last finished_at,
+    median gap between one trial's end and the next start on the same worker process)."""
+    import pymongo
+
+    from tests.services import SecantusProcess
+
+    server = SecantusProcess(data / "db")
+    try:
+        client = pymongo.MongoClient(server.url, serverSelectionTimeoutMS=10000)
+        fields = {"started_at": 1, "finished_at": 1, "worker": 1}
+        docs = list(client["sweepstack"]["trials"].find({"sweep_id": sweep_id}, fields))
+        client.close()
+    finally:
+        server.stop()
+    runs: dict[Any, set[tuple[float, float]]] = {}
+    for doc in docs:
+        if doc.get("started_at") and doc.get("finished_at"):
+            pid = (doc.get("worker") or {}).get("pid")
+            span = (_seconds(doc["started_at"]), _seconds(doc["finished_at"]))
+            runs.setdefault(pid, set()).add(span)  # a fused group's members share a span
+    spans = sorted(span for per_pid in runs.values() for span in per_pid)
+    gaps = []
+    for per_pid in runs.values():
+        ordered = sorted(per_pid)
+        gaps += [b[0] - a[1] for a, b in itertools.pairwise(ordered)]
+    gap = statistics.median(gaps) if gaps else None
+    return spans[0][0], max(end for _, end in spans), gap
+
+
+def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outcome:
+    """`sweepstack run` on the spec with `execution.fuse` set, in a fresh data folder."""
+    raw = yaml.safe_load(spec_path.read_text())
+    raw.setdefault("execution", {})["fuse"] = fuse
+    raw["name"] = f"{raw.get('name', 'sweep')}-{fuse}"
+    spec = tmp / f"spec-{fuse}.yaml"
+    spec.write_text(yaml.safe_dump(raw, sort_keys=False))
+    data = tmp / f"data-{fuse}"
+    env = _clean_env()
+    env["HOME"] = str(tmp / "home")
+    cmd = [sys.executable, "-m", "scheduler.cli", "run", str(spec), "--workers", str(workers)]
+    cmd += ["--json", "--data", str(data), "--port", "0"]
+    started = time.time()
+    out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    ended = time.time()
+    if out.returncode != 0:
+        raise RuntimeError(f"sweepstack run (fuse {fuse}) failed:\n{out.stderr[-3000:]}")
+    summary = json.loads(out.stdout)
+    first, last, gap = _stored_times(data, summary["sweep_id"])
+    best = (summary.get("best") or {}).get("objective")
+    count = sum(n for state, n in summary["counts"].items() if state not in ("queued", "running"))
+    return Outcome(
+        system=f"sweepstack run, fuse {fuse}",
+        wall=ended - started,
+        trials=count,
+        distinct=count,
+        best=best,
+        first_start=first - started,
+        shutdown=ended - last,
+        gap=gap,
+    )
+
+
+def optuna_worker(spec_path: str, journal: str, study_name: str) -> None:
+    """One Optuna process: a GridSampler over the spec's trial indices, one torch thread."""
+    import optuna
+    import torch
+
+    from core.config import TrialConfig
+    from scheduler.cli import _load
+    from scheduler.expand import expand
+    from workers.training import objective_value, train
+
+    torch.set_num_threads(1)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = _load(spec_path)
+    points = expand(spec, with_config=True)
+    indices = list(range(len(points)))
+    metric, direction = spec.objective.metric, spec.objective.direction
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
+    study = optuna.create_study(
+        study_name=study_name,
+        storage=storage,
+        sampler=optuna.samplers.GridSampler({"index": indices}, seed=0),
+        direction="maximize" if direction in ("maximize", "max") else "minimize",
+        load_if_exists=True,
+    )
+
+    def objective(trial: optuna.Trial) -> float:
+        index = trial.suggest_categorical("index", indices)
+        result = train(TrialConfig.from_dict(points[index].config))
+        value = objective_value(result, metric, direction)
+        return float("nan") if value is None else value
+
+    study.optimize(objective)
+
+
+def run_optuna(spec_path: Path, workers: int, tmp: Path) -> Outcome:
+    """`workers` Optuna processes on one journal file, started together."""
+    import optuna
+
+    journal = str(tmp / "optuna.journal")
+    env = _clean_env()
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "bench.bench_peers", "--optuna-worker", str(spec_path)]
+    cmd += ["--journal", journal, "--study", "peers"]
+    started = time.time()
+    procs = [subprocess.Popen(cmd, env=env, cwd=ROOT) for _ in range(workers)]
+    codes = [proc.wait() for proc in procs]
+    ended = time.time()
+    if any(codes):
+        raise RuntimeError(f"an Optuna process failed: exit codes {codes}")
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
+    study = optuna.load_study(study_name="peers", storage=storage)
+    done = [t for t in study.trials if t.state.is_finished()]
+    best = study.best_value if any(t.value is not None for t in done) else None
+    return Outcome(
+        system=f"optuna {optuna.__version__}, {workers} processes, journal file",
+        wall=ended - started,
+        trials=len(done),
+        distinct=len({t.params.get("index") for t in done}),
+        best=best,
+    )
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "-" if value is None else format(value, pattern)
+
+
+def print_table(outcomes: list[Outcome], workers: int, spec: Path) -> None:
+    print(f"spec {spec}, {workers} workers each; noisy if the machine is shared")
+    header = f"{'system':<44} {'wall s':>7} {'1st start s':>11} {'shut-down s':>11}"
+    print(f"{header} {'gap ms':>7} {'trials (distinct)':>18} {'best':>8}")
+    for o in outcomes:
+        gap = None if o.gap is None else o.gap * 1000
+        print(
+            f"{o.system:<44} {o.wall:>7.1f} {_fmt(o.first_start, '.2f'):>11} "
+            f"{_fmt(o.shutdown, '.2f'):>11} {_fmt(gap, '.0f'):>7} "
+            f"{f'{o.trials} ({o.distinct})':>18} {_fmt(o.best, '.4f'):>8}"
+        )
+    print(
+        "1st start: command start to the first trial's claim; shut-down: last trial's end to "
+        "the command's return; gap: median idle time of a worker process between trials"
+    )
+    ours = [o for o in outcomes if o.system.startswith("sweepstack")]
+    peer = [o for o in outcomes if o.system.startswith("optuna")]
+    if ours and peer:
+        fastest = min(ours, key=lambda o: o.wall)
+        print(
+            f"sweepstack (best of fuse auto/off: {fastest.system}) / optuna wall time: "
+            f"{fastest.wall / peer[0].wall:.2f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated, of {', '.join(SYSTEMS)}",
+    )
+    parser.add_argument("--optuna-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--journal", help=argparse.SUPPRESS)
+    parser.add_argument("--study", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.optuna_worker:
+        optuna_worker(str(args.spec), args.journal, args.study)
+        return
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(SYSTEMS))
+    if unknown:
+        parser.error(f"--systems: unknown {unknown}; choose from {', '.join(SYSTEMS)}")
+    spec = args.spec.resolve()
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
+        for system in systems:
+            if system == "optuna":
+                outcomes.append(run_optuna(spec, args.workers, Path(tmp)))
+            else:
+                fuse = system.removeprefix("sweepstack-")
+                outcomes.append(run_sweepstack(spec, fuse, args.workers, Path(tmp)))
+            print(f"  done: {outcomes[-1].system} in {outcomes[-1].wall:.1f} s", flush=True)
+    print_table(outcomes, args.workers, args.spec)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The order a sweep's messages are sent: most expensive first (pure logic)."""
+
+from __future__ import annotations
+
+import heapq
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.spec import load_spec, load_spec_file
+from scheduler.expand import expand
+from scheduler.order import group_cost, order_by_cost, steps, trial_cost
+from scheduler.submit import messages
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def config(**sections: dict[str, Any]) -> dict[str, Any]:
+    return {"dataset": {"name": "digits"}, **sections}
+
+
+def makespan(costs: list[float], workers: int) -> float:
+    """When the last of `costs` ends if `workers` take them in this order, each when free."""
+    free = [0.0] * workers
+    for cost in costs:
+        heapq.heappush(free, heapq.heappop(free) + cost)
+    return max(free)
+
+
+def test_order_by_cost_is_descending_and_stable() -> None:
+    items = ["a", "b", "c", "d", "e"]
+    assert order_by_cost(items, [1.0, 5.0, 1.0, 5.0, 3.0]) == ["b", "d", "e", "a", "c"]
+    assert order_by_cost([], []) == []
+
+
+def test_order_by_cost_needs_one_cost_per_item() -> None:
+    with pytest.raises(ValueError, match="need one cost per item, got 1 costs for 2 items"):
+        order_by_cost(["a", "b"], [1.0])
+
+
+def test_cost_grows_with_width_depth_epochs_and_data() -> None:
+    base = trial_cost(config(model={"hidden_units": 256, "hidden_layers": 2}))
+    assert trial_cost(config(model={"hidden_units": 1024, "hidden_layers": 2})) > base
+    assert trial_cost(config(model={"hidden_units": 256, "hidden_layers": 4})) > base
+    more_epochs = config(model={"hidden_units": 256, "hidden_layers": 2}, training={"epochs": 40})
+    assert trial_cost(more_epochs) > base
+    iris = {"dataset": {"name": "iris"}, "model": {"hidden_units": 256, "hidden_layers": 2}}
+    assert trial_cost(iris) < base
+
+
+def test_a_zero_epoch_trial_still_costs_a_step() -> None:
+    assert steps(config(training={"epochs": 0})) == 1
+    assert trial_cost(config(training={"epochs": 0})) > 0
+
+
+def test_a_fused_group_shares_the_step_overhead() -> None:
+    members = [config(model={"hidden_units": 32}, training={"seed": s}) for s in range(8)]
+    alone = [trial_cost(m) for m in members]
+    assert max(alone) < group_cost(members) < sum(alone)
+    assert group_cost(members[:1]) == alone[0]
+
+
+def test_messages_go_most_expensive_first() -> None:
+    spec = load_spec_file(CONFIGS / "mcleod-demo.yaml")
+    trials = expand(spec, with_config=True)
+    by_id = {f"s1-{t.id}": t for t in trials}
+    for fuse in ("off", "auto"):
+        for t in trials:
+            t.config.setdefault("execution", {})["fuse"] = fuse
+        sent = messages("s1", trials)
+        costs = [
+            group_cost([by_id[i].config for i in ([ids] if isinstance(ids, str) else ids)])
+            for ids, _ in sent
+        ]
+        assert costs == sorted(costs, reverse=True)
+        first = sent[0][0]
+        first_ids = [first] if isinstance(first, str) else first
+        assert all(by_id[i].params["model.hidden_units"] == 1024 for i in first_ids)
+        assert all(by_id[i].params["model.hidden_layers"] == 4 for i in first_ids)
+
+
+def test_longest_first_ends_the_mcleod_demo_sooner_on_two_workers() -> None:
+    """Expansion order sends the 4 x 1024 nets last; sent first, the tail is short."""
+    trials = expand(load_spec_file(CONFIGS / "mcleod-demo.yaml"), with_config=True)
+    expansion = [trial_cost(t.config) for t in trials]
+    longest_first = sorted(expansion, reverse=True)
+    total = sum(expansion)
+    assert makespan(longest_first, 2) < makespan(expansion, 2)
+    assert makespan(longest_first, 2) <= total / 2 * 1.05
+
+
+def test_equal_trials_keep_their_expansion_order() -> None:
+    spec = load_spec(
+        "name: t\ndataset: {name: digits}\ntraining: {seed: [0, 1, 2, 3]}\nexecution: {fuse: off}\n"
+    )
+    trials = expand(spec, with_config=True)
+    assert [ids for ids, _ in messages("s1", trials)] == [f"s1-{t.id}" for t in trials]
