@@ -403,7 +403,7 @@ class SearchSession:
             self.study.tell(trial, state=TrialState.FAIL)
             return None
         self._seen[key] = trial.number
-        return Asked(trial.number, params, key, self._system_attrs(trial.number))
+        return Asked(trial.number, params, key, self.system_attrs(trial.number))
 
     def _add(self, params: dict[str, Any], state: TrialState, **extra: Any) -> Asked:
         """Add a point to the study as a trial given whole (grid points, rebuilt records)."""
@@ -421,7 +421,9 @@ class SearchSession:
     def _trial_id(self, number: int) -> int:
         return self._storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
 
-    def _system_attrs(self, number: int) -> dict[str, Any]:
+    def system_attrs(self, number: int) -> dict[str, Any]:
+        """A trial's Optuna state, to store with it: CMA-ES's optimizer (set when asked) and
+        successive halving's rung values (set by `should_prune`)."""
         return dict(self._storage.get_trial_system_attrs(self._trial_id(number)))
 
     def study_attrs(self) -> dict[str, Any]:
