@@ -37,6 +37,7 @@ import importlib.util
 import json
 import logging
 import math
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,13 +175,28 @@ class _PerTrialSeed(BaseSampler):
         state: TrialState,
         values: Sequence[float] | None,
     ) -> None:
-        self._for(trial).after_trial(study, trial, state, values)
+        # No sampler's after_trial draws a random number: any instance will do, and building
+        # one per tell would cost more than the tell.
+        sampler = self._current[1] if self._current is not None else self._for(trial)
+        sampler.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
         """Seeds come from the trial numbers; nothing to reseed."""
 
 
 _NEEDS = {"cmaes": ("cmaes",), "gp": ("torch", "scipy"), "qmc": ("scipy",)}
+
+
+def _quiet(build: Callable[[int], BaseSampler]) -> Callable[[int], BaseSampler]:
+    """Optuna flags QMC, CMA-ES options and TPE's `group` as experimental on every build; the
+    user chose them in the spec, and a sampler is built per trial."""
+
+    def quietly(seed: int) -> BaseSampler:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return build(seed)
+
+    return quietly
 
 
 def _builder(search: Search) -> Callable[[int], BaseSampler]:
@@ -225,7 +241,7 @@ def make_sampler(search: Search, space: dict[str, Dimension]) -> BaseSampler:
         )
     if problems:
         raise SpecError(problems)
-    return _PerTrialSeed(_builder(search), search.seed)
+    return _PerTrialSeed(_quiet(_builder(search)), search.seed)
 
 
 def max_epochs(spec: SweepSpec) -> int:
@@ -276,7 +292,9 @@ def make_pruner(
         return pruners.ThresholdPruner(**opts)
     inner = pruning.wrapped
     wrapped = make_pruner(inner, flip=flip, epochs=epochs) if inner is not None else None
-    return pruners.PatientPruner(wrapped, **opts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return pruners.PatientPruner(wrapped, **opts)
 
 
 # --- the session ------------------------------------------------------------------------
