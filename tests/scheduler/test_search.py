@@ -16,14 +16,8 @@ from core.search import Pruning, Search
 from core.space import Categorical, IntRange, Uniform
 from core.spec import SweepSpec, load_spec
 from scheduler.expand import expand
-from scheduler.search import (
-    Asked,
-    Record,
-    SearchSession,
-    distribution,
-    make_pruner,
-    make_sampler,
-)
+from scheduler.samplers import distribution, make_pruner, make_sampler
+from scheduler.search import Asked, Record, SearchSession
 
 MIXED = """
 name: mixed
