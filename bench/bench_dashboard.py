@@ -51,6 +51,7 @@ BUDGET_MS = 2000
 API_BUDGET_MS = 100
 REPEAT = 3
 API_REPEAT = 20
+BENCH_TOKEN = "bench-token-0123456789abcdef0123456789"
 
 _PROBE = """() => {
   const marks = Object.fromEntries(performance.getEntriesByType('mark')
@@ -103,16 +104,16 @@ def _serve(env: dict[str, str], port: int) -> subprocess.Popen:
 
 def _time_get_sweep(url: str, db_name: str, sweep_id: str) -> tuple[float, float]:
     """Seconds of ``GET /api/v1/sweeps/{id}`` on a new app: the first call, then the median."""
-    from api.app import create_app
     from core.settings import Settings
+    from web.app import create_app
 
     settings = Settings(
-        mongo_url=url, mongo_db=db_name, broker_url="memory://", api_tokens={"tok-bench": "alice"}
+        mongo_url=url, mongo_db=db_name, broker_url="memory://", api_tokens={BENCH_TOKEN: "alice"}
     )
     store = Store.connect(url, db_name)
     try:
         client = create_app(settings, store=store).test_client()
-        headers = {"Authorization": "Bearer tok-bench"}
+        headers = {"Authorization": f"Bearer {BENCH_TOKEN}"}
         times = []
         for _ in range(API_REPEAT + 1):
             start = time.perf_counter()

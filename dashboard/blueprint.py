@@ -104,6 +104,10 @@ def _json(payload: Any, status: int = 200) -> Response:
     return response
 
 
+#: The largest integer a query argument may be: what a MongoDB (BSON) integer holds.
+MAX_INT_ARG = 2**63 - 1
+
+
 def _int_arg(name: str, default: int | None = None, low: int = 0) -> int:
     raw = request.args.get(name)
     if raw is None or raw == "":
@@ -114,8 +118,8 @@ def _int_arg(name: str, default: int | None = None, low: int = 0) -> int:
         value = int(raw)
     except ValueError:
         raise InvalidQuery(name, f"must be an integer, got {raw!r}") from None
-    if value < low:
-        raise InvalidQuery(name, f"must be an integer >= {low}, got {value}")
+    if not low <= value <= MAX_INT_ARG:
+        raise InvalidQuery(name, f"must be an integer from {low} to {MAX_INT_ARG}, got {raw}")
     return value
 
 

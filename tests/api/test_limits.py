@@ -25,13 +25,13 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
-from api.app import create_app
 from core.settings import Settings
 from core.spec import load_spec
 from core.store import Store
 from scheduler.enqueue import sender_app
 from scheduler.expand import TrialPoint, expand
 from tests.api import ALICE, YAML, queue_depth, small_spec
+from web.app import create_app
 
 SWEEPS = "/api/v1/sweeps"
 JSON = {"Content-Type": "application/json"}
@@ -390,11 +390,11 @@ def test_a_failure_in_a_later_batch_leaves_no_trial_behind(store: Store) -> None
 
 
 GUNICORN_APP = """
-from api.app import create_app
+from web.app import create_app
 from core.settings import Settings
 
 app = create_app(Settings(broker_url="amqp://unused//", mongo_url="mongodb://unused",
-                          api_tokens={"tok-alice": "alice"}))
+                          api_tokens={"alice-token-0123456789abcdef0123456789": "alice"}))
 """
 
 

@@ -79,10 +79,15 @@ def test_bad_arguments_are_400_naming_the_field(client: FlaskClient, sweep: Swee
     cases = {
         f"{base}/changes": "since: is required",
         f"{base}/changes?since=soon": "since: must be an integer",
-        f"{base}/changes?since=-4": "since: must be an integer >= 0",
+        f"{base}/changes?since=-4": "since: must be an integer from 0",
+        f"{base}/changes?since={10**22}": "since: must be an integer from 0",
         f"{base}?mode=worst": "mode: must be best or recent",
         f"{base}/curves?indexes=a,b": "indexes: must be trial indexes",
         f"/dashboard/data/trials/{sweep.ids[0]}?attempt=x": "attempt: must be an integer",
+        # The reproducer of issue 16: an attempt of 23 digits was a 500 (BSON overflow).
+        f"/dashboard/data/trials/{sweep.ids[0]}?attempt=12345678901234567890123": (
+            "attempt: must be an integer from"
+        ),
     }
     for url, message in cases.items():
         body = get_json(client, url, 400)
