@@ -42,7 +42,7 @@ from workers.training.loop import (
     CHECK_EVERY_STEPS,
     Trainer,
     check_finite,
-    first_line,
+    error_headline,
     oom_reason,
 )
 from workers.training.models import count_parameters
@@ -248,7 +248,7 @@ def failure_reason(exc: BaseException, rank: int) -> str:
     if isinstance(exc, RuntimeError) and "timed out" in str(exc).lower():
         return (
             f"rank {rank}: a collective timed out (execution.parallel.timeout): another rank "
-            f"stopped answering; {first_line(exc)}"
+            f"stopped answering; {error_headline(exc)}"
         )
     tail = "".join(traceback.format_exception(exc)[-3:]).strip()
     return f"rank {rank}: {type(exc).__name__}: {exc}\n{tail}"
