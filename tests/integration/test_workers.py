@@ -22,10 +22,10 @@ pytestmark = pytest.mark.integration
 QUICKSTART = (ROOT / "configs" / "quickstart.yaml").read_text()
 
 
-def spec(name: str, body: str) -> str:
+def spec(name: str, body: str, execution: str = "device: cpu") -> str:
     return (
         f"name: {name}-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"
-        f"execution: {{device: cpu}}\nobjective: {{metric: val_accuracy, direction: max}}\n{body}"
+        f"execution: {{{execution}}}\nobjective: {{metric: val_accuracy, direction: max}}\n{body}"
     )
 
 
@@ -82,7 +82,7 @@ def test_diverging_trial_fails_with_reason_and_others_complete(stack: Stack) -> 
 def test_time_limit_fails_the_trial(stack: Stack) -> None:
     stack.start_worker()
     sweep_id, _ = stack.submit(
-        spec("slow", "training:\n  epochs: 5000\nexecution: {device: cpu, time_limit: 2}\n")
+        spec("slow", "training:\n  epochs: 5000\n", execution="device: cpu, time_limit: 2")
     )
     counts = stack.wait_finished(sweep_id, timeout=120)
     assert counts["failed"] == 1, stack.logs()
