@@ -71,7 +71,7 @@ def test_messages_go_most_expensive_first() -> None:
         sent = messages("s1", trials)
         costs = [
             group_cost([by_id[i].config for i in ([ids] if isinstance(ids, str) else ids)])
-            for ids, _ in sent
+            for ids, *_ in sent
         ]
         assert costs == sorted(costs, reverse=True)
         first = sent[0][0]
@@ -95,4 +95,4 @@ def test_equal_trials_keep_their_expansion_order() -> None:
         "name: t\ndataset: {name: digits}\ntraining: {seed: [0, 1, 2, 3]}\nexecution: {fuse: off}\n"
     )
     trials = expand(spec, with_config=True)
-    assert [ids for ids, _ in messages("s1", trials)] == [f"s1-{t.id}" for t in trials]
+    assert [ids for ids, *_ in messages("s1", trials)] == [f"s1-{t.id}" for t in trials]
