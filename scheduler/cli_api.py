@@ -13,9 +13,7 @@ import os
 
 import click
 
-from core.errors import ConfigError
-from core.settings import Settings
-from core.webcontext import local_open_note
+from scheduler.gunicorn import exec_server
 from scheduler.gunicorn import gunicorn_argv as serve_argv
 
 #: Seconds gunicorn lets one request run before restarting its worker.
@@ -42,11 +40,5 @@ def api(host: str, port: int, workers: int, threads: int) -> None:
         if not os.environ.get(variable):
             raise click.UsageError(f"{variable} is not set")
     argv = gunicorn_argv(host, port, workers, threads)
-    click.echo(f"serving the API on http://{host}:{port}/api/v1 ({workers} x {threads})", err=True)
-    try:
-        note = local_open_note(Settings.from_env(), host)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from exc
-    if note:
-        click.echo(f"note: {note}", err=True)
-    os.execv(argv[0], argv)
+    banner = f"serving the API on http://{host}:{port}/api/v1 ({workers} x {threads})"
+    exec_server(argv, host, banner)

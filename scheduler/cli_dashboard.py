@@ -13,9 +13,7 @@ import os
 
 import click
 
-from core.errors import ConfigError
-from core.settings import Settings
-from core.webcontext import local_open_note
+from scheduler.gunicorn import exec_server
 from scheduler.gunicorn import gunicorn_argv as serve_argv
 
 #: Seconds gunicorn lets one request run: the first look at a 50,000-trial sweep reads
@@ -41,11 +39,4 @@ def dashboard(host: str, port: int, threads: int) -> None:
     if not os.environ.get("SWEEPSTACK_MONGO_URL"):
         raise click.UsageError("SWEEPSTACK_MONGO_URL is not set")
     argv = gunicorn_argv(host, port, threads)
-    click.echo(f"serving the dashboard on http://{host}:{port}/ ({threads} threads)", err=True)
-    try:
-        note = local_open_note(Settings.from_env(), host)
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from exc
-    if note:
-        click.echo(f"note: {note}", err=True)
-    os.execv(argv[0], argv)
+    exec_server(argv, host, f"serving the dashboard on http://{host}:{port}/ ({threads} threads)")

@@ -3,6 +3,7 @@ with the dashboard, and ``web.dashboard_wsgi:app``, the dashboard alone)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 #: The gunicorn settings module (JSON error replies, one session key for all workers).
@@ -38,3 +39,23 @@ def gunicorn_argv(
     if access_log:
         argv += ["--access-logfile", "-"]
     return argv
+
+
+def exec_server(argv: list[str], host: str, banner: str) -> None:
+    """Say what is served (and whether the dashboard is open without a login), then become
+    gunicorn: `sweepstack api` and `sweepstack dashboard` end here. Bad token settings are
+    a usage error before anything starts."""
+    import click  # the CLI's own imports: `sweepstack run` builds argv without them
+
+    from core.errors import ConfigError
+    from core.settings import Settings
+    from core.webcontext import local_open_note
+
+    click.echo(banner, err=True)
+    try:
+        note = local_open_note(Settings.from_env(), host)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if note:
+        click.echo(f"note: {note}", err=True)
+    os.execv(argv[0], argv)
