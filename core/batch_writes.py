@@ -37,7 +37,7 @@ from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
 from core.errors import InvalidQuery, InvalidTransition, NotFound
-from core.lifecycle import Lifecycle
+from core.lifecycle import Lifecycle, running_fields
 from core.query import check_attempt, check_id, check_keys
 from core.records import RESERVED_TRIAL_FIELDS
 from core.states import Heartbeat, TrialState
@@ -115,17 +115,7 @@ class BatchWrites(Lifecycle):
         for attempt, ids in _by_attempt(wanted).items():
             done = self._trials.update_many(
                 {"_id": {"$in": ids}, "state": _QUEUED, "attempt": attempt},
-                {
-                    "$set": {
-                        "state": _RUNNING,
-                        "worker": worker,
-                        "started_at": now,
-                        "heartbeat_at": now,
-                        "updated_at": now,
-                        "progress": None,
-                        "attempt": attempt + 1,
-                    }
-                },
+                {"$set": {**running_fields(worker, now), "attempt": attempt + 1}},
             )
             modified += done.modified_count
         if modified == len(wanted):

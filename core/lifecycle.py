@@ -69,6 +69,19 @@ def poison_reason(doc: Mapping[str, Any], max_attempts: int) -> str:
     )
 
 
+def running_fields(worker: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """What a claim sets on a trial that starts an attempt (with the attempt's number moved
+    by the caller): one shape for the careful claim and the batched one."""
+    return {
+        "state": _RUNNING,
+        "worker": worker,
+        "started_at": now,
+        "heartbeat_at": now,
+        "updated_at": now,
+        "progress": None,
+    }
+
+
 class Lifecycle(Views):
     """The writes of the trial lifecycle (see `core.states` for the diagram)."""
 
@@ -234,17 +247,7 @@ class Lifecycle(Views):
         now: datetime,
         lost: dict[str, Any] | None = None,
     ) -> bool:
-        update: dict[str, Any] = {
-            "$set": {
-                "state": _RUNNING,
-                "worker": worker,
-                "started_at": now,
-                "heartbeat_at": now,
-                "updated_at": now,
-                "progress": None,
-            },
-            "$inc": {"attempt": 1},
-        }
+        update: dict[str, Any] = {"$set": running_fields(worker, now), "$inc": {"attempt": 1}}
         if lost is not None:
             update["$push"] = {"history": lost}
             update["$inc"]["lost_attempts"] = 1

@@ -23,25 +23,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from core import summaries
 from core.records import finite_number
 from core.states import FINISH_STATES, TrialState
 
 #: The trial fields the in-memory table reads (`core.views.Views.changed_rows`).
-FIELDS = (
-    "state",
-    "params",
-    "objective",
-    "train_seconds",
-    "finished_at",
-    "started_at",
-    "seed",
-    "attempt",
-    "worker.name",
-    "device",
-    "error",
-    "config.model.hidden_layers",
-    "config.model.hidden_units",
-)
+#: The trial fields the dashboard's table keeps: the finish log's (`core.summaries`), so a
+#: finished sweep's rows come from the log; ``updated_at`` is the table's own watermark.
+FIELDS = tuple(f for f in summaries.ROW_FIELDS if f != "updated_at")
 
 COMPLETE = TrialState.COMPLETE.value
 FAILED = TrialState.FAILED.value
