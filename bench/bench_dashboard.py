@@ -13,7 +13,7 @@ figure drawn and painted" mark, in four situations, compared in one run:
 - first open ever, on a server just started: the server reads the sweep from its finish
   log and computes every figure (before summaries, it read every trial: 11.8 s);
 - first open after a server restart: the figures of the finished sweep were stored by
-  the first open (`dashboard.payloads.first_payload`), so nothing is read again;
+  the first open (`dashboard.snapshots.first_payload`), so nothing is read again;
 - server warm, new browser (empty caches: plotly.js, 4.8 MB, is parsed from scratch);
 - server warm, returning browser (a profile on disk that has opened the dashboard
   before, so plotly.js comes from the browser's code cache): the everyday case.

@@ -39,7 +39,7 @@ from flask.blueprints import BlueprintSetupState
 
 from core.errors import InvalidQuery, NotFound, StoreUnavailable
 from core.webcontext import AppContext, Identity, context, error_response, identity
-from dashboard import payloads
+from dashboard import payloads, snapshots
 from dashboard.figures import STATE_COLOURS
 from dashboard.payloads import DashboardState
 
@@ -228,7 +228,7 @@ def create_blueprint() -> Blueprint:
         mode = request.args.get("mode", "best")
         if mode not in ("best", "recent"):
             raise InvalidQuery("mode", f"must be best or recent, got {mode!r}")
-        return _json(payloads.first_payload(_state(), _services().store, sweep_id, _now(),
+        return _json(snapshots.first_payload(_state(), _services().store, sweep_id, _now(),
                                             param=request.args.get("param"), mode=mode))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/summary")

@@ -13,10 +13,8 @@ page in turn.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -122,7 +120,7 @@ def _curves(
     return traces
 
 
-def _aggregates(sweep: Mapping[str, Any]) -> dict[str, Callable[[Prepared], Any]]:
+def aggregate_functions(sweep: Mapping[str, Any]) -> dict[str, Callable[[Prepared], Any]]:
     """name -> compute(prepared rows) for everything a sweep page shows that the table's
     snapshot decides (all but the scatter and parallel coordinates, which depend on the
     page's choices, and the curves, read from the store)."""
@@ -146,93 +144,6 @@ AGGREGATES = ("width", "depth", "top", "reasons")
 PREPARED_SECONDS = 2.0
 
 
-#: Bump when what `sweep_payload` answers changes shape: stored snapshots then go stale.
-SNAPSHOT_FORMAT = 1
-SNAPSHOT_NAME = "sweep_page"
-
-
-def snapshot_version(sweep: Mapping[str, Any]) -> str | None:
-    """What a stored first payload of a finished sweep is valid for: the same counts,
-    revision of the counts (moved by every transition), cancellation and format. None
-    while a trial is queued or running: a live sweep's page changes every moment."""
-    counts = sweep.get("counts") or {}
-    if counts.get(data.QUEUED, 0) or counts.get(data.RUNNING, 0):
-        return None
-    parts = [
-        SNAPSHOT_FORMAT,
-        sweep.get("counts_rev", 0),
-        data.to_ms(sweep.get("cancelled_at")),
-        sweep.get("trial_count"),
-        sorted(counts.items()),
-    ]
-    return json.dumps(parts, separators=(",", ":"))
-
-
-def first_payload(
-    state: DashboardState,
-    store: Store,
-    sweep_id: str,
-    now: datetime,
-    *,
-    param: str | None = None,
-    mode: str = "best",
-) -> dict[str, Any]:
-    """What a sweep page draws first (`sweep_payload`), for a page that just opened.
-
-    A finished sweep's page is the same until a trial moves again, so it is stored
-    (`Store.keep_view_snapshot`, compressed: ~0.3 MB at 50,000 trials) and the next
-    server process to start serves it without reading the sweep's trials: its first
-    open takes what a warm server takes. The table is then read on the page's first poll.
-    """
-    default = param is None and mode == "best"
-    if default and state.tables.peek(sweep_id) is None:
-        sweep = store.get_sweep(sweep_id)
-        version = snapshot_version(sweep)
-        kept = store.view_snapshot(sweep_id, SNAPSHOT_NAME) if version is not None else None
-        if kept is not None and kept[0] == version:
-            payload = json.loads(zlib.decompress(kept[1]))
-            finished = payload.pop("finished")
-            payload["summary"] = {
-                **data.summary(sweep["counts"], finished, data.to_ms(now) or 0),
-                "best": payload["summary"]["best"],
-            }
-            return payload
-    table = state.tables.get(store, sweep_id)
-    prep, sweep, latest = table.prepared_sweep(PREPARED_SECONDS)
-    payload = sweep_payload(state, store, table, now, param=param, mode=mode)
-    if default and latest and table.prepared_sweep(PREPARED_SECONDS)[0] is prep:
-        _keep_snapshot(store, table, sweep, payload, now)
-    return payload
-
-
-def _keep_snapshot(
-    store: Store,
-    table: SweepTable,
-    sweep: Mapping[str, Any],
-    payload: Mapping[str, Any],
-    now: datetime,
-) -> None:
-    """Store the first payload of a finished sweep (made from the table's latest rows,
-    read after `sweep`), unless a snapshot of this version is stored already."""
-    version = snapshot_version(sweep)
-    if version is None or table.memo_get("snapshot") == version:
-        return
-    kept = store.view_snapshot(table.sweep_id, SNAPSHOT_NAME)
-    if kept is None or kept[0] != version:
-        # The summary's throughput is recomputed when served: keep the finish times it
-        # can need then (the first, and those of the last throughput window).
-        finished = table.memo(
-            "finished", _aggregates(sweep)["finished"], PREPARED_SECONDS, versioned=False
-        )[1]
-        window = (data.to_ms(now) or 0) - data.THROUGHPUT_MINUTES * 60_000
-        recent = finished[:1] + [t for t in finished[1:] if t >= window]
-        body = json.dumps({**payload, "finished": recent}, separators=(",", ":"), allow_nan=False)
-        store.keep_view_snapshot(
-            table.sweep_id, SNAPSHOT_NAME, version, zlib.compress(body.encode(), 1)
-        )
-    table.memo_set("snapshot", version)
-
-
 def sweep_payload(
     state: DashboardState,
     store: Store,
@@ -250,7 +161,7 @@ def sweep_payload(
     prep = table.prepared(PREPARED_SECONDS)
     values = {
         name: table.memo(name, compute, PREPARED_SECONDS, versioned=name in AGGREGATES)
-        for name, compute in _aggregates(table.sweep).items()
+        for name, compute in aggregate_functions(table.sweep).items()
     }
     sweep = table.sweep
     metric, _ = _objective(sweep)
@@ -296,7 +207,7 @@ def sweep_changes(
     differs from the page's `versions` (name -> digest)."""
     cursor, rows = table.changed_after(since)
     out: dict[str, Any] = {"since": cursor, "rows": [data.public_row(r) for r in rows]}
-    aggregates = _aggregates(table.sweep)
+    aggregates = aggregate_functions(table.sweep)
     current: dict[str, str] = {}
     for name in AGGREGATES:
         version, value = table.memo(name, aggregates[name], PREPARED_SECONDS)
@@ -342,14 +253,15 @@ def sweeps_payload(state: DashboardState, store: Store, now: datetime,
         best = None
         if table is not None:
             table = state.tables.get(store, sweep["_id"])
-            best = _best(table.memo("top", _aggregates(table.sweep)["top"], PREPARED_SECONDS)[1])
+            top = aggregate_functions(table.sweep)["top"]
+            best = _best(table.memo("top", top, PREPARED_SECONDS)[1])
         out.append({**meta, "best": best, "best_known": table is not None})
     return {"now": data.to_ms(now), "sweeps": out, "next": next_cursor}
 
 
 def sweep_summary(table: SweepTable, now: datetime) -> dict[str, Any]:
     """A sweep's counts, throughput, ETA and best: what the Sweeps page asks per sweep."""
-    aggregates = _aggregates(table.sweep)
+    aggregates = aggregate_functions(table.sweep)
     _, top = table.memo("top", aggregates["top"], PREPARED_SECONDS, versioned=False)
     _, finished = table.memo("finished", aggregates["finished"], PREPARED_SECONDS, versioned=False)
     return {

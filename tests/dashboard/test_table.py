@@ -6,7 +6,8 @@ import pytest
 
 from core.errors import NotFound
 from core.states import TrialState
-from dashboard.payloads import SNAPSHOT_NAME, DashboardState, first_payload
+from dashboard.payloads import DashboardState
+from dashboard.snapshots import SNAPSHOT_NAME, first_payload
 from dashboard.table import SweepTable, Tables, digest
 from tests.core import make_sweep
 from tests.dashboard.conftest import Sweep, small_sweep_spec
