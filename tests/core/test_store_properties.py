@@ -4,7 +4,9 @@ A state machine drives claim, heartbeat, report, finish, requeue, retry and canc
 current, stale and made-up attempt numbers and a clock that jumps, against the real
 server. After every step: a terminal trial is unchanged unless an explicit retry of a
 failed trial queued it again; no attempt has two records in a trial's history; the stored
-counts equal the counts of the trials; one metrics row per (trial, attempt, epoch).
+counts equal the counts of the trials; one metrics row per (trial, attempt, epoch). A trial
+whose worker died `DEFAULT_MAX_ATTEMPTS` times ends failed with that loss as the attempt's
+one history entry (a poison trial), and that is the one terminal record not ended by `finish`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from core.errors import InvalidQuery, InvalidTransition
+from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.states import TERMINAL_STATES
 from core.store import Store
 from tests.core import WORKER, FakeClock, make_sweep, trial_ids, width_spec
@@ -124,7 +127,15 @@ class Lifecycle(RuleBasedStateMachine):
             assert doc["attempt"] >= max(attempts, default=0)
             if doc["state"] in {"complete", "failed", "pruned"}:
                 last = doc["history"][-1]
-                assert (last["attempt"], last["state"]) == (doc["attempt"], doc["state"])
+                assert last["attempt"] == doc["attempt"]
+                if last["state"] == "lost":
+                    # A poison trial: the loss that made the limit ended it failed, and
+                    # that attempt's one history entry is the loss.
+                    assert doc["state"] == "failed"
+                    assert doc["lost_attempts"] >= DEFAULT_MAX_ATTEMPTS
+                    assert doc["error"].startswith("its worker died")
+                else:
+                    assert last["state"] == doc["state"]
 
     @invariant()
     def counts_match_the_trials(self) -> None:
