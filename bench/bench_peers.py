@@ -60,7 +60,7 @@ class Outcome:
     gap: float | None = None
 
 
-def _clean_env() -> dict[str, str]:
+def clean_env() -> dict[str, str]:
     """The environment of a user with no settings: every service embedded."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SWEEPSTACK_")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
@@ -111,7 +111,7 @@ def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outco
     spec = tmp / f"spec-{fuse}.yaml"
     spec.write_text(yaml.safe_dump(raw, sort_keys=False))
     data = tmp / f"data-{fuse}"
-    env = _clean_env()
+    env = clean_env()
     env["HOME"] = str(tmp / "home")
     cmd = [sys.executable, "-m", "scheduler.cli", "run", str(spec), "--workers", str(workers)]
     cmd += ["--json", "--data", str(data), "--port", "0"]
@@ -175,7 +175,7 @@ def run_optuna(spec_path: Path, workers: int, tmp: Path) -> Outcome:
     import optuna
 
     journal = str(tmp / "optuna.journal")
-    env = _clean_env()
+    env = clean_env()
     env["OMP_NUM_THREADS"] = "1"
     cmd = [sys.executable, "-m", "bench.bench_peers", "--optuna-worker", str(spec_path)]
     cmd += ["--journal", journal, "--study", "peers"]
