@@ -73,6 +73,11 @@ ROW_FIELDS = (
     "error",
     "config.model.hidden_layers",
     "config.model.hidden_units",
+    # What a finished trial trained, for the dashboard's best-against-epochs chart: a pruned
+    # trial's last epoch (set by its finish), the last epoch reported, the epochs planned.
+    "pruned_epoch",
+    "progress.epoch",
+    "config.training.epochs",
 )
 _TIMES = ("finished_at", "started_at", "updated_at")
 #: An error keeps this many characters in the log (pages show its first line).
