@@ -362,7 +362,7 @@ def _mark_stop(layout: dict[str, Any], epoch: int) -> None:
                          "line": {"color": colour, "width": 2, "dash": "dash"}}]
     layout.setdefault("annotations", []).append(
         {"text": f"pruned at epoch {epoch}", "xref": "x", "yref": "paper", "x": epoch,
-         "y": 1, "xanchor": "right", "yanchor": "bottom", "showarrow": False,
+         "y": 1, "xanchor": "left", "yanchor": "top", "xshift": 4, "showarrow": False,
          "font": {"size": 11, "color": colour}})
 
 
