@@ -10,14 +10,16 @@ epochs. Both lines run on to the last finished trial, flat after the last improv
 What it costs at 50,000 trials: nothing is read from the store for it. The rows come from
 the sweep's in-memory table (`dashboard.table`: read once from the finish log, then only
 what changed), and `best_history` is one sort and one pass over the finished rows in
-memory (~60 ms at 50,000 on the 2-core test machine), memoised with the table's snapshot
-(`payloads.PREPARED_SECONDS`). What it sends is one point per improvement and the end
-point, not one per trial: a few hundred numbers for a whole sweep.
+memory (50,000 rows: ~200 ms on the 2-core test machine at a load average of 8),
+memoised with the table's snapshot: at most once per `payloads.PREPARED_SECONDS` on a
+busy sweep, however many pages poll. What it sends is one point per improvement and the
+end point, not one per trial: a few kilobytes for a whole sweep.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from core.states import FINISH_STATES
@@ -38,23 +40,25 @@ def best_history(rows: Iterable[Mapping[str, Any]], direction: str) -> dict[str,
     how many of them were pruned; ``best``: the last step's value (None without one).
     A trial whose epochs are unknown (logged before they were kept) counts as 0 epochs.
     """
-    done = sorted(
-        (r for r in rows if r["state"] in _FINISHED and r["finished_at"] is not None),
-        key=lambda r: (r["finished_at"], r["index"]),
-    )
+    finished = _FINISHED
+    done = [r for r in rows if r["state"] in finished and r["finished_at"] is not None]
+    done.sort(key=itemgetter("finished_at", "index"))
     larger = better(direction)
     steps: list[dict[str, Any]] = []
     best: float | None = None
     trials = epochs = planned = pruned = 0
     for row in done:
         trials += 1
-        trained = row.get("epochs") or 0
+        trained = row["epochs"] or 0
         epochs += trained
-        planned += max(row.get("planned_epochs") or 0, trained)
-        if row["state"] == PRUNED:
-            pruned += 1
+        want = row["planned_epochs"] or 0
+        planned += want if want > trained else trained
+        state = row["state"]
+        if state != COMPLETE:
+            pruned += state == PRUNED
+            continue
         value = row["objective"]
-        if row["state"] != COMPLETE or value is None:
+        if value is None:
             continue
         if best is None or (value > best if larger else value < best):
             best = value
