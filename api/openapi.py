@@ -73,9 +73,7 @@ def _schemas(settings: Settings) -> dict[str, Any]:
             "finished_at": nullable(TIME), "updated_at": nullable(TIME),
             "train_seconds": nullable(NUM), "param_count": nullable(INT),
             "device": nullable(STR), "dtype": nullable(STR),
-            "pruned_epoch": {"type": ["integer", "null"], "minimum": 0,
-                             "description": "A pruned trial's last epoch trained; its epoch "
-                             "rows go up to it. null unless the trial was pruned."},
+            "pruned_epoch": nullable(INT),  # a pruned trial's last epoch trained
         },
         required=["id", "sweep_id", "index", "state", "attempt", "params"],
     )  # fmt: skip
@@ -105,19 +103,15 @@ def _schemas(settings: Settings) -> dict[str, Any]:
          "active": {"type": "array", "items": task}}
     )  # fmt: skip
     search = obj(
-        {"algorithm": {"type": "string", "enum": list(ALGORITHMS)},
-         "trials": nullable({"type": "integer", "minimum": 1}),
-         "parallelism": nullable({"type": "integer", "minimum": 1}),
-         "seed": {"type": "integer", "minimum": 0}, "options": ANY_OBJ},
-        description="How the sweep explores its space (grid for sweeps stored before search "
-        "algorithms existed); trials null for a grid (its size is trial_count), parallelism "
-        "null when the scheduler chooses; options: the sampler's, by Optuna's names.",
+        {"algorithm": {"enum": list(ALGORITHMS)}, "trials": nullable(INT),
+         "parallelism": nullable(INT), "seed": INT, "options": ANY_OBJ},
+        description="grid for sweeps older than search algorithms; trials null for a grid "
+        "(trial_count), parallelism null when the scheduler chooses; options by Optuna's names",
     )  # fmt: skip
     pruning = obj(
-        {"algorithm": {"type": "string", "enum": list(PRUNERS)}, "metric": nullable(STR),
-         "options": ANY_OBJ},
-        description="When trials stop early (none when the sweep has no pruning section); "
-        "metric: the one judged, the objective's unless the spec names another.",
+        {"algorithm": {"enum": list(PRUNERS)}, "metric": nullable(STR), "options": ANY_OBJ},
+        description="none without a pruning section; metric: the one judged (the objective's "
+        "unless named)",
     )  # fmt: skip
     return {
         "Error": obj({"code": STR, "message": STR, "details": ANY_OBJ}),

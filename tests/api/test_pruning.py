@@ -3,6 +3,9 @@ resources, on the real store and broker."""
 
 from __future__ import annotations
 
+import csv
+import io
+
 from flask.testing import FlaskClient
 
 from core.states import TrialState
@@ -50,3 +53,7 @@ def test_trials_carry_the_epoch_a_pruned_one_stopped_at(client: FlaskClient, sto
     other = client.get(f"/api/v1/trials/{trials[1]['_id']}", headers=ALICE).json
     assert other["pruned_epoch"] is None
     assert client.get(f"/api/v1/sweeps/{sweep_id}", headers=ALICE).json["counts"]["pruned"] == 1
+    export = client.get(f"/api/v1/sweeps/{sweep_id}/export?format=csv", headers=ALICE)
+    rows = {r["id"]: r for r in csv.DictReader(io.StringIO(export.get_data(as_text=True)))}
+    assert rows[trials[0]["_id"]]["pruned_epoch"] == "2"
+    assert rows[trials[1]["_id"]]["pruned_epoch"] == ""
