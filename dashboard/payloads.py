@@ -5,7 +5,8 @@ A sweep page loads `sweep_payload` once, then polls `sweep_changes` with its cur
 holds. It gets the rows changed after the cursor, which drive the figures it extends
 itself (scatter, best so far, parallel coordinates, failures), and each aggregate whose
 digest differs from its own, whole: small figures and tables (objective by width, time
-by depth, the top trials, failure reasons). On a busy sweep the table's snapshot is
+by depth, the top trials, failure reasons, the best-so-far history against trials and
+epochs, the recently pruned trials). On a busy sweep the table's snapshot is
 sorted and measured again at most every `PREPARED_SECONDS`. Nothing in a cursor or a
 digest belongs to one server process, so the API's several workers can answer the same
 page in turn.
