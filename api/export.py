@@ -3,7 +3,8 @@
 Each row has the trial's id, index, state, attempt, seed and objective, its parameters
 (one column per parameter path of the spec, empty where a conditional one is off), its
 final metrics (the last epoch's ``val_accuracy``, ``val_loss``, ``val_rmse``,
-``train_loss``), the epochs run, training seconds, parameter count, device and error.
+``train_loss``), the epochs run, the epoch a pruned trial stopped at, training seconds,
+parameter count, device and error.
 JSON Lines carries the same, with ``params`` and ``final`` as objects. Trials are read a
 page at a time in index order, so memory stays flat however large the sweep.
 """
@@ -26,7 +27,7 @@ from core.store import Store
 log = logging.getLogger(__name__)
 PAGE = 1000
 HEAD = ("id", "index", "state", "attempt", "seed", "objective")
-TAIL = ("epochs", "train_seconds", "param_count", "device", "error")
+TAIL = ("epochs", "pruned_epoch", "train_seconds", "param_count", "device", "error")
 
 
 def param_columns(sweep: dict[str, Any]) -> list[str]:
@@ -59,6 +60,7 @@ def row(doc: dict[str, Any]) -> dict[str, Any]:
         "params": flatten_params(doc.get("params")),
         "final": result.get("final") or {},
         "epochs": result.get("epochs"),
+        "pruned_epoch": doc.get("pruned_epoch"),
         "train_seconds": doc.get("train_seconds"),
         "param_count": doc.get("param_count"),
         "device": doc.get("device"),

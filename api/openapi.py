@@ -17,6 +17,7 @@ from api.serialize import PREFIX
 from core.config import SECTIONS
 from core.fields import leaf_fields
 from core.query import TOP_LEVEL_SORTS
+from core.search import ALGORITHMS, PRUNERS
 from core.settings import Settings
 from core.spec import METRICS
 from core.states import ALL_STATES
@@ -72,6 +73,7 @@ def _schemas(settings: Settings) -> dict[str, Any]:
             "finished_at": nullable(TIME), "updated_at": nullable(TIME),
             "train_seconds": nullable(NUM), "param_count": nullable(INT),
             "device": nullable(STR), "dtype": nullable(STR),
+            "pruned_epoch": nullable(INT),  # a pruned trial's last epoch trained
         },
         required=["id", "sweep_id", "index", "state", "attempt", "params"],
     )  # fmt: skip
@@ -81,6 +83,7 @@ def _schemas(settings: Settings) -> dict[str, Any]:
             "id": STR, "name": STR, "description": STR, "owner": nullable(STR),
             "status": {"type": "string", "enum": ["queued", "running", "finished", "cancelled"]},
             "objective": obj({"metric": STR, "direction": STR}), "trial_count": INT,
+            "search": ref("SearchSettings"), "pruning": ref("PruningSettings"),
             "counts": ref("Counts"), "created_at": TIME, "updated_at": TIME,
             "cancelled_at": nullable(TIME), "links": ANY_OBJ,
         }
@@ -99,8 +102,21 @@ def _schemas(settings: Settings) -> dict[str, Any]:
          "concurrency": nullable(INT), "queues": {"type": "array", "items": STR},
          "active": {"type": "array", "items": task}}
     )  # fmt: skip
+    search = obj(
+        {"algorithm": {"enum": list(ALGORITHMS)}, "trials": nullable(INT),
+         "parallelism": nullable(INT), "seed": INT, "options": ANY_OBJ},
+        description="grid for sweeps older than search algorithms; trials null for a grid "
+        "(trial_count), parallelism null when the scheduler chooses; options by Optuna's names",
+    )  # fmt: skip
+    pruning = obj(
+        {"algorithm": {"enum": list(PRUNERS)}, "metric": nullable(STR), "options": ANY_OBJ},
+        description="none without a pruning section; metric: the one judged (the objective's "
+        "unless named)",
+    )  # fmt: skip
     return {
         "Error": obj({"code": STR, "message": STR, "details": ANY_OBJ}),
+        "SearchSettings": search,
+        "PruningSettings": pruning,
         "Counts": counts,
         "Trial": trial,
         "TrialDetail": {

@@ -14,6 +14,7 @@ from typing import Any
 from flask.json.provider import DefaultJSONProvider
 
 from core.records import flatten_params
+from core.search_settings import pruning_settings, search_settings
 from core.states import TERMINAL_STATES
 
 PREFIX = "/api/v1"
@@ -23,6 +24,7 @@ TRIAL_FIELDS = (
     "sweep_id", "key", "index", "state", "attempt", "seed", "objective", "result", "error",
     "progress", "worker", "stop_requested", "queued_at", "started_at", "heartbeat_at",
     "finished_at", "updated_at", "train_seconds", "param_count", "device", "dtype",
+    "pruned_epoch",
 )  # fmt: skip
 
 
@@ -86,7 +88,9 @@ def sweep_links(sweep_id: str) -> dict[str, str]:
 
 
 def sweep_view(doc: dict[str, Any]) -> dict[str, Any]:
-    """A sweep in a list: what it is, whose, and how far it got."""
+    """A sweep in a list: what it is, whose, how it searches and prunes (`search`,
+    `pruning`: ``grid`` and ``none`` for sweeps stored before those settings existed),
+    and how far it got."""
     return {
         "id": doc["_id"],
         "name": doc.get("name"),
@@ -95,6 +99,8 @@ def sweep_view(doc: dict[str, Any]) -> dict[str, Any]:
         "status": sweep_status(doc),
         "objective": doc.get("objective"),
         "trial_count": doc.get("trial_count", 0),
+        "search": search_settings(doc),
+        "pruning": pruning_settings(doc),
         "counts": doc["counts"],
         "created_at": doc.get("created_at"),
         "updated_at": doc.get("updated_at"),

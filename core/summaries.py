@@ -73,6 +73,11 @@ ROW_FIELDS = (
     "error",
     "config.model.hidden_layers",
     "config.model.hidden_units",
+    # What a finished trial trained, for the dashboard's best-against-epochs chart: a pruned
+    # trial's last epoch (set by its finish), the last epoch reported, the epochs planned.
+    "pruned_epoch",
+    "progress.epoch",
+    "config.training.epochs",
 )
 _TIMES = ("finished_at", "started_at", "updated_at")
 #: An error keeps this many characters in the log (pages show its first line).
@@ -117,17 +122,33 @@ def _put(out: dict[str, Any], path: str, value: Any) -> None:
     node[key] = value
 
 
+def _projected(doc: Mapping[str, Any], path: str, row: dict[str, Any]) -> bool:
+    """Whether `path` is in `doc`; makes in `row` the sub-documents a projection of it
+    keeps (MongoDB keeps ``config.training: {}`` for a missing ``config.training.epochs``)."""
+    *parents, key = path.split(".")
+    source: Any = doc
+    target = row
+    for part in parents:
+        source = source.get(part) if isinstance(source, Mapping) else None
+        if not isinstance(source, Mapping):
+            return False
+        target = target.setdefault(part, {})
+    return key in source
+
+
 def entry(doc: Mapping[str, Any]) -> bytes:
-    """A finish-log entry of a trial document (`ROW_FIELDS`, times in ms since the epoch)."""
+    """A finish-log entry of a trial document: `ROW_FIELDS`, times in ms since the epoch,
+    as a projection of the trial on them reads (a missing field stays missing)."""
     row: dict[str, Any] = {"_id": doc["_id"], "index": int(doc["index"])}
     for path in ROW_FIELDS:
+        if not _projected(doc, path, row):
+            continue
         value = get_path(doc, path)
         if path in _TIMES:
             value = _ms(value)
         elif path == "error" and isinstance(value, str):
             value = value[:_ERROR_CHARS]
-        if value is not None or "." not in path:
-            _put(row, path, value)
+        _put(row, path, value)
     return json.dumps(row, separators=(",", ":"), default=str).encode()
 
 

@@ -185,8 +185,9 @@ def create_blueprint() -> Blueprint:
 
     @bp.get("/sweeps/<sweep_id>")
     def sweep(sweep_id: str) -> str:
-        meta = payloads.sweep_meta(_services().store.get_sweep(sweep_id, owner=_owner()))
-        return render_template("dashboard/sweep.html", sweep=meta, **_page_context())
+        doc = _services().store.get_sweep(sweep_id, owner=_owner())
+        return render_template("dashboard/sweep.html", sweep=payloads.sweep_meta(doc),
+                               spec=doc.get("spec") or {}, **_page_context())
 
     @bp.get("/trials/<trial_id>")
     def trial(trial_id: str) -> str:

@@ -34,6 +34,7 @@ FIELDS = tuple(f for f in summaries.ROW_FIELDS if f != "updated_at")
 
 COMPLETE = TrialState.COMPLETE.value
 FAILED = TrialState.FAILED.value
+PRUNED = TrialState.PRUNED.value
 RUNNING = TrialState.RUNNING.value
 QUEUED = TrialState.QUEUED.value
 _FINISHED = frozenset(s.value for s in FINISH_STATES)
@@ -95,9 +96,39 @@ def _number(value: Any) -> float | int | None:
     return finite_number(value)
 
 
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def epochs_trained(doc: Mapping[str, Any], planned: int | None) -> int | None:
+    """The epochs a finished trial trained: a pruned one's ``pruned_epoch`` (its last
+    epoch), else the last epoch it reported, else (complete) the `planned` epochs. None
+    while it is not finished (its row then changes only with its state, not every epoch),
+    or when nothing says (a finish logged before these fields were kept)."""
+    state = doc.get("state")
+    if state not in _FINISHED:
+        return None
+    if state == PRUNED:
+        pruned = _count(doc.get("pruned_epoch"))
+        if pruned is not None:
+            return pruned
+    progress = doc.get("progress")
+    reported = _count(progress.get("epoch")) if isinstance(progress, Mapping) else None
+    if reported is not None:
+        return reported
+    return planned if state == COMPLETE else (0 if state == FAILED else None)
+
+
+def pruned_stop(doc: Mapping[str, Any]) -> int | None:
+    """The epoch a pruned trial stopped at (its ``pruned_epoch``), else None."""
+    return _count(doc.get("pruned_epoch")) if doc.get("state") == PRUNED else None
+
+
 def trial_row(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The compact row of one trial document (a `changed_rows` row or a whole trial)."""
     config = doc.get("config")
+    training = config.get("training") if isinstance(config, Mapping) else None
+    planned = _count(training.get("epochs")) if isinstance(training, Mapping) else None
     model = config.get("model") if isinstance(config, Mapping) else None
     if not isinstance(model, Mapping):
         model = {}
@@ -127,6 +158,9 @@ def trial_row(doc: Mapping[str, Any]) -> dict[str, Any]:
         "worker": worker.get("name") if isinstance(worker, Mapping) else None,
         "device": doc.get("device"),
         "error": None if error is None else first_line(error),
+        "pruned_epoch": _count(doc.get("pruned_epoch")),
+        "epochs": epochs_trained(doc, planned),
+        "planned_epochs": planned,
     }
 
 
@@ -322,6 +356,12 @@ def failed_trials(rows: Iterable[Mapping[str, Any]], n: int = 50) -> list[Mappin
     """The `n` most recently finished failed trials, newest first."""
     failed = [r for r in rows if r["state"] == FAILED]
     return heapq.nlargest(n, failed, key=lambda r: (r["finished_at"] or 0, r["index"]))
+
+
+def pruned_trials(rows: Iterable[Mapping[str, Any]], n: int = 50) -> list[Mapping[str, Any]]:
+    """The `n` most recently finished pruned trials, newest first."""
+    pruned = [r for r in rows if r["state"] == PRUNED]
+    return heapq.nlargest(n, pruned, key=lambda r: (r["finished_at"] or 0, r["index"]))
 
 
 def failure_reasons(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from core.records import finite_number, flatten_params
-from dashboard.data import to_ms
+from dashboard.data import pruned_stop, to_ms
 
 #: Per-epoch values that are not curves of the model's quality.
 # Not quality measures: drawn in "Time per epoch" (the last three by data-parallel trials).
@@ -78,6 +78,8 @@ def trial_detail(doc: Mapping[str, Any], sweep: Mapping[str, Any], now: datetime
         "param_count": doc.get("param_count"),
         "versions": jsonable(doc.get("versions")),
         "progress": jsonable(doc.get("progress")),
+        "pruned_epoch": pruned_stop(doc),
+        "planned_epochs": ((doc.get("config") or {}).get("training") or {}).get("epochs"),
         "timings": timings(doc, now),
         "history": [
             {

@@ -264,23 +264,49 @@ def scatter_figure(points: Mapping[str, Any], metric: str) -> dict[str, Any]:
 
 def curve_trace(row: Mapping[str, Any], epochs: Sequence[int], values: Sequence[float],
                 metric: str) -> dict[str, Any]:
-    """One trial's learning curve, coloured by its index (stable as ranks change)."""
+    """One trial's learning curve, coloured by its index (stable as ranks change); a
+    pruned trial's is grey and dashed, and ends in a cross at the epoch it stopped."""
+    if row.get("state") == "pruned":
+        return _pruned_trace(row, epochs, values, metric)
     objective = row.get("objective")
     name = f"#{row['index']}" + (f" ({objective:.4g})" if objective is not None else "")
     colour = PALETTE[row["index"] % len(PALETTE)]
     return {
         "type": "scatter", "mode": "lines", "name": name, "x": list(epochs),
         "y": [_round(v) for v in values], "line": {"color": colour, "width": 1.8},
-        "meta": {"index": row["index"]},
+        "meta": {"index": row["index"], "group": "top"},
         "hovertemplate": f"trial #{row['index']}<br>epoch %{{x}}: {metric} %{{y:.4g}}"
                          "<extra></extra>",
     }
 
 
-def curves_figure(traces: Sequence[Mapping[str, Any]], metric: str, k: int) -> dict[str, Any]:
-    """Learning curves (per-epoch objective metric) of the top `k` trials."""
+def _pruned_trace(row: Mapping[str, Any], epochs: Sequence[int], values: Sequence[float],
+                  metric: str) -> dict[str, Any]:
+    stop = row.get("pruned_epoch") or (epochs[-1] if epochs else None)
+    n = len(epochs)
+    colour = STATE_COLOURS["pruned"]
+    return {
+        "type": "scatter", "mode": "lines+markers", "name": f"#{row['index']} pruned @{stop}",
+        "x": list(epochs), "y": [_round(v) for v in values],
+        "line": {"color": "#9aa5b1", "width": 1.4, "dash": "dash"},
+        "marker": {"size": [0] * (n - 1) + [11] if n else [], "symbol": "x-thin",
+                   "color": colour, "line": {"color": colour, "width": 2.5}},
+        "legendgroup": "pruned", "opacity": 0.85,
+        "meta": {"index": row["index"], "group": "pruned", "stop": stop},
+        "hovertemplate": f"trial #{row['index']} (pruned at epoch {stop})<br>epoch %{{x}}: "
+                         f"{metric} %{{y:.4g}}<extra></extra>",
+    }
+
+
+def curves_figure(traces: Sequence[Mapping[str, Any]], metric: str, k: int,
+                  pruned: int = 0) -> dict[str, Any]:
+    """Learning curves (per-epoch objective metric) of the top `k` trials, and of the
+    `pruned` most recently pruned ones when the sweep prunes (`curve_trace`)."""
     epochs = max((x for t in traces for x in t["x"]), default=0)
-    layout = base_layout(f"Learning curves of the top {k} trials", "epoch", metric,
+    title = f"Learning curves of the top {k} trials"
+    if pruned:
+        title += f" and the last {pruned} pruned"
+    layout = base_layout(title, "epoch", metric,
                      legend={"title": {"text": "trial (objective)"}},
                      xaxis={"tick0": 0, "dtick": max(1, math.ceil(epochs / 10))})
     if not traces:
@@ -298,11 +324,12 @@ def _epoch_axis(total: int | None) -> dict[str, Any]:
     return {"range": [0.5, total + 0.5], "dtick": max(1, math.ceil(total / 10))}
 
 
-def epoch_figures(series: Mapping[str, Any], total: int | None = None
-                  ) -> dict[str, dict[str, Any]]:
+def epoch_figures(series: Mapping[str, Any], total: int | None = None,
+                  stopped: int | None = None) -> dict[str, dict[str, Any]]:
     """A trial's per-epoch curves: losses, other validation metrics, seconds per epoch.
 
-    `total` is the planned number of epochs (``training.epochs``), for the epoch axis.
+    `total` is the planned number of epochs (``training.epochs``), for the epoch axis;
+    `stopped` the epoch a pruned trial stopped at, marked by a dashed line on each.
     """
     epochs = series["epochs"]
     groups = {"loss": series["losses"], "metrics": series["metrics"]}
@@ -321,7 +348,22 @@ def epoch_figures(series: Mapping[str, Any], total: int | None = None
             empty_note(layout, "no epochs reported yet")
         out[key] = {"data": traces, "layout": layout}
     out["seconds"] = _seconds_figure(series, total)
+    if stopped is not None:
+        for fig in out.values():
+            _mark_stop(fig["layout"], stopped)
     return out
+
+
+def _mark_stop(layout: dict[str, Any], epoch: int) -> None:
+    """A dashed line at the epoch a pruned trial stopped, labelled."""
+    colour = STATE_COLOURS["pruned"]
+    layout["shapes"] = [{"type": "line", "xref": "x", "yref": "paper", "x0": epoch,
+                         "x1": epoch, "y0": 0, "y1": 1,
+                         "line": {"color": colour, "width": 2, "dash": "dash"}}]
+    layout.setdefault("annotations", []).append(
+        {"text": f"pruned at epoch {epoch}", "xref": "x", "yref": "paper", "x": epoch,
+         "y": 1, "xanchor": "left", "yanchor": "top", "xshift": 4, "showarrow": False,
+         "font": {"size": 11, "color": colour}})
 
 
 def _seconds_figure(series: Mapping[str, Any], total: int | None) -> dict[str, Any]:

@@ -5,7 +5,8 @@ A sweep page loads `sweep_payload` once, then polls `sweep_changes` with its cur
 holds. It gets the rows changed after the cursor, which drive the figures it extends
 itself (scatter, best so far, parallel coordinates, failures), and each aggregate whose
 digest differs from its own, whole: small figures and tables (objective by width, time
-by depth, the top trials, failure reasons). On a busy sweep the table's snapshot is
+by depth, the top trials, failure reasons, the best-so-far history against trials and
+epochs, the recently pruned trials). On a busy sweep the table's snapshot is
 sorted and measured again at most every `PREPARED_SECONDS`. Nothing in a cursor or a
 digest belongs to one server process, so the API's several workers can answer the same
 page in turn.
@@ -21,9 +22,11 @@ from datetime import datetime
 from typing import Any
 
 from core.errors import NotFound
+from core.search_settings import describe, pruning_settings, search_settings
 from core.store import Store
 from dashboard import data, figures, params, parcoords
 from dashboard.detail import epoch_series, trial_detail
+from dashboard.history import best_history, history_figures
 from dashboard.params import Prepared
 from dashboard.table import SweepTable, Tables
 from dashboard.workers import inspect_workers, recent_activity, worker_rows
@@ -32,6 +35,9 @@ from dashboard.workers import inspect_workers, recent_activity, worker_rows
 TOP_N = 20
 CURVES_K = 10
 FAILED_N = 50
+#: Rows in the pruned-trials table; the curves show the first `CURVES_PRUNED` of them.
+PRUNED_N = 50
+CURVES_PRUNED = 10
 WORKERS_SECONDS = 3.0
 
 
@@ -79,8 +85,10 @@ def _objective(sweep: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
-    """A sweep's name, owner, dates and objective, as pages show them."""
+    """A sweep's name, owner, dates, objective, and search and pruning settings (with the
+    header's one-line summary of them), as pages show them."""
     metric, direction = _objective(sweep)
+    search, pruning = search_settings(sweep), pruning_settings(sweep)
     return {
         "id": sweep["_id"],
         "name": sweep.get("name"),
@@ -93,6 +101,9 @@ def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
         "metric": metric,
         "direction": direction,
         "counts": dict(sweep.get("counts") or {}),
+        "search": search,
+        "pruning": pruning,
+        "settings_text": describe(search, pruning, sweep.get("trial_count", 0)),
     }
 
 
@@ -126,6 +137,8 @@ def aggregate_functions(sweep: Mapping[str, Any]) -> dict[str, Callable[[Prepare
     page's choices, and the curves, read from the store)."""
     metric, _ = _objective(sweep)
     return {
+        "history": lambda p: history_figures(best_history(p.rows, p.direction), metric),
+        "pruned": lambda p: [data.public_row(r) for r in data.pruned_trials(p.rows, PRUNED_N)],
         "width": lambda p: figures.width_figure(
             data.objective_by_width(p.done, p.direction, p.params), metric
         ),
@@ -139,7 +152,7 @@ def aggregate_functions(sweep: Mapping[str, Any]) -> dict[str, Callable[[Prepare
 
 
 #: The aggregates a page holds and sends the digests of, to be sent them when they change.
-AGGREGATES = ("width", "depth", "top", "reasons")
+AGGREGATES = ("width", "depth", "top", "reasons", "history", "pruned")
 #: A snapshot of a busy sweep's rows is sorted and measured again at most this often.
 PREPARED_SECONDS = 2.0
 
@@ -168,6 +181,8 @@ def sweep_payload(
     if param not in [*prep.params, params.INDEX]:
         param = default_param(prep.params)
     top = values["top"][1]
+    pruned = values["pruned"][1]
+    shown = CURVES_PRUNED if pruned or pruning_settings(sweep)["algorithm"] != "none" else 0
     return {
         "since": prep.since,
         "versions": {name: values[name][0] for name in AGGREGATES},
@@ -185,15 +200,20 @@ def sweep_payload(
             "scatter": _scatter(table, param),
             "parallel": _parallel(table, mode),
             "curves": figures.curves_figure(
-                _curves(state, store, top[:CURVES_K], metric), metric, CURVES_K
+                _curves(state, store, [*top[:CURVES_K], *pruned[:shown]], metric), metric,
+                CURVES_K, shown,
             ),
+            "history": values["history"][1],
         },
         "top": top,
+        "pruned": pruned,
         "failed": values["failed"][1],
         "reasons": values["reasons"][1],
         "limits": {
             "top": TOP_N,
             "curves": CURVES_K,
+            "curves_pruned": CURVES_PRUNED,
+            "pruned": PRUNED_N,
             "failed": FAILED_N,
             "parallel": params.PARALLEL_CAP,
         },
@@ -291,7 +311,8 @@ def trial_payload(store: Store, trial_id: str, now: datetime, *, owner: str | No
     return {
         "trial": trial_detail(doc, sweep, now),
         "series": series,
-        "figures": figures.epoch_figures(series, planned if isinstance(planned, int) else None),
+        "figures": figures.epoch_figures(series, planned if isinstance(planned, int) else None,
+                                         data.pruned_stop(doc)),
     }
 
 

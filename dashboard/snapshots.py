@@ -25,7 +25,7 @@ from dashboard.payloads import (
 from dashboard.table import SweepTable
 
 #: Bump when what `sweep_payload` answers changes shape: stored snapshots then go stale.
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
 SNAPSHOT_NAME = "sweep_page"
 
 

@@ -25,7 +25,8 @@
     cards.push(SS.card("done", SS.num(summary.done) + " / " + SS.num(summary.total),
       pct.toFixed(1) + " %"));
     for (const state of SS.STATES) {
-      cards.push(SS.card(state, SS.num(counts[state] || 0), null, state));
+      cards.push(SS.card(state, SS.num(counts[state] || 0),
+        state === "pruned" ? prunedNote(sweep) : null, state));
     }
     cards.push(SS.card("throughput", SS.num(summary.per_minute, 3) + " / min",
       "finished, last 10 min"));
@@ -42,6 +43,15 @@
     cards.push(bestCard);
     $("summary").replaceChildren(...cards);
     SS.progressBar(counts, summary.total, $("progress"));
+  }
+
+  // The pruned card's note: the pruner, and the epochs saved so far when known.
+  function prunedNote(sweep) {
+    const pruner = sweep.pruning ? sweep.pruning.algorithm : "none";
+    if (pruner === "none") return "no pruner";
+    const h = S.history;
+    if (!h || !h.planned) return "pruner " + pruner;
+    return SS.num(h.planned - h.epochs) + " epochs saved";
   }
 
   function trialLink(row) {
@@ -90,6 +100,36 @@
       SS.el("td", { text: SS.time(row.finished_at) })));
     $("failed-table").replaceChildren(SS.el("thead", {}, head), SS.el("tbody", {}, rows));
     $("failed-table").hidden = !S.failed.length;
+  }
+
+  function renderPruned(pruned) {
+    S.pruned = pruned;
+    const paths = tableParams();
+    const head = SS.el("tr", {}, SS.el("th", { text: "trial" }),
+      paths.map((p) => SS.el("th", { text: short(p) })),
+      SS.el("th", { class: "num", text: "stopped at epoch" }),
+      SS.el("th", { class: "num", text: S.sweep.metric }),
+      SS.el("th", { text: "finished (UTC)" }));
+    const rows = pruned.map((row) => SS.el("tr", { "data-index": row.index },
+      SS.el("td", {}, trialLink(row)), paramCells(row, paths),
+      SS.el("td", { class: "num stop", text: (row.pruned_epoch === null ? "–" : row.pruned_epoch) +
+        (row.planned_epochs ? " / " + row.planned_epochs : "") }),
+      SS.el("td", { class: "num", text: SS.num(row.objective, 5) }),
+      SS.el("td", { text: SS.time(row.finished_at) })));
+    const count = S.summary ? S.summary.counts.pruned || 0 : pruned.length;
+    $("pruned-count").textContent = count ? "(" + SS.grouped(count) + ")" : "";
+    $("pruned-table").replaceChildren(SS.el("thead", {}, head), SS.el("tbody", {}, rows));
+    if (!pruned.length) {
+      $("pruned-table").append(SS.el("tbody", {}, SS.el("tr", {},
+        SS.el("td", { class: "empty", text: "No pruned trial." }))));
+    }
+  }
+
+  // Both history figures, and what the pruned card says of them.
+  async function plotHistory(history) {
+    S.history = history.epochs.layout.meta;
+    await plot("fig-history-trials", history.trials);
+    await plot("fig-history-epochs", history.epochs);
   }
 
   function renderReasons(reasons) {
@@ -358,13 +398,17 @@
     await Plotly.react(gd, gd.data, gd.layout, SS.PLOT_CONFIG);
   }
 
-  async function updateCurves(top) {
+  // The curves of one group of traces ("top" or "pruned") made to show `rows`.
+  async function updateCurves(rows, group, limit) {
     const gd = $("fig-curves");
-    const want = top.slice(0, S.limits.curves).map((r) => r.index);
-    const have = gd.data.map((t) => t.meta.index);
-    const gone = have.map((index, i) => (want.includes(index) ? -1 : i)).filter((i) => i >= 0);
+    const want = rows.slice(0, limit).map((r) => r.index);
+    const mine = (t) => (t.meta.group || "top") === group;
+    const have = gd.data.map((t) => (mine(t) ? t.meta.index : null));
+    const gone = have.map((index, i) => (index === null || want.includes(index) ? -1 : i))
+      .filter((i) => i >= 0);
     if (gone.length) await Plotly.deleteTraces(gd, gone);
     const missing = want.filter((index) => !have.includes(index));
+    if (!missing.length && !gone.length) return;
     if (missing.length) {
       const answer = await SS.getJSON(cfg.curvesUrl + "?indexes=" + missing.join(","));
       if (answer.traces.length) {
@@ -372,9 +416,10 @@
         await clearEmptyNote("fig-curves");
       }
     }
-    if (gone.length || missing.length) {
-      await Plotly.restyle(gd, { legendrank: gd.data.map((t) => 1000 + want.indexOf(t.meta.index)) });
-    }
+    const offset = { top: 1000, pruned: 2000 };
+    await Plotly.restyle(gd, { legendrank: gd.data.map((t) => (mine(t)
+      ? offset[group] + Math.max(0, want.indexOf(t.meta.index))
+      : (t.legendrank === undefined ? offset[t.meta.group || "top"] : t.legendrank))) });
   }
 
   // -- loading and polling --------------------------------------------------------------
@@ -389,6 +434,7 @@
     S.since = payload.since; S.versions = payload.versions;
     S.sweep = payload.sweep; S.params = payload.params; S.param = payload.param;
     S.limits = payload.limits;
+    S.pruned = payload.pruned;
     S.failed = payload.failed.slice(); S.failedSeen = new Set(S.failed.map((r) => r.index));
     const figs = payload.figures;
     S.plotted = new Set(figs.scatter.data[0].customdata);
@@ -407,10 +453,13 @@
       await plot(id, fig);
       performance.mark(id);
     }
+    await plotHistory(figs.history);
+    renderSummary(payload.summary, payload.sweep);
     // Tables last: each figure measures text, which lays out the page; a shorter page is
     // laid out faster.
     renderTop(payload.top);
     renderFailed();
+    renderPruned(payload.pruned);
     renderReasons(payload.reasons);
   }
 
@@ -431,7 +480,12 @@
     if (d.width) await plot("fig-width", d.width);
     if (d.depth) await plot("fig-depth", d.depth);
     if (d.reasons) renderReasons(d.reasons);
-    if (d.top) { renderTop(d.top); await updateCurves(d.top); }
+    if (d.top) { renderTop(d.top); await updateCurves(d.top, "top", S.limits.curves); }
+    if (d.history) { await plotHistory(d.history); renderSummary(d.summary, d.sweep); }
+    if (d.pruned) {
+      renderPruned(d.pruned);
+      await updateCurves(d.pruned, "pruned", S.limits.curves_pruned);
+    }
     window.__dashboard.polls = (window.__dashboard.polls || 0) + 1;
   }
 
@@ -475,7 +529,8 @@
     await drawAll(payload);
     await SS.painted();
     SS.drawn();
-    for (const id of ["fig-scatter", "fig-best", "fig-parallel"]) $(id).on("plotly_click", openTrial);
+    for (const id of ["fig-scatter", "fig-best", "fig-parallel", "fig-history-trials",
+      "fig-history-epochs"]) $(id).on("plotly_click", openTrial);
     SS.setLive(true, "live");
     SS.poll(step, POLL_MS);
   }

@@ -28,14 +28,17 @@
     const state = $("state");
     state.className = "badge " + t.state;
     state.textContent = t.state;
+    const stopped = t.state === "pruned" && t.pruned_epoch !== null;
     const cards = [
       SS.card("state", t.state, "attempt " + t.attempt, t.state),
+      stopped ? SS.card("stopped at epoch", String(t.pruned_epoch),
+        t.planned_epochs ? "of " + t.planned_epochs + " planned" : null, "pruned") : null,
       SS.card(t.objective_metric || "objective", show(t.objective), t.direction),
       SS.card("train time", SS.seconds(t.timings.train_seconds)),
       SS.card("parameters", t.param_count === null ? "–" : SS.num(t.param_count)),
       SS.card("device", t.device || "–", t.dtype),
     ];
-    $("cards").replaceChildren(...cards);
+    $("cards").replaceChildren(...cards.filter((c) => c !== null));
     const tm = t.timings;
     kv($("timings"), [
       ["queued at (UTC)", SS.time(tm.queued_at)],
@@ -125,7 +128,8 @@
       return; // a finished trial changes only if retried: look less often
     }
     const d = await SS.getJSON(cfg.dataUrl + "?attempt=" + last[0] + "&epoch=" + last[1]);
-    if (d.reset) return reload();
+    // Pruned just now: draw the figures again, with the epoch it stopped at marked.
+    if (d.reset || (d.trial.state === "pruned" && trial.state !== "pruned")) return reload();
     render(d.trial);
     await extend(d.series);
   }

@@ -126,6 +126,7 @@ def build_sweep(
     spec: SweepSpec,
     *,
     failed: int = 0,
+    pruned: int = 0,
     running: int = 0,
     queued: int = 0,
     curves: int = 30,
@@ -133,22 +134,29 @@ def build_sweep(
     now: datetime | None = None,
     seed: int = 0,
     owner: str | None = "alice",
+    sections: dict[str, Any] | None = None,
 ) -> Built:
     """A sweep of `spec` whose trials are finished, but for the last `queued` (still queued)
-    and the `running` before them; `failed` random finished ones failed with a reason.
+    and the `running` before them; `failed` random finished ones failed with a reason, and
+    `pruned` others pruned (as the pruning helper's finish leaves them: ``pruned_epoch``,
+    the epochs before it reported, no objective).
 
     Trials finished `spacing` seconds apart, the last one at `now`. Per-epoch metrics are
-    made for the `curves` best complete trials and every running trial.
+    made for the `curves` best complete trials, every pruned and every running trial.
+    `sections` go into the stored spec as they are (``search``, ``pruning``), as a spec
+    the scheduler accepted keeps them.
     """
     now = now or utcnow()
     rng = random.Random(seed)
     points = expand(spec, with_config=True)
     n = len(points)
     finished = n - queued - running
-    if finished < failed or finished < 0:
-        raise ValueError(f"cannot seed {failed} failed of {finished} finished trials")
+    if finished < failed + pruned or finished < 0:
+        raise ValueError(f"cannot seed {failed} failed and {pruned} pruned of {finished} "
+                         "finished trials")
     sweep_id = f"{rng.getrandbits(48):012x}"
-    failing = set(rng.sample(range(finished), failed))
+    ending = rng.sample(range(finished), failed + pruned)
+    failing, pruning = set(ending[:failed]), set(ending[failed:])
     start = now - timedelta(seconds=spacing * finished)
     docs, metrics, states, objectives = [], [], {}, {}
     epochs = int(spec.document.get("training", {}).get("epochs", 20) or 20)
@@ -162,6 +170,8 @@ def build_sweep(
         if position < finished:
             end = start + timedelta(seconds=spacing * (position + 1))
             state = TrialState.FAILED.value if position in failing else TrialState.COMPLETE.value
+            if position in pruning:
+                state = TrialState.PRUNED.value
             doc.update(state=state, attempt=1, worker=worker, started_at=end - timedelta(
                 seconds=seconds), heartbeat_at=end, finished_at=end, updated_at=end,
                 device="cuda:0" if "gpu" in worker["name"] else "cpu", dtype="float32",
@@ -171,6 +181,12 @@ def build_sweep(
                     "objective": accuracy, "final": {"val_accuracy": accuracy},
                     "best": {"val_accuracy": accuracy}, "epochs": epochs})
                 objectives[point.index] = accuracy
+            elif state == TrialState.PRUNED.value:
+                stop = rng.randint(1, max(1, epochs - 1))
+                doc.update(pruned_epoch=stop, train_seconds=seconds * stop / epochs,
+                           progress={"epoch": stop, "metrics": {}})
+                metrics.extend(epoch_rows(doc["_id"], sweep_id, 1, accuracy * 0.9, seconds,
+                                          epochs, end, upto=stop))
             else:
                 reason = rng.choice(REASONS).format(
                     epoch=rng.randint(2, 9), mb=rng.choice((512, 1024, 2048)),
@@ -200,6 +216,7 @@ def build_sweep(
                            spec=spec.document, metric=spec.objective.metric,
                            direction=spec.objective.direction, owner=owner, trial_count=n,
                            max_index=n - 1, now=start)
+    sweep["spec"] = {**sweep["spec"], **(sections or {})}
     sweep["counts"] = {state.value: 0 for state in TrialState}
     for state in states.values():
         sweep["counts"][state] += 1

@@ -102,7 +102,8 @@ def test_sweep_data_then_only_what_changed(client: FlaskClient, sweep: Sweep) ->
     first = get_json(client, base)
     assert first["summary"]["counts"]["complete"] == 3 and first["summary"]["best"]["index"] == 2
     assert first["param"] == "model.hidden_units" and first["params"][-1] == "index"
-    assert set(first["figures"]) == {"best", "width", "depth", "scatter", "parallel", "curves"}
+    assert set(first["figures"]) == {"best", "width", "depth", "scatter", "parallel", "curves",
+                                     "history"}
     assert len(first["figures"]["scatter"]["data"][0]["x"]) == 3
     assert len(first["figures"]["curves"]["data"]) == 3
     assert [r["index"] for r in first["top"]] == [2, 1, 0]
