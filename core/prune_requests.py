@@ -20,8 +20,8 @@ from typing import Any
 
 from pymongo import UpdateOne
 
-from core.errors import InvalidQuery
 from core.batch_writes import BatchWrites
+from core.errors import InvalidQuery
 from core.lifecycle import not_pruned
 from core.query import check_attempt, check_id
 from core.states import TrialState
