@@ -97,9 +97,7 @@ def test_request_prune_refuses_bad_input_naming_the_field(
     assert store.get_trial(tid, with_metrics=False).get("prune_requested") is None  # nothing
 
 
-def test_heartbeats_answer_prune_to_the_named_attempt_only(
-    store: Store, clock: FakeClock
-) -> None:
+def test_heartbeats_answer_prune_to_the_named_attempt_only(store: Store, clock: FakeClock) -> None:
     sweep_id, points = make_sweep(store)
     pruned, going_on, lost = trial_ids(sweep_id, points)[:3]
     for tid in (pruned, going_on, lost):
