@@ -37,7 +37,7 @@ from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
 from core.errors import InvalidQuery, InvalidTransition, NotFound
-from core.lifecycle import Lifecycle, running_fields
+from core.lifecycle import PRUNE_ATTEMPT, Lifecycle, not_pruned, running_fields
 from core.query import check_attempt, check_id, check_keys
 from core.records import RESERVED_TRIAL_FIELDS
 from core.states import Heartbeat, TrialState
@@ -165,7 +165,7 @@ class BatchWrites(Lifecycle):
         """Record that each attempt is alive, in one write; what each should do (`Heartbeat`).
 
         As `Lifecycle.heartbeat`, except that a trial the store no longer has is ``lost``
-        rather than `NotFound`: the claim is gone either way.
+        rather than `NotFound`: the claim is gone either way. ``stop`` wins over ``prune``.
         """
         for trial_id, attempt in attempts.items():
             check_id("trial_id", trial_id)
@@ -178,11 +178,12 @@ class BatchWrites(Lifecycle):
         for attempt, ids in _by_attempt(attempts).items():
             holders = {"_id": {"$in": ids}, "state": _RUNNING, "attempt": attempt}
             matched += self._trials.update_many(
-                {**holders, "stop_requested": False}, beat
+                {**holders, "stop_requested": False, **not_pruned(attempt)}, beat
             ).matched_count
         if matched == len(attempts):
             return dict.fromkeys(attempts, Heartbeat.OK)
-        docs = self._docs(attempts, {"state": 1, "attempt": 1, "stop_requested": 1})
+        fields = {"state": 1, "attempt": 1, "stop_requested": 1, PRUNE_ATTEMPT: 1}
+        docs = self._docs(attempts, fields)
         out: dict[str, Heartbeat] = {}
         stopping: dict[str, int] = {}
         for trial_id, attempt in attempts.items():
@@ -191,6 +192,9 @@ class BatchWrites(Lifecycle):
                 out[trial_id] = Heartbeat.LOST
             elif doc.get("stop_requested"):
                 out[trial_id] = Heartbeat.STOP
+                stopping[trial_id] = attempt
+            elif (doc.get("prune_requested") or {}).get("attempt") == attempt:
+                out[trial_id] = Heartbeat.PRUNE
                 stopping[trial_id] = attempt
             else:
                 out[trial_id] = Heartbeat.OK  # beaten by the write above

@@ -69,6 +69,16 @@ def poison_reason(doc: Mapping[str, Any], max_attempts: int) -> str:
     )
 
 
+#: The path of the attempt a prune request names (`core.prune_requests`).
+PRUNE_ATTEMPT = "prune_requested.attempt"
+
+
+def not_pruned(attempt: int) -> dict[str, Any]:
+    """The filter clause of an attempt that no prune request names (an older attempt's
+    request, or none at all, leaves it alone)."""
+    return {PRUNE_ATTEMPT: {"$ne": attempt}}
+
+
 def running_fields(worker: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """What a claim sets on a trial that starts an attempt (with the attempt's number moved
     by the caller): one shape for the careful claim and the batched one."""
@@ -310,7 +320,8 @@ class Lifecycle(Views):
         """Record that `attempt` is alive; say whether it should go on (see `Heartbeat`).
 
         ``ok``: it holds the claim. ``stop``: it holds the claim but its sweep was
-        cancelled. ``lost``: it no longer holds the claim (requeued or taken over).
+        cancelled. ``prune``: it holds the claim and a prune request names this attempt.
+        ``lost``: it no longer holds the claim (requeued or taken over).
         Raises `NotFound` for an unknown trial.
         """
         check_id("trial_id", trial_id)
@@ -318,10 +329,13 @@ class Lifecycle(Views):
         now = self._clock()
         beat = {"$set": {"heartbeat_at": now, "updated_at": now}}
         holder = {"_id": trial_id, "state": _RUNNING, "attempt": attempt}
-        if self._trials.update_one({**holder, "stop_requested": False}, beat).matched_count:
+        going_on = {**holder, "stop_requested": False, **not_pruned(attempt)}
+        if self._trials.update_one(going_on, beat).matched_count:
             return Heartbeat.OK
         if self._trials.update_one({**holder, "stop_requested": True}, beat).matched_count:
             return Heartbeat.STOP
+        if self._trials.update_one({**holder, PRUNE_ATTEMPT: attempt}, beat).matched_count:
+            return Heartbeat.PRUNE
         if self._trials.find_one({"_id": trial_id}, {"_id": 1}) is None:
             raise NotFound("trial", trial_id)
         return Heartbeat.LOST

@@ -17,7 +17,9 @@ A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
     stop_requested, progress {epoch, metrics} (the latest report), queued_at, started_at,
     heartbeat_at, finished_at, updated_at, result (final metrics), objective (also at top
     level, for sorting), error, train_seconds, param_count, device, dtype, versions, and
-    any other `extra` a worker records at finish.
+    any other `extra` a worker records at finish; prune_requested {attempt, epoch, at}
+    (only once `request_prune` asked, `core.prune_requests`) and, on a pruned trial,
+    pruned_epoch (the last epoch it trained).
 
 A **metrics** row: ``trial_id, sweep_id, attempt, epoch, metrics, reported_at``; one per
 (trial, attempt, epoch), which a unique index enforces.
@@ -62,6 +64,7 @@ RESERVED_TRIAL_FIELDS = frozenset(
         "lost_attempts",
         "worker",
         "stop_requested",
+        "prune_requested",
         "progress",
         "queued_at",
         "started_at",

@@ -8,6 +8,7 @@ queued ──claim──► running ──finish──► complete | failed | pr
    ▲                                               │
    └───────────────────────────────────────────────┘
 queued ──cancel_sweep──► cancelled      running ──(stop requested)──► cancelled
+                                        running ──(prune requested)──► pruned
 ```
 
 A takeover or a stale requeue counts the attempt lost (``lost_attempts``); the loss that
@@ -52,15 +53,18 @@ class Heartbeat(StrEnum):
     """What `Store.heartbeat` answers an attempt.
 
     ``ok``: the attempt holds the claim; go on. ``stop``: it still holds the claim, but its
-    sweep was cancelled; stop and finish (``cancelled`` is accepted). ``lost``: another
-    attempt took the trial over or it was requeued; stop and do not finish (a finish would
-    be a no-op).
+    sweep was cancelled; stop and finish (``cancelled`` is accepted). ``prune``: it holds
+    the claim and the scheduler asked this attempt to stop early (`Store.request_prune`);
+    stop at the end of the epoch and finish ``pruned``. ``lost``: another attempt took the
+    trial over or it was requeued; stop and do not finish (a finish would be a no-op).
+    A cancelled sweep's stop wins over a prune request.
 
     Truthy only for ``ok``, so ``if not store.heartbeat(...)`` means "stop training".
     """
 
     OK = "ok"
     STOP = "stop"
+    PRUNE = "prune"
     LOST = "lost"
 
     def __bool__(self) -> bool:

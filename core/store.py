@@ -4,10 +4,11 @@
 client, shared), must be created after a fork (pymongo clients are not fork-safe), and turns
 every connection failure into `StoreUnavailable`, which callers retry. Its writes are in
 `core.lifecycle` (one trial's transitions), `core.batch_writes` (the same, for many trials
-in one round trip) and `core.sweep_actions` (cancel, requeue,
-retry, delete), its reads in `core.views` (sweeps, trial pages) and `core.dashboard_reads`
-(changes and aggregates), the document shapes in `core.records`, and the checking of user
-input and the paging order in `core.query`.
+in one round trip), `core.prune_requests` (the scheduler's request that a running attempt
+stop early) and `core.sweep_actions` (cancel, requeue, retry, delete), its reads in
+`core.views` (sweeps, trial pages) and `core.dashboard_reads` (changes and aggregates),
+the document shapes in `core.records`, and the checking of user input and the paging
+order in `core.query`.
 
 Collections, their indexes (created idempotently by `ensure_indexes`), and what they serve:
 
@@ -20,7 +21,12 @@ Collections, their indexes (created idempotently by `ensure_indexes`), and what 
       (complete trials), ``retry_failed`` (failed), ``cancel_sweep`` (queued, running),
       ``requeue_stale`` (every running trial of every sweep: few).
     - ``{sweep_id: 1, updated_at: 1}``: ``changed_since`` and ``finished_per_minute``.
-    - Claims, heartbeats, reports and finishes address one trial by ``_id``.
+    - Claims, heartbeats, reports, finishes and prune requests address trials by ``_id``.
+    - ``prune_requested {attempt, epoch, at}`` (absent until asked): `request_prune` sets it
+      on a running attempt; heartbeats of that attempt answer ``prune`` and its worker
+      finishes it ``pruned`` with ``pruned_epoch`` (the last epoch it trained). Heartbeat
+      filters carry ``prune_requested.attempt $ne`` the attempt, so a request for an
+      earlier (lost) attempt never stops a later one.
 - ``metrics``: ``{trial_id: 1, attempt: 1, epoch: 1}`` unique: one row per epoch of an
   attempt (a repeated report is an upsert that changes nothing), a trial's curve in order.
 - ``sweeps``: ``{owner: 1, created_at: -1}`` and ``{created_at: -1}``: ``list_sweeps``.
@@ -70,9 +76,9 @@ from bson.codec_options import CodecOptions
 from pymongo import IndexModel
 from pymongo.errors import ConfigurationError
 
-from core.batch_writes import BatchWrites
 from core.dashboard_reads import DashboardReads
 from core.errors import ConfigError
+from core.prune_requests import PruneRequests
 from core.query import check_seconds
 from core.records import TrialPointLike, utcnow
 from core.sweep_actions import SweepActions
@@ -100,7 +106,7 @@ INDEXES: dict[str, list[IndexModel]] = {
 }
 
 
-class Store(BatchWrites, SweepActions, DashboardReads):
+class Store(PruneRequests, SweepActions, DashboardReads):
     """Sweeps, trials and metrics in one MongoDB database (see the module docstring).
 
     `clock` returns the current UTC time (tests pass a fake one); `change_lag` is how many

@@ -10,7 +10,9 @@ the list of its trial ids (keywords ``configs`` and ``attempts``, one per id); i
 the plain (`build`) path below, there being far fewer.
 
 What `enqueue` takes, per message: ``(trial id or list of ids, time limit)`` or
-``(…, time limit, keyword arguments)`` (`carry` and `carry_group` make them).
+``(…, time limit, keyword arguments)`` (`carry` and `carry_group` make them). A pruning
+sweep's messages also carry ``watch: true``: the worker then reports every epoch at once
+and checks for a prune request after each (`workers.runner`).
 
 Publishing speed: Celery's ``send_task`` with publisher confirms waits for the broker's
 ack after every message (~3 ms each: 150 s for 50,000 trials). On RabbitMQ (py-amqp),
@@ -59,14 +61,28 @@ WRITE_BYTES = 256 * 1024
 Outgoing: TypeAlias = tuple[str | list[str], float] | tuple[str | list[str], float, dict[str, Any]]
 
 
-def carry(config: dict[str, Any], attempt: int = 0) -> dict[str, Any]:
-    """The keyword arguments of a `workers.run_trial` message: what its claim needs."""
-    return {"config": config, "attempt": attempt}
+def carry(config: dict[str, Any], attempt: int = 0, *, watch: bool = False) -> dict[str, Any]:
+    """The keyword arguments of a `workers.run_trial` message: what its claim needs.
+
+    `watch` (a pruning sweep): the worker writes its epoch rows at every epoch and asks
+    for a prune request after each (`workers.runner`); left out of the message when off,
+    so a sweep without pruning sends exactly what it sent before.
+    """
+    kwargs: dict[str, Any] = {"config": config, "attempt": attempt}
+    if watch:
+        kwargs["watch"] = True
+    return kwargs
 
 
-def carry_group(configs: list[dict[str, Any]], attempts: list[int]) -> dict[str, Any]:
-    """The keyword arguments of a `workers.run_group` message, one config and attempt per id."""
-    return {"configs": configs, "attempts": attempts}
+def carry_group(
+    configs: list[dict[str, Any]], attempts: list[int], *, watch: bool = False
+) -> dict[str, Any]:
+    """The keyword arguments of a `workers.run_group` message, one config and attempt per id
+    (`watch` as in `carry`, for the whole group)."""
+    kwargs: dict[str, Any] = {"configs": configs, "attempts": attempts}
+    if watch:
+        kwargs["watch"] = True
+    return kwargs
 
 
 def _kwargsrepr(kwargs: dict[str, Any]) -> str:

@@ -7,13 +7,17 @@
   finished), goes the careful way: `Store.claim`, which reads the trial, takes over an
   attempt whose process is known dead, and cancels a trial of a cancelled sweep.
 - **Heartbeats.** One thread per process (`HeartbeatSender`) beats for every trial the
-  process holds in one write, and notes per trial a lost claim or a stop request.
+  process holds in one write, and notes per trial a lost claim, a stop request or a prune
+  request. A watched trial (a pruning sweep's message says ``watch``) also asks at every
+  epoch end (`HeartbeatSender.check`, one more write per epoch), so it stops within one
+  epoch of the request, whatever the heartbeat interval.
 - **Epoch rows** (`EpochRows`) are written in batches: the first at once (so a live page
   shows the trial moving), then at most every `ROWS_EVERY` seconds, and whenever the
-  runner asks (`take`) — at the end of a trial, whatever ends it, and whenever a decision
-  needs the rows in the store (pruning). A kill -9 loses at most the rows of those
-  seconds, of the running attempt only; the next attempt writes its own rows (attempt + 1),
-  and the store's unique index keeps a repeated row out.
+  runner asks (`take`) — at the end of a trial, whatever ends it, and at every epoch of a
+  watched trial, whose rows the scheduler's pruning decision needs in the store at once.
+  A kill -9 loses at most the rows of those seconds, of the running attempt only; the
+  next attempt writes its own rows (attempt + 1), and the store's unique index keeps a
+  repeated row out.
 """
 
 from __future__ import annotations
@@ -145,8 +149,9 @@ class HeartbeatSender(threading.Thread):
 
     A runner `hold`s a trial's attempt after its claim and `release`s it once its finish is
     written; every `interval` seconds the thread sends one `Store.heartbeat_many` for all
-    of them and notes, per trial, a lost claim (`lost`) or a stop request (`stopping`).
-    (The store's answer to a heartbeat is `core.states.Heartbeat`.)
+    of them and notes, per trial, a lost claim (`lost`), a stop request (`stopping`) or a
+    prune request (`pruning`); `check` does the same at once for some trials (a watched
+    trial's epoch end). (The store's answer to a heartbeat is `core.states.Heartbeat`.)
     """
 
     _senders: ClassVar[dict[tuple[int, int, float], HeartbeatSender]] = {}
@@ -158,6 +163,7 @@ class HeartbeatSender(threading.Thread):
         self._held: dict[str, int] = {}
         self._lost: set[str] = set()
         self._stopping: set[str] = set()
+        self._pruning: set[str] = set()
         self._lock = threading.Lock()
 
     @classmethod
@@ -177,6 +183,7 @@ class HeartbeatSender(threading.Thread):
             self._held[trial_id] = attempt
             self._lost.discard(trial_id)
             self._stopping.discard(trial_id)
+            self._pruning.discard(trial_id)
 
     def release(self, trial_id: str) -> None:
         """Stop beating for the trial (its attempt ended)."""
@@ -191,8 +198,40 @@ class HeartbeatSender(threading.Thread):
         """Whether the trial's sweep asked it to stop (it still holds its claim)."""
         return trial_id in self._stopping
 
+    def pruning(self, trial_id: str) -> bool:
+        """Whether the scheduler asked the trial's attempt to stop early (it holds its claim)."""
+        return trial_id in self._pruning
+
     def should_stop(self, trial_id: str) -> bool:
-        return trial_id in self._lost or trial_id in self._stopping
+        """Whether the trial's training should end now: lost, stopping or pruning."""
+        return trial_id in self._lost or trial_id in self._stopping or trial_id in self._pruning
+
+    def check(self, attempts: Mapping[str, int]) -> None:
+        """Beat now for these held attempts and note the answers, as the thread would.
+
+        A watched trial calls it right after its epoch rows are written. An unreachable
+        store is only logged: the thread's next beat asks again.
+        """
+        if not attempts:
+            return
+        try:
+            answers = self.store.heartbeat_many(attempts)
+        except (StoreUnavailable, NotFound) as exc:
+            log.warning("epoch check for %d trial(s) failed: %s", len(attempts), exc)
+            return
+        self._note(dict(attempts), answers)
+
+    def _note(self, held: Mapping[str, int], answers: Mapping[str, Heartbeat]) -> None:
+        with self._lock:
+            for trial_id, answer in answers.items():
+                if self._held.get(trial_id) != held[trial_id]:
+                    continue  # released or held again meanwhile: the answer is stale
+                if answer == Heartbeat.LOST:
+                    self._lost.add(trial_id)
+                elif answer == Heartbeat.STOP:
+                    self._stopping.add(trial_id)
+                elif answer == Heartbeat.PRUNE:
+                    self._pruning.add(trial_id)
 
     def run(self) -> None:
         while True:
@@ -209,14 +248,7 @@ class HeartbeatSender(threading.Thread):
             except Exception:  # the thread must outlive any one failed beat
                 log.exception("heartbeat for %d trial(s) failed", len(held))
                 continue
-            with self._lock:
-                for trial_id, answer in answers.items():
-                    if self._held.get(trial_id) != held[trial_id]:
-                        continue  # released or held again meanwhile: the answer is stale
-                    if answer == Heartbeat.LOST:
-                        self._lost.add(trial_id)
-                    elif answer == Heartbeat.STOP:
-                        self._stopping.add(trial_id)
+            self._note(held, answers)
 
 
 class EpochRows:
@@ -236,6 +268,11 @@ class EpochRows:
         if self._last is None or now - self._last >= self.every:
             return self.take()
         return None
+
+    def keep(self, trial_id: str, attempt: int, epoch: int, metrics: dict[str, Any]) -> None:
+        """Keep a row for the next `take`, whatever is due (a watched group takes at every
+        epoch end, once for all its trials)."""
+        self._rows.append(EpochRow(trial_id, attempt, epoch, metrics))
 
     def take(self) -> list[EpochRow]:
         """Every row kept so far, to write now (possibly none)."""

@@ -14,6 +14,12 @@ single-trial runner (`workers.runner`) keeps:
 - **Heartbeat.** The process's one heartbeat thread (`HeartbeatSender`) beats for every
   trial still training. A trial whose claim is lost leaves the group at the next check and
   is not recorded; one whose sweep is cancelled leaves it and ends ``cancelled``.
+- **Pruning.** A watched group (its message says ``watch``: a pruning sweep) writes every
+  epoch's rows of all its trials at the epoch's end and, in the same pass of the writer,
+  asks for prune requests (one heartbeat for the trials still training); training waits
+  for that answer, so a pruned member leaves the group before the next epoch and ends
+  ``pruned`` (`workers.runner.settle`), the others go on, and the fused model computes
+  for the others only from then on.
 - **Report and finish.** Epoch rows are kept and written in batches for the whole group
   (`EpochRows`: the first at once, then at most every 2 s); the trials that end at the
   same point of training (all of them, usually, at the last epoch; a diverged model
@@ -59,7 +65,7 @@ from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 from workers.runner import (
     RunnerOptions,
     failure_reason,
-    record_outcome,
+    settle,
     sweep_objective,
     versions,
 )
@@ -92,6 +98,16 @@ class _Writer(threading.Thread):
             raise self.error
         self._queue.put((fn, args))
 
+    def sync(self) -> None:
+        """Wait until every write submitted so far is done; raise the first error."""
+        done = threading.Event()
+        self.submit(done.set)
+        while not done.wait(0.5):
+            if self.error is not None or not self.is_alive():
+                break
+        if self.error is not None:
+            raise self.error
+
     def run(self) -> None:
         while (item := self._queue.get()) is not None:
             if self.error is not None:
@@ -114,9 +130,15 @@ class _Run:
     """One attempt at a group: the claimed trials, their rows, and how each ended."""
 
     def __init__(
-        self, store: Store, trial_ids: list[str], options: RunnerOptions, beats: HeartbeatSender
+        self,
+        store: Store,
+        trial_ids: list[str],
+        options: RunnerOptions,
+        beats: HeartbeatSender,
+        watch: bool = False,
     ) -> None:
-        self.store, self.options, self.beats = store, options, beats
+        self.store, self.options, self.beats, self.watch = store, options, beats, watch
+        self.attempts: dict[str, int] = {}
         self.budget = options.store_retry_seconds
         self.writer = _Writer()
         self.rows = EpochRows()
@@ -133,9 +155,22 @@ class _Run:
     def report(self, doc: dict[str, Any], epoch: int, row: dict[str, float]) -> None:
         """Keep an epoch's row; first write the finishes of trials that ended before it."""
         self.flush_finishes()
+        if self.watch:
+            self.rows.keep(doc["_id"], doc["attempt"], epoch, row)
+            return
         due = self.rows.add(doc["_id"], doc["attempt"], epoch, row)
         if due:
             self.writer.submit(self._write_rows, due)
+
+    def epoch_end(self) -> None:
+        """A watched group's epoch end: its rows, then a check for prune requests of the
+        trials still training, written in order; training waits for the answer."""
+        if not self.watch:
+            return
+        self.writer.submit(self._write_rows, self.rows.take())
+        live = {t: a for t, a in self.attempts.items() if t not in self.outcomes}
+        self.writer.submit(self.beats.check, live)
+        self.writer.sync()
 
     def flush_finishes(self) -> None:
         """Write every row kept so far, then the finishes waiting (one write each)."""
@@ -186,11 +221,13 @@ class _Run:
             extra["dtype"] = dtype
         state, result, error = TrialState.FAILED, None, None
         if isinstance(outcome, TrainResult):
-            result = record_outcome(outcome, self.objective(doc["sweep_id"]), extra)
-            if self.beats.stopping(trial_id):
-                state, error = TrialState.CANCELLED, "the sweep was cancelled while the trial ran"
-            else:
-                state = TrialState.COMPLETE
+            state, result, error = settle(
+                outcome,
+                self.objective(doc["sweep_id"]),
+                extra,
+                stopping=self.beats.stopping(trial_id),
+                pruning=self.beats.pruning(trial_id),
+            )
         elif isinstance(outcome, BaseException):
             error = failure_reason(outcome)
         else:
@@ -221,9 +258,11 @@ def _train(
     should_stop: Callable[[int], bool],
     on_done: Callable[[int, Any], None],
     data_dir: Path | None = None,
+    on_epoch_end: Callable[[], None] = lambda: None,
 ) -> None:
     """Train the configs as one fused model, or (not `fused`) one by one, unfused; dataset
-    files are read from `data_dir` (the worker's datasets folder)."""
+    files are read from `data_dir` (the worker's datasets folder); `on_epoch_end` runs
+    after each epoch's rows."""
     from workers.training import train
     from workers.training.fused import train_fused
 
@@ -234,13 +273,19 @@ def _train(
             should_stop=should_stop,
             on_done=on_done,
             data_dir=data_dir,
+            on_epoch_end=lambda _epoch: on_epoch_end(),
         )
         return
     for k, config in enumerate(configs):
+
+        def one_epoch(epoch: int, row: dict[str, float], k: int = k) -> None:
+            on_epoch(k, epoch, row)
+            on_epoch_end()
+
         try:
             outcome: Any = train(
                 config,
-                on_epoch=lambda epoch, row, k=k: on_epoch(k, epoch, row),
+                on_epoch=one_epoch,
                 should_stop=lambda k=k: should_stop(k),
                 data_dir=data_dir,
             )
@@ -255,16 +300,19 @@ def execute_group(
     worker: dict[str, Any],
     options: RunnerOptions,
     carried: dict[str, tuple[int, dict[str, Any]]] | None = None,
+    *,
+    watch: bool = False,
 ) -> dict[str, str]:
     """Run the trials of a group this worker can claim; what happened to each, by id.
 
-    `carried` maps ids to the (queued attempt, config) the message carries (module
-    docstring). Outcomes as `execute_trial`'s: ``skipped``, ``complete``, ``failed``,
-    ``cancelled``, ``lost``, and ``unknown`` for an id the store does not have.
+    `carried` maps ids to the (queued attempt, config) the message carries; `watch`: check
+    for prune requests at every epoch end (module docstring). Outcomes as
+    `execute_trial`'s: ``skipped``, ``complete``, ``failed``, ``cancelled``, ``pruned``,
+    ``lost``, and ``unknown`` for an id the store does not have.
     """
     budget = options.store_retry_seconds
     beats = HeartbeatSender.of_process(store, options.heartbeat_seconds)
-    run = _Run(store, trial_ids, options, beats)
+    run = _Run(store, trial_ids, options, beats, watch)
     unique = list(dict.fromkeys(trial_ids))
     claims = claim_trials(
         store,
@@ -286,6 +334,7 @@ def execute_group(
         else:
             docs.append(doc)
             beats.hold(trial_id, doc["attempt"])
+            run.attempts[trial_id] = doc["attempt"]
     if not docs:
         return run.outcomes
     run.writer.start()
@@ -310,6 +359,7 @@ def execute_group(
                     members[k][0], outcome, members[k][1].execution.dtype
                 ),
                 data_dir=options.data_dir,
+                on_epoch_end=run.epoch_end,
             )
         except SoftTimeLimitExceeded:
             reason = (

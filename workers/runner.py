@@ -4,6 +4,16 @@ Claims, heartbeats and epoch rows are written as `workers.claims` says: a claim 
 write when the message carries the config, one heartbeat thread per process, epoch rows
 in batches (at most every 2 s, and all of them before the finish).
 
+**Early stopping.** A message of a pruning sweep carries ``watch`` (`scheduler.enqueue`):
+the trial's rows are then written at every epoch and, right after, one heartbeat asks
+whether the scheduler requested a prune (`Store.request_prune`), so the trial stops
+before its next epoch. Without ``watch`` a request is still honoured, at the heartbeat
+thread's next beat. A trial stopped so ends ``pruned`` (`settle`): its rows kept,
+``pruned_epoch`` the last epoch it trained, ``result.objective`` the objective metric's
+value at that epoch (what Optuna is told of a pruned trial). A request that comes after
+the last epoch leaves the trial ``complete``; a cancel wins over a prune (``cancelled``);
+a lost claim records nothing.
+
 This is the logic behind the thin Celery task `workers.run_trial`. It never lets a training
 error escape: NaN loss, out of memory, a bad shape, a time limit, even a bug in training
 code, all end the trial `failed` with a readable reason, and the worker goes on. Only an
@@ -16,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import platform
 import socket
@@ -123,6 +134,39 @@ def record_outcome(
     }
 
 
+def last_value(outcome: TrainResult, metric: str) -> float | None:
+    """The objective metric at the last epoch trained (None when not finite or absent):
+    a pruned trial's objective, as Optuna takes a pruned trial's last reported value."""
+    row = outcome.metrics[-1] if outcome.metrics else outcome.final
+    value = row.get(metric) if row else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return value
+
+
+def settle(
+    outcome: TrainResult,
+    objective: dict[str, str],
+    extra: dict[str, Any],
+    *,
+    stopping: bool,
+    pruning: bool,
+) -> tuple[TrialState, dict[str, Any], str | None]:
+    """How a trained trial ends: (state, result, error) for its finish (module docstring).
+
+    Cancelled when its sweep asked it to stop; pruned when a prune request stopped it
+    before its last epoch (``pruned_epoch`` into `extra`); else complete.
+    """
+    result = record_outcome(outcome, objective, extra)
+    if stopping:
+        return TrialState.CANCELLED, result, "the sweep was cancelled while the trial ran"
+    if pruning and outcome.stopped_early:
+        extra["pruned_epoch"] = int(outcome.metrics[-1]["epoch"]) if outcome.metrics else 0
+        result["objective"] = last_value(outcome, objective["metric"])
+        return TrialState.PRUNED, result, None
+    return TrialState.COMPLETE, result, None
+
+
 def execute_trial(
     store: Store,
     trial_id: str,
@@ -130,13 +174,16 @@ def execute_trial(
     options: RunnerOptions,
     objective: dict[str, str] | None = None,
     carried: tuple[int, dict[str, Any]] | None = None,
+    *,
+    watch: bool = False,
 ) -> str:
     """Run the trial if this worker can claim it; return what happened.
 
     `carried` is the (queued attempt, config) the message carries, if it does: the claim
-    is then one write (`workers.claims`). Outcomes: ``skipped`` (finished already, or held
-    by a live attempt), ``complete``, ``failed``, ``cancelled``, ``lost`` (another attempt
-    took the claim over).
+    is then one write (`workers.claims`). `watch`: write every epoch's row at once and
+    check for a prune request after it (module docstring). Outcomes: ``skipped``
+    (finished already, or held by a live attempt), ``complete``, ``failed``,
+    ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over).
     """
     from workers.training import train  # torch loads only in workers
 
@@ -169,7 +216,12 @@ def execute_trial(
             with_retry(store.report_many, batch, budget=budget)
 
     def on_epoch(epoch: int, metrics: dict[str, Any]) -> None:
-        write_rows(rows.add(trial_id, attempt, epoch, metrics) or [])
+        if not watch:
+            write_rows(rows.add(trial_id, attempt, epoch, metrics) or [])
+            return
+        rows.keep(trial_id, attempt, epoch, metrics)
+        write_rows(rows.take())
+        beats.check({trial_id: attempt})
 
     state, result, error, extra = TrialState.FAILED, None, None, {"versions": versions()}
     try:
@@ -182,11 +234,13 @@ def execute_trial(
                 should_stop=lambda: beats.should_stop(trial_id),
                 data_dir=options.data_dir,
             )
-            result = record_outcome(outcome, objective, extra)
-            if beats.stopping(trial_id):
-                state, error = TrialState.CANCELLED, "the sweep was cancelled while the trial ran"
-            else:
-                state = TrialState.COMPLETE
+            state, result, error = settle(
+                outcome,
+                objective,
+                extra,
+                stopping=beats.stopping(trial_id),
+                pruning=beats.pruning(trial_id),
+            )
         except SoftTimeLimitExceeded:
             limit = doc.get("config", {}).get("execution", {}).get("time_limit")
             error = f"time limit exceeded: execution.time_limit is {limit} s"

@@ -3,7 +3,9 @@
 The logic is in `runner` (one trial) and `group_runner` (a fused group of trials). A
 message may carry, besides the ids, each trial's config and the attempt it was queued at
 (`scheduler.enqueue`): the claim is then one write with no read (`workers.claims`). A
-message without them, or with ones that do not check out, reads them from the store.
+message without them, or with ones that do not check out, reads them from the store. A
+pruning sweep's message also says ``watch: true``: report every epoch at once and check
+for a prune request after each (`workers.runner`).
 """
 
 from __future__ import annotations
@@ -63,7 +65,11 @@ def register(app: Celery, context: WorkerContext) -> None:
 
     @app.task(name=TASK_NAME, **TASK_OPTIONS)
     def run_trial(
-        self: Task, trial_id: str, config: dict | None = None, attempt: int | None = None
+        self: Task,
+        trial_id: str,
+        config: dict | None = None,
+        attempt: int | None = None,
+        watch: bool = False,
     ) -> str:
         if not isinstance(trial_id, str):
             log.error("refusing a message whose argument is not a trial id: %r", trial_id)
@@ -71,7 +77,12 @@ def register(app: Celery, context: WorkerContext) -> None:
         worker = worker_identity(self.request.hostname)
         try:
             return execute_trial(
-                context.store, trial_id, worker, _options(), carried=_carried(config, attempt)
+                context.store,
+                trial_id,
+                worker,
+                _options(),
+                carried=_carried(config, attempt),
+                watch=watch is True,
             )
         except NotFound:
             log.error("trial %s does not exist; dropping the message", trial_id)
@@ -87,6 +98,7 @@ def register(app: Celery, context: WorkerContext) -> None:
         trial_ids: list[str],
         configs: list | None = None,
         attempts: list | None = None,
+        watch: bool = False,
     ) -> str:
         if (
             not isinstance(trial_ids, list)
@@ -106,7 +118,9 @@ def register(app: Celery, context: WorkerContext) -> None:
                     carried[trial_id] = one
         worker = worker_identity(self.request.hostname)
         try:
-            outcomes = execute_group(context.store, trial_ids, worker, _options(), carried)
+            outcomes = execute_group(
+                context.store, trial_ids, worker, _options(), carried, watch=watch is True
+            )
         except StoreUnavailable as exc:
             delay = _retry_delay(self.request.retries)
             log.warning(

@@ -102,6 +102,20 @@ def test_messages_carry_the_config_and_attempt_as_send_task_would(settings: Sett
     assert third.headers["kwargsrepr"] == "{'configs': ..., 'attempts': ...}"
 
 
+def test_watch_goes_in_the_message_only_when_on(settings: Settings) -> None:
+    config = {"model": {"hidden_units": 64}}
+    assert "watch" not in carry(config, 1) and "watch" not in carry_group([config], [0])
+    watched = carry(config, 1, watch=True)
+    group = carry_group([config, config], [0, 0], watch=True)
+    sent = [("cafe02-1", 300.0, watched), ("cafe02-2", 300.0, carry(config)), (["g"], 60.0, group)]
+    assert enqueue(sender_app(settings), sent) == 3
+    first, second, third = drain(settings)
+    assert json.loads(first.body)[1] == {"config": config, "attempt": 1, "watch": True}
+    assert first.headers["kwargsrepr"] == "{'config': ..., 'attempt': ..., 'watch': ...}"
+    assert json.loads(second.body)[1] == {"config": config, "attempt": 0}
+    assert json.loads(third.body)[1]["watch"] is True
+
+
 def test_confirms_count_multiple_and_single_acks() -> None:
     confirms = _Confirms()
     confirms.ack(3, True)

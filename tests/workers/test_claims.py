@@ -70,3 +70,29 @@ def test_one_heartbeat_thread_beats_for_every_held_trial(store: Store) -> None:
     assert not sender.should_stop(ids[0])
     for trial_id in ids:
         sender.release(trial_id)
+
+
+def test_an_epoch_check_notes_a_prune_request_at_once(store: Store) -> None:
+    sweep_id, points = make_sweep(store)
+    pruned, going_on = trial_ids(sweep_id, points)[:2]
+    configs = {t: (0, p.config) for t, p in zip((pruned, going_on), points, strict=False)}
+    claim_trials(store, [pruned, going_on], WORKER, 60.0, configs, budget=5.0)
+    sender = HeartbeatSender(store, interval=3600.0)  # its thread would not beat in time
+    sender.hold(pruned, 1)
+    sender.hold(going_on, 1)
+    assert store.request_prune({pruned: (1, 4)}) == [pruned]
+    assert not sender.should_stop(pruned)
+    sender.check({pruned: 1, going_on: 1})
+    assert sender.pruning(pruned) and sender.should_stop(pruned)
+    assert not sender.stopping(pruned) and not sender.lost(pruned)
+    assert not sender.should_stop(going_on)
+    sender.hold(pruned, 2)  # a new attempt held starts clean
+    assert not sender.pruning(pruned)
+
+
+def test_epoch_rows_kept_wait_for_take() -> None:
+    rows = EpochRows(every=2.0, clock=Ticks())
+    rows.keep("t-1", 1, 1, {"loss": 1.0})
+    rows.keep("t-2", 1, 1, {"loss": 0.9})
+    assert [(r.trial_id, r.epoch) for r in rows.take()] == [("t-1", 1), ("t-2", 1)]
+    assert rows.take() == []

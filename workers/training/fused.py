@@ -20,7 +20,9 @@ What each model keeps for itself, and how it stays faithful to its unfused twin:
 - **Failure**: a loss that turns NaN or infinite, or a validation loss that does, fails
   that model alone with the unfused reason; it is removed from the stacks (with its
   optimiser state) and the others go on. So does a model whose `should_stop(k)` turns
-  true (cancelled, claim lost): it ends stopped early, as `train` would end it.
+  true (cancelled, pruned, claim lost): it ends stopped early, as `train` would end it,
+  and from the next step on the group computes for the others only (`on_epoch_end` sees
+  the stacked parameters shrink).
 
 Shared by the group (`check_compatible`): dataset, batch size, epochs, depth,
 activation, batch norm, optimiser kind, device and dtype. float16 is refused: its
@@ -102,6 +104,17 @@ def check_compatible(configs: list[TrialConfig]) -> None:
                 )
 
 
+@dataclass(frozen=True)
+class FusedEpoch:
+    """What `train_fused`'s `on_epoch_end` is told after each fused epoch: the epoch, the
+    trials (positions in `configs`) still training, and the elements of the stacked
+    parameters, which every step computes over (it shrinks as members leave)."""
+
+    epoch: int
+    members: tuple[int, ...]
+    parameters: int
+
+
 @dataclass
 class _Member:
     """One trial of the group: its place in `configs`, seed, data order, lr, results."""
@@ -122,13 +135,16 @@ def train_fused(
     should_stop: Callable[[int], bool] | None = None,
     on_done: Callable[[int, Outcome], None] | None = None,
     data_dir: Path | None = None,
+    on_epoch_end: Callable[[FusedEpoch], None] | None = None,
 ) -> list[Outcome]:
     """Train `configs` as one fused model; outcome k is trial k's `TrainResult` or error.
 
     `on_epoch(k, epoch, row)` gets each model's rows as `train`'s `on_epoch` would;
-    `should_stop(k)` ends model k early; `on_done(k, outcome)` is called once per model,
-    as soon as it ends (a diverged model before the others finish). Raises `ValueError`
-    for trials that cannot be fused (`check_compatible`).
+    `on_epoch_end` is called once after each epoch's rows (a watched group checks for
+    prune requests there); `should_stop(k)` ends model k early, before the next epoch or
+    within it; `on_done(k, outcome)` is called once per model, as soon as it ends (a
+    diverged model before the others finish). Raises `ValueError` for trials that cannot
+    be fused (`check_compatible`).
     """
     check_compatible(configs)
     outcomes: list[Outcome | None] = [None] * len(configs)
@@ -147,7 +163,7 @@ def train_fused(
     for chunk in chunks(len(configs), fit_count(configs, shared)):
         reason = None
         try:
-            _Group(configs, chunk, shared, done).run(on_epoch, should_stop)
+            _Group(configs, chunk, shared, done).run(on_epoch, should_stop, on_epoch_end)
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
             reason = oom_reason(err)  # worded as `train` words it
             if reason is None:
@@ -258,6 +274,7 @@ class _Group:
         self,
         on_epoch: Callable[[int, int, dict[str, float]], None] | None,
         should_stop: Callable[[int], bool] | None,
+        on_epoch_end: Callable[[FusedEpoch], None] | None = None,
     ) -> None:
         epochs = self.first.training.epochs
         if epochs == 0 and self.members:
@@ -273,6 +290,9 @@ class _Group:
                 logger.debug("trial %d epoch %d: %s", member.index, epoch, row)
                 if on_epoch is not None:
                     on_epoch(member.index, epoch, row)
+            if on_epoch_end is not None and self.members and self.model is not None:
+                size = sum(p.numel() for p in self.model.parameters())
+                on_epoch_end(FusedEpoch(epoch, tuple(m.index for m in self.members), size))
         for member in self.members:
             self.done(member.index, self._result(member, stopped=False))
         logger.info(

@@ -15,7 +15,7 @@ from core.config import TrialConfig
 from core.errors import TrainingError
 from workers.training import TrainResult, fused_plan, train
 from workers.training import fused as fused_module
-from workers.training.fused import check_compatible, train_fused
+from workers.training.fused import FusedEpoch, check_compatible, train_fused
 from workers.training.fused_optim import KINDS
 
 TOLERANCE = 1e-5
@@ -191,6 +191,26 @@ def test_a_bad_member_fails_alone_and_a_stopped_one_ends_early() -> None:
     stopped = outcomes[2]
     assert isinstance(stopped, TrainResult) and stopped.stopped_early
     assert stopped.epochs_completed == 2 and stopped.final == stopped.metrics[-1]
+
+
+def test_a_member_stopped_at_an_epoch_end_leaves_and_the_group_computes_less() -> None:
+    configs = [
+        _config(training={"seed": s, "epochs": 5}, model={"hidden_units": 64}) for s in range(3)
+    ]
+    ends: list[FusedEpoch] = []
+    outcomes = train_fused(
+        configs,
+        should_stop=lambda k: k == 1 and len(ends) >= 2,  # asked at the end of epoch 2
+        on_epoch_end=ends.append,
+    )
+    assert [e.epoch for e in ends] == [1, 2, 3, 4, 5]
+    assert [e.members for e in ends] == [(0, 1, 2)] * 2 + [(0, 2)] * 3
+    assert ends[2].parameters == ends[1].parameters * 2 // 3  # one model fewer to compute
+    stopped = outcomes[1]
+    assert isinstance(stopped, TrainResult) and stopped.stopped_early
+    assert [row["epoch"] for row in stopped.metrics] == [1, 2]
+    _assert_same(outcomes[0], configs[0])
+    _assert_same(outcomes[2], configs[2])
 
 
 def test_zero_epochs_evaluates_each_untrained_model() -> None:

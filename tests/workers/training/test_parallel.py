@@ -199,6 +199,16 @@ def test_should_stop_ends_every_rank_and_keeps_the_epochs_so_far() -> None:
     assert _gone(pids)
 
 
+def test_a_stop_asked_at_an_epoch_takes_no_epoch_after_it() -> None:
+    seen: list[int] = []
+    config = _config({"world_size": 2, "strategy": "allreduce"}, training={"epochs": 500})
+    result = train(
+        config, on_epoch=lambda epoch, _: seen.append(epoch), should_stop=lambda: len(seen) >= 3
+    )
+    assert result.stopped_early and seen == [1, 2, 3]  # however far ahead the ranks ran
+    assert [row["epoch"] for row in result.metrics] == [1, 2, 3]
+
+
 def test_a_diverging_parallel_trial_fails_with_the_reason() -> None:
     config = _config(
         {"world_size": 2, "strategy": "local_sgd", "tau": 3},

@@ -4,8 +4,11 @@ The worker that claimed the trial calls `train_parallel` in place of the one-pro
 it starts `world_size` processes of `rank.py` (gloo on the CPU; one GPU each with NCCL),
 relays rank 0's epochs to `on_epoch`, and returns rank 0's result. Whatever happens, no
 rank outlives the call: the first rank to fail ends the others, a `should_stop` (the
-sweep was cancelled, the claim was lost) ends them all, a time limit raised in the worker
-ends them all, and every rank dies with the worker process (Linux parent-death signal).
+sweep was cancelled, the trial pruned, the claim was lost) ends them all, a time limit
+raised in the worker ends them all, and every rank dies with the worker process (Linux
+parent-death signal). `should_stop` is asked after every epoch relayed (and between
+polls): epochs the ranks trained past it are not taken, so a stop asked at epoch k ends
+the trial's record at epoch k however far ahead the ranks ran.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ class _Follow:
     metrics: list[dict[str, float]] = field(default_factory=list)
     result: dict[str, Any] | None = None
     errors: list[tuple[int, str]] = field(default_factory=list)
+    stop: Callable[[], bool] | None = None
+    stopped: bool = False
 
 
 def _gpu_ids(world_size: int) -> list[str]:
@@ -142,7 +147,7 @@ def train_parallel(
     finally:
         _end(ranks)
         shutil.rmtree(folder, ignore_errors=True)
-    if follow.result is None:  # stopped: what rank 0 had said so far
+    if follow.result is None or follow.stopped:  # stopped: what rank 0 had said so far
         return _partial(config, follow, time.perf_counter() - started)
     fields = follow.result
     fields["stopped_early"] = False
@@ -154,9 +159,12 @@ def _follow(
     on_epoch: Callable[[int, dict[str, float]], None] | None,
     should_stop: Callable[[], bool] | None,
 ) -> _Follow:
-    follow = _Follow()
+    follow = _Follow(stop=should_stop)
     while True:
         _read(ranks, follow, on_epoch, POLL_SECONDS)
+        if follow.stopped:
+            log.info("stop asked; ending the ranks")
+            return follow
         failed = follow.errors or any(r.proc.poll() not in (None, 0) for r in ranks)
         if failed:
             deadline = time.monotonic() + SETTLE_SECONDS
@@ -165,11 +173,14 @@ def _follow(
             raise TrainingError(_failure(ranks, follow))
         if all(r.proc.poll() == 0 for r in ranks):
             _read(ranks, follow, on_epoch, 0)  # whatever is left in the pipes
+            if follow.stopped:
+                return follow
             if follow.result is None:
                 raise TrainingError("rank 0 exited without reporting a result")
             return follow
         if should_stop is not None and should_stop():
             log.info("stop asked; ending the ranks")
+            follow.stopped = True
             return follow
 
 
@@ -193,7 +204,7 @@ def _read(
         rank.buffer += chunk
         *lines, rank.buffer = rank.buffer.split(b"\n")
         for line in lines:
-            if line.strip():
+            if line.strip() and not follow.stopped:
                 _handle(rank.index, json.loads(line), follow, on_epoch)
 
 
@@ -212,6 +223,8 @@ def _handle(
         follow.metrics.append(event["row"])
         if on_epoch is not None:
             on_epoch(int(event["epoch"]), event["row"])
+        if follow.stop is not None and follow.stop():
+            follow.stopped = True  # what the ranks said after this is not taken
     elif kind == "result":
         follow.result = event["result"]
 
@@ -259,5 +272,5 @@ def _partial(config: TrialConfig, follow: _Follow, seconds: float) -> TrainResul
         device={"world_size": config.execution.parallel.world_size},
         dataset={},
         dataset_fingerprint=str(follow.ready.get("dataset_fingerprint", "")),
-        stopped_early=True,
+        stopped_early=len(metrics) < config.training.epochs,
     )
