@@ -7,15 +7,18 @@ prune it at the latest epoch it sees (`Store.request_prune`), and checks that th
 ends ``pruned`` within one epoch of the request (``pruned_epoch`` is that epoch or the
 next), with every row up to it stored once and its objective the value at that epoch,
 while the other trials are untouched. The workers beat only every 60 s here, so only the
-per-epoch check of a watched trial can stop it that soon.
+per-epoch check of a watched trial can stop it that soon. Without ``watch``, the heartbeat
+thread's next beat stops it (the last test, in this process).
 """
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
 import pytest
+import torch
 
 from core.spec import load_spec
 from scheduler.enqueue import enqueue
@@ -23,6 +26,7 @@ from scheduler.expand import expand
 from scheduler.submit import messages
 from tests.integration.stack import Stack, wait_for
 from tests.integration.test_parallel import _all_gone, _ranks_of
+from workers.runner import RunnerOptions, execute_trial, worker_identity
 
 pytestmark = pytest.mark.integration
 
@@ -161,3 +165,23 @@ def test_a_data_parallel_trial_stops_on_every_rank_and_ends_pruned(stack: Stack)
     assert doc["device_info"]["world_size"] == 2
     assert _all_gone(ranks)
     assert _ranks_of(worker.proc.pid) == []
+
+
+def test_without_watch_the_heartbeat_thread_still_stops_a_pruned_trial(stack: Stack) -> None:
+    spec = load_spec(_spec("prune-unwatched", TRAINING, "{device: cpu, fuse: off}"))
+    trials = expand(spec, with_config=True)[:1]
+    sweep_id = stack.store.create_sweep(spec, trials)
+    trial_id = f"{sweep_id}-{trials[0].id}"
+    pruner = threading.Thread(target=_prune_once_training, args=(stack, sweep_id, 2))
+    pruner.start()
+    torch.set_num_threads(1)
+    options = RunnerOptions(heartbeat_seconds=0.2, stale_after_seconds=30.0)
+    carried = (0, trials[0].config)
+    outcome = execute_trial(
+        stack.store, trial_id, worker_identity("in-process"), options, carried=carried
+    )
+    pruner.join()
+    assert outcome == "pruned"
+    doc = stack.store.get_trial(trial_id)
+    assert doc["state"] == "pruned" and 2 <= doc["pruned_epoch"] < 30
+    assert _epochs(stack, trial_id) == list(range(1, doc["pruned_epoch"] + 1))
