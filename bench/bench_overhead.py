@@ -52,6 +52,27 @@ def platform_costs(trials: list[dict[str, Any]]) -> list[float]:
     return sorted(costs)
 
 
+def cost_parts(trials: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
+    """The platform cost split in two: between tasks (previous finish to this claim: the
+    ack, the broker's next delivery, Celery's handling) and inside the task (claim to
+    finish, minus training: store writes, heartbeats, the record). Seconds, sorted."""
+    by_process: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for doc in trials:
+        worker = doc.get("worker") or {}
+        by_process.setdefault((worker.get("host"), worker.get("pid")), []).append(doc)
+    between: list[float] = []
+    inside: list[float] = []
+    for docs in by_process.values():
+        docs.sort(key=lambda d: d["finished_at"])
+        for previous, doc in itertools.pairwise(docs):
+            between.append((doc["started_at"] - previous["finished_at"]).total_seconds())
+            inside.append(
+                (doc["finished_at"] - doc["started_at"]).total_seconds()
+                - (doc.get("train_seconds") or 0.0)
+            )
+    return sorted(between), sorted(inside)
+
+
 def _percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
@@ -84,6 +105,7 @@ def main() -> None:
                 if not cursor:
                     break
             costs = platform_costs(trials)
+            between, inside = cost_parts(trials)
             train = sorted(doc.get("train_seconds") or 0.0 for doc in trials)
             print(f"trials: {n}, workers: {args.workers}")
             print(f"submit (store + enqueue): {submitted - start:.2f} s")
@@ -91,6 +113,11 @@ def main() -> None:
                 f"platform cost per trial: median {statistics.median(costs) * 1000:.1f} ms, "
                 f"p99 {_percentile(costs, 0.99) * 1000:.1f} ms "
                 f"(training function: median {statistics.median(train) * 1000:.1f} ms)"
+            )
+            print(
+                f"  of it between tasks (ack, delivery, Celery): median "
+                f"{statistics.median(between) * 1000:.1f} ms; inside the task (claim to "
+                f"finish, minus training): median {statistics.median(inside) * 1000:.1f} ms"
             )
             print(
                 f"wall time per trial per worker process: "

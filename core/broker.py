@@ -88,7 +88,9 @@ def celery_config(settings: Settings, broker_url: str | None = None) -> dict[str
         "task_create_missing_queues": False,
         "task_default_delivery_mode": "persistent",
         "task_routes": {name: {"queue": queue.name} for name in (TASK_NAME, GROUP_TASK_NAME)},
-        "worker_send_task_events": True,
+        # Off unless SWEEPSTACK_TASK_EVENTS says so (`Settings.task_events`); Flower can
+        # still turn them on in running workers (`celery control enable_events`).
+        "worker_send_task_events": settings.task_events,
         "task_send_sent_event": False,
         "worker_hijack_root_logger": False,
         "worker_cancel_long_running_tasks_on_connection_loss": False,

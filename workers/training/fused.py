@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 from core.config import TrialConfig
 from core.errors import TrainingError
-from workers.training.device import MIXED_DTYPES
+from workers.training.device import MIXED_DTYPES, seed_torch
 from workers.training.fused_model import FusedMLP, parameter_count
 from workers.training.fused_optim import FusedOptimizer, LrClock
 from workers.training.fused_plan import GroupData, chunks, fit_count
@@ -185,7 +185,7 @@ class _Group:
             seed = config.training.seed if config.training.seed is not None else fresh_seed()
             try:
                 # The unfused loop's order: seed, then its shuffle generator, then the model.
-                torch.manual_seed(seed)
+                seed_torch(seed, shared.device)
                 shuffle = torch.Generator().manual_seed(seed)
                 check_fits(config.model, n_in, n_out, shared.device, shared.param_dtype)
                 net = build_mlp(
