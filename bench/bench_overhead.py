@@ -53,9 +53,12 @@ def platform_costs(trials: list[dict[str, Any]]) -> list[float]:
 
 
 def cost_parts(trials: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
-    """The platform cost split in two: between tasks (previous finish to this claim: the
-    ack, the broker's next delivery, Celery's handling) and inside the task (claim to
-    finish, minus training: store writes, heartbeats, the record). Seconds, sorted."""
+    """The platform cost split in two at the claim. Both times are stamped when a store call
+    starts, so the first part (previous ``finished_at`` to this ``started_at``) holds the
+    previous finish's writes, the ack, the broker's next delivery and Celery's handling; the
+    second (``started_at`` to ``finished_at``, minus training) holds the claim's writes, the
+    training set-up (data from the cache, model, optimiser) and the epoch rows. Seconds,
+    sorted."""
     by_process: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for doc in trials:
         worker = doc.get("worker") or {}
@@ -115,9 +118,9 @@ def main() -> None:
                 f"(training function: median {statistics.median(train) * 1000:.1f} ms)"
             )
             print(
-                f"  of it between tasks (ack, delivery, Celery): median "
-                f"{statistics.median(between) * 1000:.1f} ms; inside the task (claim to "
-                f"finish, minus training): median {statistics.median(inside) * 1000:.1f} ms"
+                f"  finish call to next claim (finish writes, ack, delivery, Celery): median "
+                f"{statistics.median(between) * 1000:.1f} ms; claim to finish call minus "
+                f"training (claim, set-up): median {statistics.median(inside) * 1000:.1f} ms"
             )
             print(
                 f"wall time per trial per worker process: "
