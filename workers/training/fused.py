@@ -7,7 +7,7 @@ which trials are compatible; `check_compatible` refuses anything else.
 
 What each model keeps for itself, and how it stays faithful to its unfused twin:
 
-- **Weights**: built by `build_mlp` right after ``torch.manual_seed(seed)``, exactly as
+- **Weights**: built by `build_mlp` right after `seed_torch(seed, device)`, exactly as
   the unfused loop does, and copied into the stacks (`workers.training.fused_model`).
 - **Data order**: its own ``torch.Generator`` seeded with its seed draws its own
   permutation every epoch; a step gathers each model's batch into [K, B, features].
