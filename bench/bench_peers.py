@@ -58,6 +58,7 @@ class Outcome:
     first_start: float | None = None
     shutdown: float | None = None
     gap: float | None = None
+    work: float | None = None
 
 
 def clean_env() -> dict[str, str]:
@@ -73,9 +74,10 @@ def _seconds(value: Any) -> float:
     return float(value.timestamp())
 
 
-def _stored_times(data: Path, sweep_id: str) -> tuple[float, float, float | None]:
+def _stored_times(data: Path, sweep_id: str) -> tuple[float, float, float | None, float]:
     """From the sweep's records in its data folder: (first started_at, last finished_at,
-    median gap between one trial's end and the next start on the same worker process)."""
+    median gap between one trial's end and the next start on the same worker process, sum
+    of the trials' ``train_seconds``)."""
     import pymongo
 
     from tests.services import SecantusProcess
@@ -83,7 +85,7 @@ def _stored_times(data: Path, sweep_id: str) -> tuple[float, float, float | None
     server = SecantusProcess(data / "db")
     try:
         client = pymongo.MongoClient(server.url, serverSelectionTimeoutMS=10000)
-        fields = {"started_at": 1, "finished_at": 1, "worker": 1}
+        fields = {"started_at": 1, "finished_at": 1, "worker": 1, "train_seconds": 1}
         docs = list(client["sweepstack"]["trials"].find({"sweep_id": sweep_id}, fields))
         client.close()
     finally:
@@ -100,7 +102,8 @@ def _stored_times(data: Path, sweep_id: str) -> tuple[float, float, float | None
         ordered = sorted(per_pid)
         gaps += [b[0] - a[1] for a, b in itertools.pairwise(ordered)]
     gap = statistics.median(gaps) if gaps else None
-    return spans[0][0], max(end for _, end in spans), gap
+    work = sum(doc.get("train_seconds") or 0.0 for doc in docs)
+    return spans[0][0], max(end for _, end in spans), gap, work
 
 
 def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outcome:
@@ -121,7 +124,7 @@ def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outco
     if out.returncode != 0:
         raise RuntimeError(f"sweepstack run (fuse {fuse}) failed:\n{out.stderr[-3000:]}")
     summary = json.loads(out.stdout)
-    first, last, gap = _stored_times(data, summary["sweep_id"])
+    first, last, gap, work = _stored_times(data, summary["sweep_id"])
     best = (summary.get("best") or {}).get("objective")
     count = sum(n for state, n in summary["counts"].items() if state not in ("queued", "running"))
     return Outcome(
@@ -133,6 +136,7 @@ def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outco
         first_start=first - started,
         shutdown=ended - last,
         gap=gap,
+        work=work / workers,
     )
 
 
@@ -225,6 +229,13 @@ def print_table(outcomes: list[Outcome], workers: int, spec: Path) -> None:
             f"sweepstack (best of fuse auto/off: {fastest.system}) / optuna wall time: "
             f"{fastest.wall / peer[0].wall:.2f}"
         )
+    for o in ours:
+        if o.work is not None and peer:
+            # The floor of a platform that adds nothing: training alone, spread evenly.
+            print(
+                f"{o.system}: training alone (sum of train_seconds / {workers} workers) "
+                f"{o.work:.1f} s = {o.work / peer[0].wall:.2f} x optuna's wall time"
+            )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -84,6 +84,8 @@ _CEILING_FIELDS = frozenset(
 )
 _PATH_FIELDS = frozenset({"data_dir", "datasets_dir"})
 _SECURE_CHOICES = ("auto", "true", "false")
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+_BOOL_FIELDS = frozenset({"task_events"})
 
 
 def _positive_int(name: str, raw: str) -> int:
@@ -144,6 +146,10 @@ class Settings:
     bind_host: str | None = None
     # Torch threads per worker process (`sweepstack worker` sets it from cores / concurrency).
     torch_threads: int = 1
+    # Celery task events from the workers (Flower's task list). Off by default: each event is
+    # a publish the worker's main process waits on (publisher confirms), several ms a trial.
+    # Flower turns them on at run time (`celery control enable_events`) whatever this says.
+    task_events: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -164,6 +170,12 @@ class Settings:
                         f"{PREFIX}SESSION_COOKIE_SECURE: must be auto, true or false, got {raw!r}"
                     )
                 values[f.name] = raw.lower()
+            elif f.name in _BOOL_FIELDS:
+                if raw.lower() not in _BOOLEANS:
+                    raise ConfigError(
+                        f"{PREFIX}{f.name.upper()}: must be true or false, got {raw!r}"
+                    )
+                values[f.name] = _BOOLEANS[raw.lower()]
             elif f.name in _PATH_FIELDS:
                 values[f.name] = Path(raw).expanduser()
             elif f.name in _INT_FIELDS or f.name in _CEILING_FIELDS:

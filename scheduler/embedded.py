@@ -7,7 +7,7 @@
   cannot do that RabbitMQ can: a message a worker had taken is gone from the folder, so if
   that worker is killed with ``kill -9`` the broker does not redeliver it (the store still
   has the trial, and ``sweepstack run --resume`` or the stale-heartbeat requeue sends it
-  again); no publisher confirms; one machine only; workers poll the folder (every 0.1 s)
+  again); no publisher confirms; one machine only; workers poll the folder (every 0.01 s)
   instead of being pushed messages; no management UI.
 - N Celery worker processes and the dashboard (gunicorn), with the same settings.
 

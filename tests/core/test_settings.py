@@ -41,11 +41,24 @@ def test_values_are_parsed() -> None:
         ("SWEEPSTACK_STALE_AFTER_SECONDS", "-1", "must be > 0, got -1"),
         ("SWEEPSTACK_MAX_ATTEMPTS", "0", "SWEEPSTACK_MAX_ATTEMPTS: must be > 0, got 0"),
         ("SWEEPSTACK_MAX_ATTEMPTS", "three", "must be an integer, got 'three'"),
+        ("SWEEPSTACK_TASK_EVENTS", "maybe", "SWEEPSTACK_TASK_EVENTS: must be true or false"),
     ],
 )
 def test_malformed_values_name_the_variable(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Settings.from_env({name: value})
+
+
+def test_task_events_off_by_default_and_on_when_asked() -> None:
+    from core.broker import celery_config
+
+    off = Settings.from_env({"SWEEPSTACK_BROKER_URL": "amqp://h//"})
+    on = Settings.from_env(
+        {"SWEEPSTACK_BROKER_URL": "amqp://h//", "SWEEPSTACK_TASK_EVENTS": "True"}
+    )
+    assert off.task_events is False and on.task_events is True
+    assert celery_config(off)["worker_send_task_events"] is False
+    assert celery_config(on)["worker_send_task_events"] is True
 
 
 def test_env_example_lists_every_setting() -> None:

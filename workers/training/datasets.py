@@ -1,19 +1,25 @@
 """The data a trial trains on: built-in sets and user files, split and standardised.
 
-Built in: scikit-learn's bundled digits, iris, wine and breast_cancer (no network), and
-seeded synthetic sets (`make_classification`, `make_regression`, both seeded by
-`dataset.split_seed`). Files: `.npz` (arrays `X` and `y`; `dataset.target` names another key,
-and a key `target` is taken when there is no `y`), `.csv` and `.parquet` (a `target` column,
-or the column `dataset.target` names; every other column is a numeric feature).
+Built in: scikit-learn's bundled digits, iris, wine and breast_cancer (no network; read
+from its package data by `bundled` without importing it), and seeded synthetic sets
+(`make_classification`, `make_regression`, both seeded by `dataset.split_seed`). Files:
+`.npz` (arrays `X` and `y`; `dataset.target` names another key, and a key `target` is
+taken when there is no `y`), `.csv` and `.parquet` (a `target` column, or the column
+`dataset.target` names; every other column is a numeric feature).
 
 Split: `dataset.validation_fraction` goes to validation, drawn with `dataset.split_seed`,
-stratified by class for classification. Features are standardised with the training part's
-mean and standard deviation (constant features become 0). For regression the target is
-standardised the same way, so one learning rate suits targets of any scale; `val_loss` is
-the mean squared error on that scale, and `val_rmse` is reported in the target's own units.
+stratified by class for classification (`splits`: the rows scikit-learn's
+`train_test_split` gives, without importing it). Features are standardised with the
+training part's mean and standard deviation (constant features become 0). For regression
+the target is standardised the same way, so one learning rate suits targets of any scale;
+`val_loss` is the mean squared error on that scale, and `val_rmse` is reported in the
+target's own units.
 
 `task: auto` on a file: an integer-valued target with at most 100 distinct values, or one
 that is not numeric, is classification; anything else is regression.
+
+scikit-learn is imported only for a synthetic set, pandas only for a .csv or .parquet file:
+a worker that trains on digits imports neither (about 2 s less at its start).
 
 Loaded sets are cached in the process (a worker trains many trials on the same data); a
 file's cache entry is keyed by its path, size and modification time, so an edit reloads it.
@@ -28,26 +34,23 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-from sklearn import datasets as sk_datasets
-from sklearn.model_selection import train_test_split
 
 from core.config import DatasetConfig
 from core.errors import TrainingError
 from core.limits import OutsideDatasets, confine
+from workers.training.bundled import FILES as BUNDLED_FILES
+from workers.training.bundled import load_bundled
+from workers.training.splits import StratifyError, train_val_split
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 logger = logging.getLogger(__name__)
 
 AUTO_CLASSIFICATION_MAX_CLASSES = 100
-_BUNDLED = {
-    "digits": sk_datasets.load_digits,
-    "iris": sk_datasets.load_iris,
-    "wine": sk_datasets.load_wine,
-    "breast_cancer": sk_datasets.load_breast_cancer,
-}
 _CACHE_SIZE = 8
 
 
@@ -157,14 +160,15 @@ def _load_cached(config_json: str, file_key: tuple[str, int, int] | None) -> Dat
 
 def _builtin(config: DatasetConfig) -> tuple[np.ndarray, np.ndarray, list[str]]:
     name = config.name
-    if name in _BUNDLED:
-        bunch = _BUNDLED[name]()
-        names = [str(n) for n in getattr(bunch, "feature_names", [])]
-        return np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target), names
+    if name in BUNDLED_FILES:
+        x, y, names = load_bundled(name)
+        return np.asarray(x, dtype=np.float64), np.asarray(y), names
     if name == "synthetic_classification":
         x, y = _synthetic_classification(config)
     elif name == "synthetic_regression":
-        x, y = sk_datasets.make_regression(
+        from sklearn.datasets import make_regression
+
+        x, y = make_regression(
             n_samples=config.samples,
             n_features=config.features,
             n_informative=min(config.features, 10),
@@ -190,7 +194,9 @@ def _synthetic_classification(config: DatasetConfig) -> tuple[np.ndarray, np.nda
             f"dataset.features {features} is too few for dataset.classes {classes} in "
             f"synthetic_classification; it needs at least {needed}"
         )
-    return sk_datasets.make_classification(
+    from sklearn.datasets import make_classification
+
+    return make_classification(
         n_samples=config.samples,
         n_features=features,
         n_informative=informative,
@@ -210,6 +216,8 @@ def _read_file(path: Path, config: DatasetConfig) -> tuple[np.ndarray, np.ndarra
     suffix = path.suffix.lower()
     if suffix == ".npz":
         return _read_npz(path, config, shown)
+    import pandas as pd
+
     try:
         frame = pd.read_csv(path) if suffix == ".csv" else pd.read_parquet(path)
     except (OSError, ValueError, pd.errors.ParserError, ImportError) as err:
@@ -256,6 +264,8 @@ def _split_frame(
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Features and target of a table. Columns are named in errors only by the spec's own
     words (the target) or by position, never by the file's header."""
+    import pandas as pd
+
     columns = [str(c) for c in frame.columns]
     if target not in columns:
         raise TrainingError(
@@ -367,27 +377,16 @@ def _split(
     rows: int, classes: np.ndarray | None, config: DatasetConfig, source: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Seeded train/validation row indices, stratified by `classes` when given."""
-    indices = np.arange(rows)
+    fraction, seed = config.validation_fraction, config.split_seed
     if classes is not None:
         try:
-            return tuple(  # type: ignore[return-value]
-                train_test_split(
-                    indices,
-                    test_size=config.validation_fraction,
-                    random_state=config.split_seed,
-                    stratify=classes,
-                )
-            )
-        except ValueError as err:
+            return train_val_split(rows, fraction, seed, classes)
+        except StratifyError as err:
             # Too few rows of some class to stratify; a plain split is still a fair split.
             logger.warning(
                 "dataset %s: cannot stratify the split (%s); splitting plainly", source, err
             )
-    return tuple(  # type: ignore[return-value]
-        train_test_split(
-            indices, test_size=config.validation_fraction, random_state=config.split_seed
-        )
-    )
+    return train_val_split(rows, fraction, seed)
 
 
 def _fingerprint(config: DatasetConfig, task: str, arrays: list[np.ndarray]) -> str:

@@ -28,6 +28,20 @@ _DTYPES: dict[str, torch.dtype] = {
 MIXED_DTYPES = (torch.float16, torch.bfloat16)
 
 
+def seed_torch(seed: int, device: torch.device) -> None:
+    """Seed the random streams a trial on `device` draws from, as ``torch.manual_seed`` does.
+
+    On the CPU that is the default generator alone. ``torch.manual_seed`` also queues a seed
+    for every CUDA, MPS and XPU device, and while CUDA is not initialised each queued call
+    records a stack trace: about 0.4 ms, a third of a zero-epoch trial, for streams a CPU
+    trial never reads. On any other device the full call, so results stay what they were.
+    """
+    if device.type == "cpu":
+        torch.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)
+
+
 def select_device(execution: ExecutionConfig) -> torch.device:
     """The device `execution.device` names; `auto` is CUDA when there is one, else the CPU.
 

@@ -7,7 +7,7 @@ which trials are compatible; `check_compatible` refuses anything else.
 
 What each model keeps for itself, and how it stays faithful to its unfused twin:
 
-- **Weights**: built by `build_mlp` right after ``torch.manual_seed(seed)``, exactly as
+- **Weights**: built by `build_mlp` right after `seed_torch(seed, device)`, exactly as
   the unfused loop does, and copied into the stacks (`workers.training.fused_model`).
 - **Data order**: its own ``torch.Generator`` seeded with its seed draws its own
   permutation every epoch; a step gathers each model's batch into [K, B, features].
@@ -50,7 +50,7 @@ import torch.nn.functional as F
 
 from core.config import TrialConfig
 from core.errors import TrainingError
-from workers.training.device import MIXED_DTYPES
+from workers.training.device import MIXED_DTYPES, seed_torch
 from workers.training.fused_model import FusedMLP, parameter_count
 from workers.training.fused_optim import FusedOptimizer, LrClock
 from workers.training.fused_plan import GroupData, chunks, fit_count
@@ -201,7 +201,7 @@ class _Group:
             seed = config.training.seed if config.training.seed is not None else fresh_seed()
             try:
                 # The unfused loop's order: seed, then its shuffle generator, then the model.
-                torch.manual_seed(seed)
+                seed_torch(seed, shared.device)
                 shuffle = torch.Generator().manual_seed(seed)
                 check_fits(config.model, n_in, n_out, shared.device, shared.param_dtype)
                 net = build_mlp(

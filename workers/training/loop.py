@@ -40,6 +40,7 @@ from workers.training.device import (
     MIXED_DTYPES,
     describe,
     parameter_dtype,
+    seed_torch,
     select_device,
     select_dtype,
 )
@@ -242,7 +243,7 @@ class Trainer:
             )
         )
 
-        torch.manual_seed(self.seed)
+        seed_torch(self.seed, self.device)
         self.shuffle = torch.Generator().manual_seed(self.seed)
         n_in, n_out = self.data.n_features, self.data.out_features
         check_fits(config.model, n_in, n_out, self.device, param_dtype)
