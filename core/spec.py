@@ -341,7 +341,12 @@ def load_spec(source: str | Path | dict[str, Any], filename: str = "<spec>") -> 
         problems.append(Problem("dataset", "is required"))
 
     parts: dict[str, Any] = {}
-    models = (("objective", Objective), ("search", Search), ("pruning", Pruning), ("limits", Limits))
+    models = (
+        ("objective", Objective),
+        ("search", Search),
+        ("pruning", Pruning),
+        ("limits", Limits),
+    )
     deprecated = deprecated_option_problems(meta.get("search"))
     problems.extend(deprecated)
     for key, model in models:

@@ -59,14 +59,24 @@ WRITE_BYTES = 256 * 1024
 Outgoing: TypeAlias = tuple[str | list[str], float] | tuple[str | list[str], float, dict[str, Any]]
 
 
-def carry(config: dict[str, Any], attempt: int = 0) -> dict[str, Any]:
-    """The keyword arguments of a `workers.run_trial` message: what its claim needs."""
-    return {"config": config, "attempt": attempt}
+def carry(config: dict[str, Any], attempt: int = 0, *, watch: bool = False) -> dict[str, Any]:
+    """The keyword arguments of a `workers.run_trial` message: what its claim needs.
+    `watch`: the trial's sweep prunes, so the worker looks for a prune request each epoch."""
+    kwargs: dict[str, Any] = {"config": config, "attempt": attempt}
+    if watch:
+        kwargs["watch"] = True
+    return kwargs
 
 
-def carry_group(configs: list[dict[str, Any]], attempts: list[int]) -> dict[str, Any]:
-    """The keyword arguments of a `workers.run_group` message, one config and attempt per id."""
-    return {"configs": configs, "attempts": attempts}
+def carry_group(
+    configs: list[dict[str, Any]], attempts: list[int], *, watch: bool = False
+) -> dict[str, Any]:
+    """The keyword arguments of a `workers.run_group` message, one config and attempt per id
+    (`watch` as for `carry`)."""
+    kwargs: dict[str, Any] = {"configs": configs, "attempts": attempts}
+    if watch:
+        kwargs["watch"] = True
+    return kwargs
 
 
 def _kwargsrepr(kwargs: dict[str, Any]) -> str:

@@ -71,8 +71,11 @@ def _follow(
     err: Console,
     stale_after: float,
     max_attempts: int,
+    feeder: Any = None,
 ) -> None:
-    """Show progress until no trial is queued or running; requeue stale trials meanwhile.
+    """Show progress until no trial is queued or running; feed the sweep (`feeder`, a
+    `scheduler.feed.Feeder`, when this process holds the sweep's lease) and requeue stale
+    trials meanwhile.
 
     Reads the counts every `POLL_SECONDS` (one small read) and the best trial only when
     the complete count changed.
@@ -108,6 +111,8 @@ def _follow(
             if active == 0:
                 return
             procs.check()
+            if feeder is not None and not feeder.step():
+                feeder = None
             if time.monotonic() - last_requeue > REQUEUE_EVERY_SECONDS:
                 requeue_stale(store, app, stale_after, max_attempts)
                 last_requeue = time.monotonic()
@@ -297,6 +302,10 @@ def run(
                 raise click.ClickException(f"no sweep {sweep_id} in {mongo_url}") from exc
             _resume(store, app, sweep_id)
         log.info("sweep %s enqueued %.2f s after start", sweep_id, time.monotonic() - started)
+        from scheduler.feed import Feeder, owner_name
+
+        # None when a `sweepstack scheduler` on the same store feeds this sweep already.
+        feeder = Feeder.open(store, app, sweep_id, owner=owner_name(), workers=processes)
         sweep = store.get_sweep(sweep_id)
         total = sum(store.counts(sweep_id).values())
         err.print(f"sweep [bold]{sweep_id}[/] ({sweep['name']}): {total:,} trials")
@@ -313,6 +322,7 @@ def run(
             err,
             settings.stale_after_seconds,
             settings.max_attempts,
+            feeder,
         )
         counts = store.counts(sweep_id)
         best = store.best(sweep_id, 1)

@@ -171,6 +171,14 @@ class SearchSession:
                 out.append(asked)
         return out
 
+    def add_point(self, params: dict[str, Any]) -> Asked:
+        """Add a point chosen elsewhere (a grid or random sweep's expansion, whose order and
+        ids `scheduler.expand` fixes) as a running trial, for the pruner to judge."""
+        key = canonical(params)
+        if key in self._seen:
+            raise ValueError(f"point {key} is already in the study")
+        return self._add(params, TrialState.RUNNING)
+
     def _grid_points(self) -> Iterator[dict[str, Any]]:
         if self._grid is None:
             self._grid = (p for p in _grid(self.spec) if canonical(p) not in self._seen)
