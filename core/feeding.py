@@ -8,9 +8,11 @@ sweep and point id, and a repeat insert is a duplicate key that changes nothing)
 them from planned to real; `shrink_plan` drops planned trials a search cannot ask (a space
 used up), and cancelling a sweep drops them all (`drop_plan`).
 
-A trial is written before its message is sent and marked ``enqueued_at`` after: a feeder
-that restarts sends again the queued trials never marked (a duplicate message is harmless,
-a missing one would strand the trial).
+A window's trial ids are written to the sweep's ``sending`` list before the trials are
+created, and the list is emptied once their messages are sent: a feeder that restarts sends
+again those of the list that exist and were never claimed (a duplicate message is harmless,
+a missing one would strand the trial). One write per window on the sweep document, not one
+per trial: SecantusDB takes ~14 ms per trial for an ``update_many`` by ``_id $in``.
 
 One feeder per sweep: the ``lease`` field ``{owner, expires}`` is taken and renewed by one
 conditional ``update_one`` (free, expired, or already ours), so of two schedulers exactly
@@ -48,7 +50,6 @@ FEED_FIELDS = {
     "attempt": 1,
     "objective": 1,
     "optuna": 1,
-    "enqueued_at": 1,
     "config": 1,
 }
 
@@ -80,7 +81,6 @@ class Feeding(Lifecycle):
         docs = []
         for p in points:
             doc = self._trial_doc(sweep_id, spec, base, p, now)
-            doc["enqueued_at"] = None
             doc.update((extras or {}).get(p.id, {}))
             docs.append(doc)
         dup: set[str] = set()
@@ -123,13 +123,14 @@ class Feeding(Lifecycle):
         return created
 
     @available
-    def mark_enqueued(self, trial_ids: Sequence[str]) -> None:
-        """Record that these trials' messages were sent (see the module docstring)."""
-        if trial_ids:
-            now = self._clock()
-            self._trials.update_many(
-                {"_id": {"$in": list(trial_ids)}}, {"$set": {"enqueued_at": now}}
-            )
+    def begin_sending(self, sweep_id: str, trial_ids: Sequence[str]) -> None:
+        """Note the ids of a window about to be created and sent (module docstring)."""
+        self._sweeps.update_one({"_id": sweep_id}, {"$set": {"sending": list(trial_ids)}})
+
+    @available
+    def end_sending(self, sweep_id: str) -> None:
+        """The window's messages are sent: nothing to send again after a restart."""
+        self._sweeps.update_one({"_id": sweep_id}, {"$set": {"sending": []}})
 
     @available
     def shrink_plan(self, sweep_id: str, n: int | None = None) -> int:

@@ -106,10 +106,10 @@ class Lifecycle(Views):
         """Store a sweep and its trials (queued, attempt 0); return the new sweep id.
 
         `total` (at least ``len(trials)``), when given, is the sweep's size: the trials
-        beyond these are planned (`core.feeding`), counted as queued, and these are stored
-        unsent (``enqueued_at`` None) for the feeder to mark. `extras` adds fields per
-        trial id (the search's ``optuna`` record), `sweep_fields` to the sweep document
-        (the submitter's feeding ``lease``).
+        beyond these are planned (`core.feeding`), counted as queued, and these are noted
+        in the sweep's ``sending`` list until the caller has sent them (`end_sending`).
+        `extras` adds fields per trial id (the search's ``optuna`` record), `sweep_fields`
+        to the sweep document (the submitter's feeding ``lease``).
 
         Trials go in first, in batches, and the sweep document last: a sweep that is
         visible is complete. The sweep document (which holds the whole spec) and the first
@@ -148,12 +148,11 @@ class Lifecycle(Views):
         )
         if total is not None:
             sweep["planned"] = total - len(trials)
+            sweep["sending"] = [f"{sweep_id}-{p.id}" for p in trials]
         sweep.update(sweep_fields or {})
-        unsent = {"enqueued_at": None} if total is not None else {}
 
         def doc_of(p: TrialPointLike) -> dict[str, Any]:
             doc = self._trial_doc(sweep_id, spec, base, p, now)
-            doc.update(unsent)
             doc.update((extras or {}).get(p.id, {}))
             return doc
 

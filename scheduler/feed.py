@@ -1,9 +1,10 @@
 """The feeding loop: one path from a sweep's search to the queue, for every algorithm.
 
 A `Feeder` keeps a sweep's window of trials in flight (queued or running): it asks its
-source for new points, stores them (`Store.add_trials`, idempotent by trial id), sends them
-(`scheduler.submit.messages`: fused groups, longest first within the window), marks them
-sent, tells the search each finished trial and, when the sweep prunes, decides which
+source for new points, stores them (`Store.add_trials`, idempotent by trial id; the
+window's ids noted first in the sweep's ``sending`` list), sends them
+(`scheduler.submit.messages`: fused groups, longest first within the window), empties the
+list, tells the search each finished trial and, when the sweep prunes, decides which
 running trials stop (`scheduler.prune_decision`). `submit_sweep` runs its first step; the
 `sweepstack scheduler` loop (and `sweepstack run`, in-process) the rest.
 
@@ -24,7 +25,8 @@ fewer only when a search's space runs out (`Store.shrink_plan`).
 Restarts (kill -9 at any point): the session is rebuilt from the stored trials (Optuna
 number, params, state, objective, pruned-metric epochs, system attrs; the sweep's study
 attrs), so no point is asked twice and a seeded sweep asks the same points; a trial stored
-but never marked sent is sent again; ``planned`` is repaired from the count of trials.
+but maybe never sent (the sweep's ``sending`` list) is sent again; ``planned`` is repaired
+from the count of trials.
 One feeder per sweep: the store's lease (`core.feeding`), renewed every step.
 """
 
@@ -141,10 +143,14 @@ class Feeder:
         doc = store.get_sweep(sweep_id)
         feeder = cls(store, app, sweep_id, load_spec(doc["spec"]), owner=owner, **kwargs)
         feeder._source()
-        feeder._rebuild(store.feed_trials(sweep_id), doc.get("study_attrs") or {})
+        feeder._rebuild(
+            store.feed_trials(sweep_id), doc.get("study_attrs") or {}, doc.get("sending") or []
+        )
         return feeder
 
-    def _rebuild(self, docs: list[dict[str, Any]], study_attrs: dict[str, Any]) -> None:
+    def _rebuild(
+        self, docs: list[dict[str, Any]], study_attrs: dict[str, Any], sending: list[str]
+    ) -> None:
         from scheduler.search import Record
 
         self._created = {d["key"] for d in docs}
@@ -171,8 +177,9 @@ class Feeder:
                     self._numbers[d["_id"]] = number
             self.session.rebuild(records, study_attrs)
             self._study_attrs = dict(study_attrs)
-        unsent = [d for d in docs if d.get("state") == TrialState.QUEUED.value
-                  and "enqueued_at" in d and d["enqueued_at"] is None]  # fmt: skip
+        maybe = set(sending)
+        unsent = [d for d in docs if d["_id"] in maybe and d.get("attempt") == 0
+                  and d.get("state") == TrialState.QUEUED.value]  # fmt: skip
         if unsent:
             log.info("sweep %s: sending %d trials stored but never sent", self.sweep_id,
                      len(unsent))  # fmt: skip
@@ -246,6 +253,7 @@ class Feeder:
                          dropped)  # fmt: skip
         if not points:
             return 0
+        self.store.begin_sending(self.sweep_id, [f"{self.sweep_id}-{p.id}" for p in points])
         self.store.add_trials(self.sweep_id, self.spec, points, extras)
         self._created.update(p.id for p in points)
         self._send(points)
@@ -283,7 +291,7 @@ class Feeder:
         from scheduler.submit import messages
 
         enqueue(self.app, messages(self.sweep_id, points, self.workers, watch=self.watch))
-        self.store.mark_enqueued([f"{self.sweep_id}-{p.id}" for p in points])
+        self.store.end_sending(self.sweep_id)
 
     def _tell_and_prune(self) -> None:
         if not self._numbers:

@@ -34,8 +34,8 @@ def tpe_spec(trials: int = 40, parallelism: int = 4, seed: int = 7) -> Any:
 
 def objective(params: dict[str, Any]) -> float:
     """A made-up result of the params: deterministic, so replays see the same results."""
-    width = params["model.hidden_units"]
-    return 1.0 - abs(math.log(params["training.lr"]) + 5) / 10 - abs(width - 40) / 200
+    width = params.get("model.hidden_units", 40)
+    return 1.0 - abs(math.log(params.get("training.lr", 0.0067)) + 5) / 10 - abs(width - 40) / 200
 
 
 def in_flight(stack: Stack, sweep_id: str) -> int:
@@ -111,13 +111,13 @@ def test_a_killed_feeder_is_rebuilt_without_asking_twice_and_replays_the_same_po
         finish_some(stack, sweep_id, 2)
     # "kill -9" between storing and sending: a window stored, never sent.
     points, extras = first._ask(2)
+    stack.store.begin_sending(sweep_id, [f"{sweep_id}-{p.id}" for p in points])
     stack.store.add_trials(sweep_id, first.spec, points, extras)
     del first  # no release: the lease runs out
     stack.store._clock = lambda: __import__("core.records").records.utcnow() + _later()
     second = Feeder.open(stack.store, stack.app, sweep_id, owner="b")
     assert second is not None
-    unsent = [d for d in stack.store.feed_trials(sweep_id) if d.get("enqueued_at") is None]
-    assert unsent == []  # the rebuild sent them
+    assert stack.store.get_sweep(sweep_id)["sending"] == []  # the rebuild sent them
     run_to_end(stack, sweep_id, second)
     killed = asked_points(stack, sweep_id)
     assert len(killed) == len(set(killed)) == 24
