@@ -78,7 +78,9 @@ def submit(spec: str, as_json: bool) -> None:
     _need(settings.broker_url, "SWEEPSTACK_BROKER_URL")
     store = _store(settings)
     try:
-        sweep_id, count = submit_sweep(loaded, store, sender_app(settings))
+        sweep_id, count = submit_sweep(
+            loaded, store, sender_app(settings), window=settings.feed_window
+        )
     except SpecError as exc:
         _fail_spec(exc)
         return
@@ -398,7 +400,9 @@ def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
         settings.stale_after_seconds,
         every,
     )
-    feeders = Feeders(store, app, lease_seconds=lease_seconds)
+    feeders = Feeders(
+        store, app, lease_seconds=lease_seconds, big_window=settings.feed_window
+    )
     last_requeue = last_workers = -float("inf")
     try:
         while True:

@@ -43,6 +43,7 @@ from celery import Celery
 
 from core.errors import NotFound
 from core.records import flatten_params
+from core.settings import Settings
 from core.spec import SweepSpec, load_spec
 from core.states import TrialState
 from core.store import Store
@@ -56,8 +57,9 @@ log = logging.getLogger(__name__)
 DEFAULT_PARALLELISM = 8
 PARALLELISM_PER_WORKER = 2
 #: Trials in flight for grid and random without pruning: their order is fixed, so a large
-#: window costs nothing but keeps every worker busy between the feeder's steps.
-BIG_WINDOW = 2000
+#: window costs nothing but keeps every worker busy between the feeder's steps. Entry
+#: points pass ``SWEEPSTACK_FEED_WINDOW`` (`Settings.feed_window`, this by default).
+BIG_WINDOW: int = Settings.__dataclass_fields__["feed_window"].default
 LEASE_SECONDS = 30.0
 
 _LIVE = (TrialState.QUEUED.value, TrialState.RUNNING.value)

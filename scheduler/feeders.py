@@ -15,7 +15,7 @@ from celery import Celery
 
 from core.errors import SpecError, SweepstackError
 from core.store import Store
-from scheduler.feed import LEASE_SECONDS, Feeder, owner_name
+from scheduler.feed import BIG_WINDOW, LEASE_SECONDS, Feeder, owner_name
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +42,13 @@ class Feeders:
         owner: str | None = None,
         workers: int | None = None,
         lease_seconds: float = LEASE_SECONDS,
+        big_window: int = BIG_WINDOW,
     ) -> None:
         self.store, self.app = store, app
         self.owner = owner or owner_name()
         self.workers = workers
         self.lease_seconds = lease_seconds
+        self.big_window = big_window
         self.feeders: dict[str, Feeder] = {}
         self._broken: set[str] = set()
 
@@ -64,6 +66,7 @@ class Feeders:
                     owner=self.owner,
                     workers=self.workers,
                     lease_seconds=self.lease_seconds,
+                    big_window=self.big_window,
                 )
             except SpecError as exc:
                 log.error("sweep %s cannot be fed: %s", sweep_id, exc)

@@ -290,7 +290,9 @@ def run(
             app.conf.broker_transport = ORDERED_TRANSPORT  # keeps the longest-first order
         if loaded is not None:
             try:
-                sweep_id, total = submit_sweep(loaded, store, app, workers=processes)
+                sweep_id, total = submit_sweep(
+                    loaded, store, app, workers=processes, window=settings.feed_window
+                )
             except SpecError as exc:
                 _fail_spec(exc)
                 return
@@ -305,7 +307,14 @@ def run(
         from scheduler.feed import Feeder, owner_name
 
         # None when a `sweepstack scheduler` on the same store feeds this sweep already.
-        feeder = Feeder.open(store, app, sweep_id, owner=owner_name(), workers=processes)
+        feeder = Feeder.open(
+            store,
+            app,
+            sweep_id,
+            owner=owner_name(),
+            workers=processes,
+            big_window=settings.feed_window,
+        )
         sweep = store.get_sweep(sweep_id)
         total = sum(store.counts(sweep_id).values())
         err.print(f"sweep [bold]{sweep_id}[/] ({sweep['name']}): {total:,} trials")

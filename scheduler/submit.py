@@ -68,6 +68,7 @@ def submit_sweep(
     app: Celery,
     owner: str | None = None,
     workers: int | None = None,
+    window: int | None = None,
 ) -> tuple[str, int]:
     """Store the sweep and its first window of trials, enqueue them; return (sweep id, size).
 
@@ -76,13 +77,16 @@ def submit_sweep(
     queued from now on, and created by the scheduler's feeding loop (`scheduler.feed`) as
     the queue drains. Compatible trials are enqueued as fused groups (see the module
     docstring); `workers` (when the caller knows it, as `sweepstack run` does) sizes the
-    groups and the window.
+    groups and the window; `window` is the first window of a grid or random sweep without
+    pruning (``SWEEPSTACK_FEED_WINDOW``; default `scheduler.feed.BIG_WINDOW`).
 
     If the broker refuses, the sweep is cancelled and the error is raised.
     """
-    from scheduler.feed import start_sweep
+    from scheduler.feed import BIG_WINDOW, start_sweep
 
-    return start_sweep(store, app, spec, owner=owner, workers=workers)
+    return start_sweep(
+        store, app, spec, owner=owner, workers=workers, big_window=window or BIG_WINDOW
+    )
 
 
 def enqueue_ids(store: Store, app: Celery, trial_ids: Iterable[str]) -> int:
