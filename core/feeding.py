@@ -168,7 +168,8 @@ class Feeding(Lifecycle):
     @available
     def repair_plan(self, sweep_id: str, total: int, created: int) -> None:
         """Set ``planned`` to `total` - `created` (a feeder killed between creating trials
-        and moving the count leaves it high), moving the queued count with it."""
+        and moving the count leaves it high). The queued count stays: it counted those
+        trials as planned and counts them now as created (`add_trials` moves it the same)."""
         while True:
             doc = self._sweeps.find_one({"_id": sweep_id}, {"planned": 1, "cancelled_at": 1})
             if doc is None or doc.get("cancelled_at") is not None:
@@ -179,7 +180,7 @@ class Feeding(Lifecycle):
                 return
             moved = self._sweeps.update_one(
                 {"_id": sweep_id, "planned": planned},
-                {"$inc": {"planned": -diff, f"counts.{_QUEUED}": -diff, "counts_rev": 1}},
+                {"$inc": {"planned": -diff, "counts_rev": 1}},
             )
             if moved.modified_count:
                 log.info("sweep %s: %d planned trials were already created", sweep_id, diff)

@@ -241,9 +241,13 @@ class Feeder:
         return True
 
     def _stop(self) -> bool:
+        self.close()
+        return False
+
+    def close(self) -> None:
+        """Stop feeding and give the lease back, so another scheduler can take over at once."""
         self.done = True
         self.store.release_lease(self.sweep_id, self.owner)
-        return False
 
     def feed(self, n: int) -> int:
         """Ask up to `n` new points, store them, send them; how many were created."""
@@ -251,8 +255,8 @@ class Feeder:
         if len(points) < n:
             dropped = self.store.shrink_plan(self.sweep_id, n - len(points))
             if dropped:
-                log.info("sweep %s: the space is used up; %d trials fewer", self.sweep_id,
-                         dropped)  # fmt: skip
+                log.warning("sweep %s: the space is used up; %d trials fewer", self.sweep_id,
+                            dropped)  # fmt: skip
         if not points:
             return 0
         self.store.begin_sending(self.sweep_id, [f"{self.sweep_id}-{p.id}" for p in points])

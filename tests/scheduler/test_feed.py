@@ -182,3 +182,28 @@ def test_a_50000_trial_grid_counts_whole_at_once(stack: Stack) -> None:
     counts = stack.store.counts(sweep_id)
     assert counts["queued"] == 49_900 and counts["complete"] == 100
     assert stack.queue_depth() == 600
+
+
+def test_a_feeder_killed_between_creating_trials_and_moving_the_plan_is_repaired(
+    stack: Stack,
+) -> None:
+    """kill -9 after `add_trials` inserted a window but before it moved ``planned``: the
+    next feeder sets ``planned`` from the trials there are, and the counts stay whole."""
+    sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=12, parallelism=3))
+    first = Feeder.open(stack.store, stack.app, sweep_id, owner="k", lease_seconds=1)
+    assert first is not None
+    finish_some(stack, sweep_id, 2)
+    points, extras = first._ask(2)
+    stack.store.add_trials(sweep_id, first.spec, points, extras)
+    stack.store._sweeps.update_one({"_id": sweep_id}, {"$inc": {"planned": 2}})  # not moved
+    assert sum(stack.store.counts(sweep_id).values()) == 12
+    stack.store.release_lease(sweep_id, "k")
+    second = Feeder.open(stack.store, stack.app, sweep_id, owner="r")
+    assert second is not None
+    sweep = stack.store.get_sweep(sweep_id)
+    assert sweep["planned"] == 12 - 5 and sum(sweep["counts"].values()) == 12
+    assert stack.store.recount(sweep_id) == sweep["counts"]
+    run_to_end(stack, sweep_id, second)
+    assert len(stack.store.feed_trials(sweep_id)) == 12
+    assert stack.store.counts(sweep_id)["complete"] == 12
+    assert stack.store.recount(sweep_id)["complete"] == 12
