@@ -60,7 +60,9 @@ def create() -> tuple[dict[str, Any], int, dict[str, str]]:
     ctx = context()
     spec = read_spec(ctx.settings)
     _broker_reachable(ctx)
-    sweep_id, count = submit_sweep(spec, ctx.store, ctx.sender, owner=owner())
+    sweep_id, count = submit_sweep(
+        spec, ctx.store, ctx.sender, owner=owner(), window=ctx.settings.feed_window
+    )
     body = {"id": sweep_id, "name": spec.name, "trials": count, "links": sweep_links(sweep_id)}
     return body, 201, {"Location": f"{PREFIX}/sweeps/{sweep_id}"}
 

@@ -210,12 +210,12 @@ class DashboardReads(Views):
             _newest(rows, summaries.finished_rows(self.db, sweep_id).values())
             recent, _ = self._changes(sweep_id, start - self.change_lag, projection)
             _newest(rows, recent)
-            if len(rows) >= sweep["trial_count"]:
+            if len(rows) >= sweep["trial_count"] - int(sweep.get("planned") or 0):
                 docs = sorted(rows.values(), key=lambda d: (d["updated_at"], d["index"]))
                 return docs, start - self.change_lag
             log.warning(
                 "sweep %s: the finish log accounts for %d of %d trials; reading the trials",
-                sweep_id, len(rows), sweep["trial_count"],
+                sweep_id, len(rows), sweep["trial_count"] - int(sweep.get("planned") or 0),
             )  # fmt: skip
         docs, watermark = self._changes(sweep_id, None, projection)
         if set(fields) <= set(summaries.ROW_FIELDS):

@@ -104,9 +104,22 @@ class Lifecycle(Views):
 
     @available
     def create_sweep(
-        self, spec: SweepSpec, trials: Sequence[TrialPointLike], *, owner: str | None = None
+        self,
+        spec: SweepSpec,
+        trials: Sequence[TrialPointLike],
+        *,
+        owner: str | None = None,
+        total: int | None = None,
+        extras: Mapping[str, Mapping[str, Any]] | None = None,
+        sweep_fields: Mapping[str, Any] | None = None,
     ) -> str:
-        """Store a sweep and all its trials (queued, attempt 0); return the new sweep id.
+        """Store a sweep and its trials (queued, attempt 0); return the new sweep id.
+
+        `total` (at least ``len(trials)``), when given, is the sweep's size: the trials
+        beyond these are planned (`core.feeding`), counted as queued, and these are noted
+        in the sweep's ``sending`` list until the caller has sent them (`end_sending`).
+        `extras` adds fields per trial id (the search's ``optuna`` record), `sweep_fields`
+        to the sweep document (the submitter's feeding ``lease``).
 
         Trials go in first, in batches, and the sweep document last: a sweep that is
         visible is complete. The sweep document (which holds the whole spec) and the first
@@ -122,6 +135,10 @@ class Lifecycle(Views):
             raise InvalidQuery("trials", "ids and indexes must be unique within a sweep")
         if any(not isinstance(i, int) or i < 0 for i in indexes):
             raise InvalidQuery("trials", "indexes must be integers >= 0")
+        if total is not None and (
+            isinstance(total, bool) or not isinstance(total, int) or total < len(trials)
+        ):
+            raise InvalidQuery("total", f"must be an integer >= {len(trials)}, got {total!r}")
         if not self._indexed:
             self.ensure_indexes()
         sweep_id = secrets.token_hex(6)
@@ -135,11 +152,21 @@ class Lifecycle(Views):
             metric=spec.objective.metric,
             direction=spec.objective.direction,
             owner=owner,
-            trial_count=len(trials),
-            max_index=max(indexes, default=-1),
+            trial_count=len(trials) if total is None else total,
+            max_index=max(indexes, default=-1) if total is None else max([*indexes, total - 1]),
             now=now,
         )
-        first = [self._trial_doc(sweep_id, spec, base, p, now) for p in trials[:1]]
+        if total is not None:
+            sweep["planned"] = total - len(trials)
+            sweep["sending"] = [f"{sweep_id}-{p.id}" for p in trials]
+        sweep.update(sweep_fields or {})
+
+        def doc_of(p: TrialPointLike) -> dict[str, Any]:
+            doc = self._trial_doc(sweep_id, spec, base, p, now)
+            doc.update((extras or {}).get(p.id, {}))
+            return doc
+
+        first = [doc_of(p) for p in trials[:1]]
         try:
             for doc in (sweep, *first):
                 bson.encode(doc)
@@ -148,7 +175,7 @@ class Lifecycle(Views):
         try:
             for start in range(0, len(trials), self.insert_batch):
                 batch = trials[start : start + self.insert_batch]
-                docs = [self._trial_doc(sweep_id, spec, base, p, now) for p in batch]
+                docs = [doc_of(p) for p in batch]
                 self._trials.insert_many(docs, ordered=False)
             self._sweeps.insert_one(sweep)
         except BaseException:

@@ -5,7 +5,10 @@ A **sweep** document::
     _id (12 hex), name, description, spec (the submitted document), objective {metric,
     direction}, owner, created_at, updated_at, cancelled_at, trial_count, max_index (the
     highest trial index), counts {state: n, every state}, counts_rev (bumped with every
-    change to counts)
+    change to counts); for sweeps fed in windows (`core.feeding`): planned (trials not yet
+    created, counted as queued), sending (ids of the window being sent), lease {owner,
+    expires}, study_attrs (the search's Optuna study state). A fed trial also has
+    optuna {number, system_attrs}.
 
 A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
 

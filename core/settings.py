@@ -70,6 +70,7 @@ _INT_FIELDS = frozenset(
         "auth_failures",
         "auth_window_seconds",
         "torch_threads",
+        "feed_window",
     }
 )
 # Ceilings on what a spec may ask for (core.limits), checked at submit by the API and the CLI.
@@ -150,6 +151,9 @@ class Settings:
     # a publish the worker's main process waits on (publisher confirms), several ms a trial.
     # Flower turns them on at run time (`celery control enable_events`) whatever this says.
     task_events: bool = False
+    # Trials in flight at once for a grid or random sweep without pruning (scheduler.feed):
+    # submit stores this many, the scheduler creates the rest as the queue drains.
+    feed_window: int = 2000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -23,6 +23,7 @@ from core.config import REGRESSION_DATASETS, SECTIONS, TrialConfig
 from core.documents import SpecLoader, number_error, value_problems
 from core.errors import Problem, SpecError
 from core.fields import field_adapter, section_model, set_in, sub_model
+from core.search import Pruning, Search, check_search, deprecated_option_problems
 from core.space import (
     DIMENSION_KEYS,
     Categorical,
@@ -55,14 +56,6 @@ class Objective(_Strict):
     direction: Annotated[Literal["minimize", "maximize"], BeforeValidator(_direction)] = "minimize"
 
 
-class Search(_Strict):
-    """How the space is explored: grid enumerates it, random draws `trials` points."""
-
-    algorithm: Literal["grid", "random"] = "grid"
-    trials: Annotated[int, Field(gt=0)] | None = None
-    seed: Annotated[int, Field(ge=0)] = 0
-
-
 class Limits(_Strict):
     """Guards against accidental giant sweeps."""
 
@@ -77,6 +70,7 @@ class SweepSpec(_Strict):
     space: dict[str, Dimension]
     objective: Objective = Objective()
     search: Search = Search()
+    pruning: Pruning = Pruning()
     limits: Limits = Limits()
     document: dict[str, Any] = {}
 
@@ -336,16 +330,28 @@ def load_spec(source: str | Path | dict[str, Any], filename: str = "<spec>") -> 
     for key, raw in data.items():
         if key in SECTIONS:
             space.update(_parse_section(key, raw, problems))
-        elif key in ("name", "description", "objective", "search", "limits"):
+        elif key in ("name", "description", "objective", "search", "pruning", "limits"):
             meta[key] = raw
         else:
-            known = "name, description, " + ", ".join(SECTIONS) + ", objective, search, limits"
+            known = (
+                "name, description, " + ", ".join(SECTIONS) + ", objective, search, pruning, limits"
+            )
             problems.append(Problem(str(key), f"unknown key (known: {known})"))
     if "dataset" not in data:
         problems.append(Problem("dataset", "is required"))
 
     parts: dict[str, Any] = {}
-    for key, model in (("objective", Objective), ("search", Search), ("limits", Limits)):
+    models = (
+        ("objective", Objective),
+        ("search", Search),
+        ("pruning", Pruning),
+        ("limits", Limits),
+    )
+    deprecated = deprecated_option_problems(meta.get("search"))
+    problems.extend(deprecated)
+    for key, model in models:
+        if key == "search" and deprecated:
+            continue  # their rule is clearer than pydantic's "unknown key"
         if key in meta:
             try:
                 parts[key] = model.model_validate(meta[key])
@@ -358,20 +364,8 @@ def load_spec(source: str | Path | dict[str, Any], filename: str = "<spec>") -> 
         problems.append(Problem("name", "is required"))
     _check_conditions(space, problems)
 
-    search = parts.get("search", Search())
-    if search.algorithm == "random" and search.trials is None:
-        problems.append(Problem("search.trials", "is required when search.algorithm is random"))
-    if search.algorithm == "grid":
-        for dim in space.values():
-            if not dim.finite:
-                problems.append(
-                    Problem(
-                        dim.path,
-                        f"grid search cannot enumerate a {dim.kind} "
-                        "dimension; list the values or use search.algorithm: "
-                        "random",
-                    )
-                )
+    if "search" in parts or "search" not in meta:
+        problems.extend(check_search(space, parts.get("search", Search()), parts.get("pruning")))
     _check_objective(space, parts.get("objective", Objective()), problems)
 
     if problems:

@@ -5,10 +5,10 @@ client, shared), must be created after a fork (pymongo clients are not fork-safe
 every connection failure into `StoreUnavailable`, which callers retry. Its writes are in
 `core.lifecycle` (one trial's transitions), `core.batch_writes` (the same, for many trials
 in one round trip), `core.prune_requests` (the scheduler's request that a running attempt
-stop early) and `core.sweep_actions` (cancel, requeue, retry, delete), its reads in
-`core.views` (sweeps, trial pages) and `core.dashboard_reads` (changes and aggregates),
-the document shapes in `core.records`, and the checking of user input and the paging
-order in `core.query`.
+stop early) and `core.sweep_actions` (cancel, requeue, retry, delete), the scheduler's
+feeding writes in `core.feeding`, its reads in `core.views` (sweeps, trial pages) and
+`core.dashboard_reads` (changes and aggregates), the document shapes in `core.records`,
+and the checking of user input and the paging order in `core.query`.
 
 Collections, their indexes (created idempotently by `ensure_indexes`), and what they serve:
 
@@ -30,6 +30,16 @@ Collections, their indexes (created idempotently by `ensure_indexes`), and what 
 - ``metrics``: ``{trial_id: 1, attempt: 1, epoch: 1}`` unique: one row per epoch of an
   attempt (a repeated report is an upsert that changes nothing), a trial's curve in order.
 - ``sweeps``: ``{owner: 1, created_at: -1}`` and ``{created_at: -1}``: ``list_sweeps``.
+
+Sweeps are fed in windows (`core.feeding`, `scheduler.feed`): a sweep document also holds
+``planned`` (trials not created yet; counted as ``queued`` in ``counts`` and in
+``trial_count``, so readers see the whole sweep from the first second), ``sending`` (the
+ids of the window being stored and sent, emptied once sent; a restarted feeder sends
+again those never claimed), ``lease`` ``{owner, expires}`` (the one scheduler feeding it,
+taken by a conditional ``update_one``) and ``study_attrs`` (the search's Optuna study
+state, for a rebuild). A trial created by a search also holds ``optuna`` ``{number,
+system_attrs}``: with its params, state, objective and epochs, what rebuilds the study
+after a restart so no point is asked twice.
 
 Lifecycle writes are atomic per document: each is an ``update_one`` whose filter names the
 state (and attempt) it expects, so of any number of concurrent callers exactly one sees

@@ -13,7 +13,8 @@ from typing import Any
 
 from core import summaries
 from core.errors import InvalidTransition
-from core.lifecycle import Lifecycle, check_max_attempts, poison_reason
+from core.feeding import Feeding
+from core.lifecycle import check_max_attempts, poison_reason
 from core.query import check_id, check_seconds
 from core.records import REQUEUED_FIELDS, history_entry
 from core.settings import DEFAULT_MAX_ATTEMPTS
@@ -28,12 +29,13 @@ _FAILED = TrialState.FAILED.value
 _CANCELLED = TrialState.CANCELLED.value
 
 
-class SweepActions(Lifecycle):
+class SweepActions(Feeding):
     """Cancel, requeue, retry and delete, sweep by sweep."""
 
     @available
     def cancel_sweep(self, sweep_id: str) -> dict[str, int]:
-        """Cancel a sweep: queued trials become cancelled, running ones are asked to stop.
+        """Cancel a sweep: queued trials become cancelled, running ones are asked to stop,
+        planned ones are dropped (the sweep's ``trial_count`` shrinks to those created).
 
         Returns ``{"cancelled": n, "stopping": m}`` for what this call changed. From now
         on a claim or requeue of one of its trials cancels it instead.
@@ -52,6 +54,7 @@ class SweepActions(Lifecycle):
         )
         n = ended.modified_count
         self._bump(sweep_id, {_QUEUED: -n, _CANCELLED: n}, now)
+        self.shrink_plan(sweep_id)  # planned trials are never created (`core.feeding`)
         stopping = self._trials.update_many(
             {"state": _RUNNING, "sweep_id": sweep_id, "stop_requested": False},
             {"$set": {"stop_requested": True, "updated_at": now}},

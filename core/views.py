@@ -155,6 +155,8 @@ class Views:
             [{"$match": {"sweep_id": sweep_id}}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}]
         )
         exact = full_counts({row["_id"]: row["n"] for row in rows})
+        # Planned trials (`core.feeding`) are not created yet but count as queued.
+        exact["queued"] += int(self._sweep(sweep_id).get("planned") or 0)
         self._sweeps.update_one(
             {"_id": sweep_id, "counts_rev": rev},
             {"$set": {"counts": exact}, "$inc": {"counts_rev": 1}},

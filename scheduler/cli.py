@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from core.errors import SpecError, SweepstackError
+from core.errors import Problem, SpecError, SweepstackError
 from core.limits import check_spec_limits
 from core.settings import Settings
 from core.spec import SweepSpec, load_spec_file
@@ -131,10 +131,10 @@ def main() -> None:
 def validate(spec: str) -> None:
     """Check a sweep spec: exit 0 if it is valid, or 2 with one line per problem."""
     loaded = _load(spec)
-    trials = _expand(loaded)
+    count = loaded.search.trials or 0 if loaded.search.adaptive else len(_expand(loaded))
     dims = len(loaded.dimensions)
     click.echo(
-        f"ok: {loaded.name}: {len(trials):,} trials over {dims} "
+        f"ok: {loaded.name}: {count:,} trials over {dims} "
         f"dimension{'s' if dims != 1 else ''} ({loaded.search.algorithm} search)"
     )
 
@@ -171,8 +171,28 @@ def validate(spec: str) -> None:
 def generate(
     spec: str, count_only: bool, fmt: str, out_path: str | None, limit: int, with_config: bool
 ) -> None:
-    """Print the trials a spec expands to, with their stable ids and params."""
+    """Print the trials a spec expands to, with their stable ids and params.
+
+    An adaptive search (tpe, cmaes, gp, qmc) asks its points as results come back: its
+    trials cannot be listed in advance, so only --count answers (its `search.trials`), and
+    the other forms exit 2 saying so.
+    """
     loaded = _load(spec)
+    if loaded.search.adaptive:
+        if count_only:
+            click.echo(f"{loaded.search.trials}")
+            return
+        _fail_spec(
+            SpecError(
+                [
+                    Problem(
+                        "search.algorithm",
+                        f"{loaded.search.algorithm} asks its points as results come back, so "
+                        "its trials cannot be listed in advance; --count gives their number",
+                    )
+                ]
+            )
+        )
     trials = _expand(loaded, with_config=with_config and fmt == "jsonl" and not count_only)
     buffer = io.StringIO()
     if count_only:

@@ -29,6 +29,9 @@ from core.states import TERMINAL_STATES, TrialState
 from core.store import Store
 
 log = logging.getLogger(__name__)
+#: How often `sweepstack scheduler` feeds its sweeps, and asks how many workers are online.
+FEED_SECONDS = 0.5
+WORKERS_EVERY_SECONDS = 60.0
 STATE_COLOURS = {
     "queued": "grey62",
     "running": "blue",
@@ -75,7 +78,9 @@ def submit(spec: str, as_json: bool) -> None:
     _need(settings.broker_url, "SWEEPSTACK_BROKER_URL")
     store = _store(settings)
     try:
-        sweep_id, count = submit_sweep(loaded, store, sender_app(settings))
+        sweep_id, count = submit_sweep(
+            loaded, store, sender_app(settings), window=settings.feed_window
+        )
     except SpecError as exc:
         _fail_spec(exc)
         return
@@ -368,9 +373,19 @@ def worker(
     help="Seconds between checks [default: half of SWEEPSTACK_STALE_AFTER_SECONDS].",
 )
 @click.option("--once", is_flag=True, help="Check once and exit.")
-def scheduler(interval: float | None, once: bool) -> None:
-    """Requeue trials whose worker stopped sending heartbeats."""
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=click.FloatRange(min=1.0),
+    default=30.0,
+    show_default=True,
+    help="Seconds a sweep's feeding lease lasts unrenewed (another scheduler then takes over).",
+)
+def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
+    """Feed every unfinished sweep (ask, store and enqueue its next trials, tell results,
+    decide pruning) and requeue trials whose worker stopped sending heartbeats."""
     from scheduler.enqueue import sender_app
+    from scheduler.feeders import Feeders, workers_online
     from scheduler.submit import requeue_stale
 
     settings = _settings()
@@ -380,16 +395,33 @@ def scheduler(interval: float | None, once: bool) -> None:
     every = interval or settings.stale_after_seconds / 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(message)s")
     log.info(
-        "requeueing trials silent for %.0f s, checking every %.1f s",
+        "feeding sweeps every %.1f s; requeueing trials silent for %.0f s every %.1f s",
+        FEED_SECONDS,
         settings.stale_after_seconds,
         every,
     )
-    while True:
-        try:
-            ids = requeue_stale(store, app, settings.stale_after_seconds, settings.max_attempts)
-            if once:
-                click.echo(f"requeued {len(ids)} stale trials")
-                return
-        except SweepstackError as exc:
-            log.warning("requeue check failed: %s", exc)
-        time.sleep(every)
+    feeders = Feeders(
+        store, app, lease_seconds=lease_seconds, big_window=settings.feed_window
+    )
+    last_requeue = last_workers = -float("inf")
+    try:
+        while True:
+            now = time.monotonic()
+            try:
+                if now - last_workers > WORKERS_EVERY_SECONDS:
+                    feeders.set_workers(workers_online(app))
+                    last_workers = now
+                feeders.step()
+                if once or now - last_requeue >= every:
+                    ids = requeue_stale(
+                        store, app, settings.stale_after_seconds, settings.max_attempts
+                    )
+                    last_requeue = now
+                    if once:
+                        click.echo(f"requeued {len(ids)} stale trials")
+                        return
+            except SweepstackError as exc:
+                log.warning("scheduler pass failed: %s", exc)
+            time.sleep(min(FEED_SECONDS, every))
+    finally:
+        feeders.close()

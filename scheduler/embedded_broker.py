@@ -8,12 +8,18 @@ name: ``{ms}_{sequence}-{uuid4}``, so that names sort in the order this process 
 them. Workers keep kombu's own transport (only the name written changes, not how it is
 read), and a sender built with it stays on Celery's code path.
 
+A message is written under a temporary name (``.{name}.tmp``, which no reader takes) and
+renamed to its final name once whole (atomic on POSIX). kombu writes under the final name,
+so a reader could take a message not yet written, and a sender killed mid-message (kill -9
+of `sweepstack run`) left an empty file that made every worker exit on the next read.
+
 Used by `sweepstack run` for the filesystem broker: ``app.conf.broker_transport =
 ORDERED_TRANSPORT``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -40,17 +46,15 @@ class Channel(filesystem.Channel):
             number = next(_sequence)
         name = f"{round(monotonic() * 1000)}_{number:012d}-{uuid.uuid4()}.{queue}.msg"
         path = os.path.join(self.data_folder_out, name)
-        handle = None
+        partial = os.path.join(self.data_folder_out, f".{name}.tmp")
         try:
-            handle = open(path, "wb", buffering=0)  # noqa: SIM115 - locked before writing
-            filesystem.lock(handle, filesystem.LOCK_EX)
-            handle.write(str_to_bytes(dumps(payload)))
+            with open(partial, "wb", buffering=0) as handle:
+                handle.write(str_to_bytes(dumps(payload)))
+            os.rename(partial, path)
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.remove(partial)
             raise ChannelError(f"Cannot add file {path!r} to directory") from exc
-        finally:
-            if handle is not None:
-                filesystem.unlock(handle)
-                handle.close()
 
 
 class Transport(filesystem.Transport):

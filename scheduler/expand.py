@@ -153,7 +153,7 @@ def tally(spec: SweepSpec, limit: int | None = None) -> Tally:
     whatever the spec: the count is then a lower bound (`exact` false) that is enough to
     refuse the spec.
     """
-    if spec.search.algorithm == "random":
+    if spec.search.algorithm != "grid":
         return Tally(spec.search.trials or 0, True, 0)
     dims = _ordered(spec)
     varying = {d.path for d in dims}
@@ -357,11 +357,22 @@ def _check_cross_fields(spec: SweepSpec, points: list[dict[str, Any]]) -> None:
 
 
 def expand(spec: SweepSpec, *, with_config: bool = False) -> list[TrialPoint]:
-    """Every trial of the sweep, in a stable order.
+    """Every trial of a grid or random sweep, in a stable order (adaptive algorithms ask
+    theirs as results come back: `SpecError` naming ``search.algorithm``).
 
     Raises `TooManyTrials` before expanding if the count is over `limits.max_trials`, and
     `SpecError` if a combination breaks a rule that spans fields.
     """
+    if spec.search.adaptive:
+        raise SpecError(
+            [
+                Problem(
+                    "search.algorithm",
+                    f"{spec.search.algorithm} asks its points as results come back, so its "
+                    "trials cannot be listed in advance (the scheduler asks them)",
+                )
+            ]
+        )
     check_count(spec, spec.limits.max_trials)
     if spec.search.algorithm == "random":
         pairs = list(_random(spec))

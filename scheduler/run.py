@@ -14,6 +14,7 @@ import, overlaps storing and enqueueing the sweep); the end of the sweep is seen
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import json
 import logging
@@ -22,6 +23,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,12 @@ log = logging.getLogger(__name__)
 REQUEUE_EVERY_SECONDS = 5.0
 #: How often the progress loop reads the counts: the end of the sweep is seen this soon.
 POLL_SECONDS = 0.2
+#: How often `run` tries to take the feeding lease of a sweep with planned trials that it
+#: does not feed (held by a `sweepstack scheduler`, or by a killed run until it expires).
+LEASE_RETRY_SECONDS = 1.0
+#: The feeding lease of `run`, renewed every `POLL_SECONDS`: short, so that `run --resume`
+#: after a killed run (whose lease nobody gives back) feeds again within seconds.
+RUN_LEASE_SECONDS = 5.0
 #: How long the embedded store may take to listen (a cold start on a loaded host).
 STORE_START_TIMEOUT = 60.0
 
@@ -71,9 +79,15 @@ def _follow(
     err: Console,
     stale_after: float,
     max_attempts: int,
-) -> None:
-    """Show progress until no trial is queued or running; requeue stale trials meanwhile.
+    open_feeder: Callable[[], Any] | None = None,
+) -> Any:
+    """Show progress until no trial is queued or running; feed the sweep and requeue stale
+    trials meanwhile. Returns the feeder it ended with (None if none), for its lease.
 
+    `open_feeder` gives the sweep's `scheduler.feed.Feeder`, or None while another process
+    holds its feeding lease (a `sweepstack scheduler`, which then feeds it; or a killed
+    `run`, whose lease expires): it is called again every `LEASE_RETRY_SECONDS` while the
+    sweep has planned trials and no feeder here, so a resumed sweep is never left unfed.
     Reads the counts every `POLL_SECONDS` (one small read) and the best trial only when
     the complete count changed.
     """
@@ -81,6 +95,8 @@ def _follow(
 
     metric = store.get_sweep(sweep_id)["objective"]["metric"]
     last_requeue = time.monotonic()
+    feeder = open_feeder() if open_feeder is not None else None
+    next_open = time.monotonic() + LEASE_RETRY_SECONDS
     complete = -1
     best = ""
     with Progress(
@@ -106,8 +122,15 @@ def _follow(
                 description=f"{counts.get('running', 0)} running, {counts.get('failed', 0)} failed",
             )
             if active == 0:
-                return
+                return feeder
             procs.check()
+            if feeder is not None:
+                if not feeder.step():
+                    feeder = None  # finished, cancelled, or its lease lost
+            elif open_feeder is not None and time.monotonic() >= next_open:
+                next_open = time.monotonic() + LEASE_RETRY_SECONDS
+                if store.get_sweep(sweep_id).get("planned"):
+                    feeder = open_feeder()
             if time.monotonic() - last_requeue > REQUEUE_EVERY_SECONDS:
                 requeue_stale(store, app, stale_after, max_attempts)
                 last_requeue = time.monotonic()
@@ -285,7 +308,9 @@ def run(
             app.conf.broker_transport = ORDERED_TRANSPORT  # keeps the longest-first order
         if loaded is not None:
             try:
-                sweep_id, total = submit_sweep(loaded, store, app, workers=processes)
+                sweep_id, total = submit_sweep(
+                    loaded, store, app, workers=processes, window=settings.feed_window
+                )
             except SpecError as exc:
                 _fail_spec(exc)
                 return
@@ -297,6 +322,18 @@ def run(
                 raise click.ClickException(f"no sweep {sweep_id} in {mongo_url}") from exc
             _resume(store, app, sweep_id)
         log.info("sweep %s enqueued %.2f s after start", sweep_id, time.monotonic() - started)
+        from scheduler.feed import Feeder, owner_name
+
+        open_feeder = functools.partial(
+            Feeder.open,
+            store,
+            app,
+            sweep_id,
+            owner=owner_name(),
+            workers=processes,
+            big_window=settings.feed_window,
+            lease_seconds=RUN_LEASE_SECONDS,
+        )
         sweep = store.get_sweep(sweep_id)
         total = sum(store.counts(sweep_id).values())
         err.print(f"sweep [bold]{sweep_id}[/] ({sweep['name']}): {total:,} trials")
@@ -304,7 +341,7 @@ def run(
             err.print(f"dashboard: {dashboard}sweeps/{sweep_id}")
             if note := local_open_note(settings, "127.0.0.1"):
                 err.print(f"note: {note}")
-        _follow(
+        feeder = _follow(
             store,
             app,
             procs,
@@ -313,7 +350,10 @@ def run(
             err,
             settings.stale_after_seconds,
             settings.max_attempts,
+            open_feeder,
         )
+        if feeder is not None:
+            feeder.close()  # another scheduler may take the sweep at once (a retry's trials)
         counts = store.counts(sweep_id)
         best = store.best(sweep_id, 1)
         if as_json:

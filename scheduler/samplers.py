@@ -200,6 +200,12 @@ def make_sampler(search: Search, space: dict[str, Dimension]) -> BaseSampler:
     return _PerTrialSeed(_quiet(_builder(search)), search.seed)
 
 
+def random_sampler(seed: int) -> BaseSampler:
+    """Optuna's `RandomSampler`, seeded per trial like `make_sampler`'s: what a session
+    draws a point with after its sampler proposed only repeats (`scheduler.search`)."""
+    return _PerTrialSeed(lambda s: optuna.samplers.RandomSampler(seed=s), seed)
+
+
 def max_epochs(spec: SweepSpec) -> int:
     """The most epochs any trial of the spec trains: Hyperband's largest resource."""
     dim = spec.space.get("training.epochs")

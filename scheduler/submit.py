@@ -1,4 +1,5 @@
-"""Submit a sweep: expand it, store it with all its trials, and enqueue them.
+"""Submit a sweep: store it with its first window of trials and enqueue them; the
+scheduler's feeding loop (`scheduler.feed`) creates and enqueues the rest.
 
 Compatible trials go as fused groups (`scheduler.grouping`, `execution.fuse`): one
 `workers.run_group` message per group, whose soft time limit is the sum of its trials'
@@ -24,7 +25,7 @@ from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec import SweepSpec
 from core.store import Store
 from scheduler.enqueue import Outgoing, carry, carry_group, enqueue
-from scheduler.expand import TrialPoint, expand
+from scheduler.expand import TrialPoint
 from scheduler.grouping import group_trials
 from scheduler.order import group_cost, order_by_cost
 
@@ -37,13 +38,14 @@ def _time_limit(config: dict) -> float:
 
 
 def messages(
-    sweep_id: str, trials: list[TrialPoint], workers: int | None = None
+    sweep_id: str, trials: list[TrialPoint], workers: int | None = None, *, watch: bool = False
 ) -> list[Outgoing]:
     """What `enqueue` sends for these new trials: (trial id, limit, its config and attempt 0)
     or (group's ids, limit, their configs and attempts).
 
     `workers`, when known, is how many processes will train them (`group_trials`). Most
-    expensive first (`scheduler.order`): workers take messages in the order sent."""
+    expensive first (`scheduler.order`): workers take messages in the order sent. `watch`:
+    the sweep prunes, so workers look for prune requests (`scheduler.enqueue.carry`)."""
     by_id = {t.id: t for t in trials}
     out: list[Outgoing] = []
     costs: list[float] = []
@@ -53,10 +55,10 @@ def messages(
         ids = [f"{sweep_id}-{key}" for key in group]
         costs.append(group_cost([by_id[key].config for key in group]))
         if len(ids) == 1:
-            out.append((ids[0], limits[0], carry(configs[0])))
+            out.append((ids[0], limits[0], carry(configs[0], watch=watch)))
         else:
             limit = min(sum(limits), float(MAX_TIME_LIMIT))
-            out.append((ids, limit, carry_group(configs, [0] * len(ids))))
+            out.append((ids, limit, carry_group(configs, [0] * len(ids), watch=watch)))
     return order_by_cost(out, costs)
 
 
@@ -66,25 +68,25 @@ def submit_sweep(
     app: Celery,
     owner: str | None = None,
     workers: int | None = None,
+    window: int | None = None,
 ) -> tuple[str, int]:
-    """Store the sweep and its trials, then enqueue every trial; return (sweep id, count).
+    """Store the sweep and its first window of trials, enqueue them; return (sweep id, size).
 
-    Compatible trials are enqueued as fused groups (see the module docstring); the count
-    is of trials, not messages; `workers` (when the caller knows it, as `sweepstack run`
-    does) sizes the groups to keep that many processes busy.
+    The size counts every trial the sweep will have (``search.trials``, or the grid's or
+    random expansion's length); those beyond the first window are planned, counted as
+    queued from now on, and created by the scheduler's feeding loop (`scheduler.feed`) as
+    the queue drains. Compatible trials are enqueued as fused groups (see the module
+    docstring); `workers` (when the caller knows it, as `sweepstack run` does) sizes the
+    groups and the window; `window` is the first window of a grid or random sweep without
+    pruning (``SWEEPSTACK_FEED_WINDOW``; default `scheduler.feed.BIG_WINDOW`).
 
-    If the broker refuses part way, the sweep's queued trials are cancelled and the error is
-    raised: a sweep is accepted whole or not at all.
+    If the broker refuses, the sweep is cancelled and the error is raised.
     """
-    trials = expand(spec, with_config=True)
-    sweep_id = store.create_sweep(spec, trials, owner=owner)
-    try:
-        enqueue(app, messages(sweep_id, trials, workers))
-    except Exception:
-        log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
-        store.cancel_sweep(sweep_id)
-        raise
-    return sweep_id, len(trials)
+    from scheduler.feed import BIG_WINDOW, start_sweep
+
+    return start_sweep(
+        store, app, spec, owner=owner, workers=workers, big_window=window or BIG_WINDOW
+    )
 
 
 def enqueue_ids(store: Store, app: Celery, trial_ids: Iterable[str]) -> int:

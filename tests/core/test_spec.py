@@ -83,7 +83,10 @@ def test_negative_width_and_unknown_activation_name_both_paths() -> None:
         ("execution:\n  time_limit: 0\n", "execution.time_limit: must be > 0, got 0"),
         ("objective: {metric: f1}\n", "objective.metric: must be one of"),
         ("objective: {direction: up}\n", "objective.direction: must be one of"),
-        ("search: {algorithm: bayes}\n", "search.algorithm: must be one of 'grid' or 'random'"),
+        (
+            "search: {algorithm: bayes}\n",
+            "search.algorithm: must be one of 'grid', 'random', 'tpe', 'cmaes', 'gp' or 'qmc'",
+        ),
         (
             "search: {algorithm: random}\n",
             "search.trials: is required when search.algorithm is random",

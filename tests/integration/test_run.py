@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pymongo
 import pytest
+import yaml
 
+from core.records import flatten_params
 from tests.integration.stack import ROOT, wait_for
 from tests.services import SecantusProcess
 
@@ -190,4 +192,102 @@ def test_a_busy_dashboard_port_is_refused_before_anything_starts(tmp_path: Path)
     assert out.returncode == 2, out.stderr[-3000:]
     assert f"127.0.0.1:{port} is in use" in out.stderr and "--port" in out.stderr
     assert not (data / "logs").exists() or not any((data / "logs").iterdir())
+    assert processes_using(str(data)) == []
+
+
+def mcleod_tpe(tmp_path: Path, **search: int) -> Path:
+    """configs/mcleod-tpe.yaml with one epoch on the CPU (and these search settings)."""
+    doc = yaml.safe_load((ROOT / "configs" / "mcleod-tpe.yaml").read_text())
+    assert doc["search"] == {"algorithm": "tpe", "trials": 24, "parallelism": 4, "seed": 0}
+    doc["training"] = {**doc["training"], "epochs": 1}
+    doc["execution"] = {**doc["execution"], "device": "cpu"}
+    doc["search"].update(search)
+    spec = tmp_path / "mcleod-tpe.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    return spec
+
+
+def distinct_points(trials: dict[str, dict]) -> int:
+    return len({repr(sorted(flatten_params(t["params"]).items())) for t in trials.values()})
+
+
+def test_run_a_tpe_sweep_feeds_it_to_its_budget(tmp_path: Path) -> None:
+    """configs/mcleod-tpe.yaml with one epoch: `run` feeds TPE in-process to 24 trials,
+    never more than 4 in flight (each asked after some results came back)."""
+    data = tmp_path / "data"
+    spec = mcleod_tpe(tmp_path)
+    out = subprocess.run(
+        [*SWEEPSTACK, "run", str(spec), "--json", "--data", str(data), "--no-dashboard",
+         "--workers", "2"],
+        env=clean_env(tmp_path),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    assert summary["counts"]["complete"] == 24 and sum(summary["counts"].values()) == 24
+    trials = read_trials(data, summary["sweep_id"])
+    assert len(trials) == 24 and all(t["state"] == "complete" for t in trials.values())
+    # Distinct Optuna numbers (not 0-23: a point TPE draws twice is dropped, its number too).
+    assert len({t["optuna"]["number"] for t in trials.values()}) == 24
+    assert distinct_points(trials) == 24
+    # At most 4 in flight: the trial created k-th (k >= 4) waited for k - 3 to finish.
+    by_created = sorted(trials.values(), key=lambda t: (t["queued_at"], t["index"]))
+    finished = sorted(t["finished_at"] for t in trials.values())
+    for k, trial in enumerate(by_created[4:], start=4):
+        assert finished[k - 4] <= trial["queued_at"], k
+    assert processes_using(str(data)) == []
+
+
+def test_a_killed_tpe_run_resumes_to_its_budget_without_asking_twice(tmp_path: Path) -> None:
+    """kill -9 of `run` mid-sweep leaves planned trials and a lease nobody gives back;
+    `run --resume` takes the lease once it expires, rebuilds the study and feeds the rest."""
+    data = tmp_path / "data"
+    spec = mcleod_tpe(tmp_path, parallelism=2)
+    env = clean_env(tmp_path)
+    first = subprocess.Popen(
+        [*SWEEPSTACK, "run", str(spec), "--data", str(data), "--no-dashboard", "--workers", "2"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    match = re.search(r"sweep (\w+) ", first.stderr.readline())
+    assert match
+    sweep_id = match.group(1)
+    logs = data / "logs" / "worker.log"
+    wait_for(
+        lambda: logs.exists() and logs.read_text().count("succeeded") >= 6,
+        300,
+        "six trials to complete",
+    )
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    first.stderr.close()
+    wait_for(lambda: processes_using(str(data)) == [], 30, "every child to exit")
+    before = read_trials(data, sweep_id)
+    assert 6 <= len(before) < 24
+    done = {k: v for k, v in before.items() if v["state"] == "complete"}
+    second = subprocess.run(
+        [*SWEEPSTACK, "run", "--resume", sweep_id, "--data", str(data), "--no-dashboard",
+         "--workers", "2", "--json"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert second.returncode == 0, second.stderr[-3000:]
+    counts = json.loads(second.stdout)["counts"]
+    after = read_trials(data, sweep_id)
+    assert counts["complete"] == 24, (counts, second.stderr[-3000:])
+    assert len(after) == 24 and all(t["state"] == "complete" for t in after.values())
+    assert distinct_points(after) == 24
+    assert len({t["optuna"]["number"] for t in after.values()}) == 24
+    for trial_id, doc in done.items():
+        assert after[trial_id]["finished_at"] == doc["finished_at"]
+        assert after[trial_id]["params"] == doc["params"]
     assert processes_using(str(data)) == []

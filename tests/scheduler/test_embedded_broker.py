@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 from kombu import Connection
 
 from core.broker import embedded_transport_options
 from core.settings import Settings
+from scheduler import embedded_broker
 from scheduler.embedded_broker import ORDERED_TRANSPORT
 from scheduler.enqueue import enqueue as send
 from scheduler.enqueue import sender_app
@@ -45,3 +47,28 @@ def test_messages_come_out_in_the_order_sent(tmp_path: Path) -> None:
     ids = [f"t{i:04d}" for i in reversed(range(300))]
     send(app, [(trial_id, 60.0) for trial_id in ids])
     assert received(settings, len(ids)) == ids
+
+
+
+def test_a_message_appears_whole_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message is renamed into the queue once written. A sender that dies while writing
+    one (here: its encoding fails, as a kill -9 would stop it) leaves no message file; with
+    kombu's own writing it left an empty `.msg` that made every reader raise."""
+    settings = settings_in(tmp_path)
+    folder = Path(embedded_transport_options(settings)["data_folder_in"])
+    app = sender_app(settings)
+    app.conf.broker_transport = ORDERED_TRANSPORT
+
+    def dies(payload: object) -> str:
+        raise OSError("killed while writing")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(embedded_broker, "dumps", dies)
+        with pytest.raises(Exception, match="Cannot add file"):
+            app.send_task("workers.run_trial", args=["t0"], queue=settings.queue, retry=False)
+    assert list(folder.iterdir()) == []
+    send(app, [("t1", 60.0), ("t2", 60.0)])
+    assert received(settings, 2) == ["t1", "t2"]
+    assert list(folder.iterdir()) == []

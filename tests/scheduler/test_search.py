@@ -237,6 +237,30 @@ def test_repeated_points_are_never_returned_and_numbers_survive_a_rebuild() -> N
         assert min(a.number for a in rest) >= max(a.number for a in asked) + 1
 
 
+def test_tpe_on_a_small_discrete_space_finds_every_point_with_trials_in_flight() -> None:
+    """TPE told only that its repeats failed proposes its best point again and again; with
+    the random draws (`RANDOM_AFTER_REPEATS`) and, last, the unasked points in expansion
+    order, every one of the 24 points is asked, with 3 in flight as the feeding loop asks."""
+    spec = _spec(
+        "name: s\ndataset: {name: digits}\n"
+        "model: {hidden_layers: [1, 2, 3, 4], hidden_units: [8, 16, 32],"
+        " activation: [relu, tanh]}\n"
+        "search: {algorithm: tpe, trials: 24, n_startup_trials: 2, seed: 1}\n"
+    )
+    session = SearchSession(spec)
+    flying: list[Asked] = []
+    asked: list[Asked] = []
+    while len(asked) < 24:
+        new = session.ask(3 - len(flying))
+        assert new, f"ask gave nothing after {len(asked)} points"
+        flying += new
+        asked += new
+        done = flying.pop(0)
+        session.tell(done.number, -abs(done.params["model.hidden_layers"] - 2), "complete")
+    assert len({a.key for a in asked}) == 24
+    assert session.ask(1) == []
+
+
 def test_cmaes_rebuild_keeps_its_optimizer() -> None:
     spec = _spec(NUMERIC.replace("  batch_size: [32, 64, 128]\n", ""))
     search = Search(algorithm="cmaes", trials=40, seed=3, popsize=4)

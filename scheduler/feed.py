@@ -1,0 +1,393 @@
+"""The feeding loop: one path from a sweep's search to the queue, for every algorithm.
+
+A `Feeder` keeps a sweep's window of trials in flight (queued or running): it asks its
+source for new points, stores them (`Store.add_trials`, idempotent by trial id; the
+window's ids noted first in the sweep's ``sending`` list), sends them
+(`scheduler.submit.messages`: fused groups, longest first within the window), empties the
+list, tells the search each finished trial and, when the sweep prunes, decides which
+running trials stop (`scheduler.prune_decision`). `submit_sweep` runs its first step; the
+`sweepstack scheduler` loop (and `sweepstack run`, in-process) the rest.
+
+Sources, and why two:
+
+- grid and random without pruning take the points `scheduler.expand` lists (the same ids,
+  order and seeds as `sweepstack generate`), the whole list ordered longest-first up front
+  (costs are known), in windows of `big_window` (no Optuna is imported: fast start-up);
+- every other sweep has a `SearchSession` (Optuna): adaptive algorithms ask it; grid and
+  random with pruning add their expanded points to it, so the pruner sees every trial.
+
+Window: at most `parallelism` trials in flight for a session (``search.parallelism``, else
+`PARALLELISM_PER_WORKER` x the workers known, else `DEFAULT_PARALLELISM`), `big_window`
+for grid/random without pruning. The sweep's size is known up front (``search.trials``, or
+the expansion's length) and stored as planned trials: exactly that many are ever created,
+fewer only when a search's space runs out (`Store.shrink_plan`).
+
+Restarts (kill -9 at any point): the session is rebuilt from the stored trials (Optuna
+number, params, state, objective, pruned-metric epochs, system attrs; the sweep's study
+attrs), so no point is asked twice and a seeded sweep asks the same points; a trial stored
+but maybe never sent (the sweep's ``sending`` list) is sent again; ``planned`` is repaired
+from the count of trials.
+One feeder per sweep: the store's lease (`core.feeding`), renewed every step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from celery import Celery
+
+from core.errors import NotFound
+from core.records import flatten_params
+from core.settings import Settings
+from core.spec import SweepSpec, load_spec
+from core.states import TrialState
+from core.store import Store
+from scheduler.enqueue import enqueue
+from scheduler.expand import TrialPoint, expand
+from scheduler.order import trial_cost
+from scheduler.prune_decision import decide, pruned_value
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PARALLELISM = 8
+PARALLELISM_PER_WORKER = 2
+#: Trials in flight for grid and random without pruning: their order is fixed, so a large
+#: window costs nothing but keeps every worker busy between the feeder's steps. Entry
+#: points pass ``SWEEPSTACK_FEED_WINDOW`` (`Settings.feed_window`, this by default).
+BIG_WINDOW: int = Settings.__dataclass_fields__["feed_window"].default
+LEASE_SECONDS = 30.0
+
+_LIVE = (TrialState.QUEUED.value, TrialState.RUNNING.value)
+_RUNNING = TrialState.RUNNING.value
+
+
+def owner_name() -> str:
+    """A lease owner unique to this process: host, pid and a random tag."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def needs_session(spec: SweepSpec) -> bool:
+    """Whether a sweep's feeder needs Optuna: adaptive search, or pruning."""
+    return spec.search.adaptive or spec.pruning.enabled
+
+
+def parallelism(spec: SweepSpec, workers: int | None) -> int:
+    """Trials in flight at once for a session-fed sweep (module docstring)."""
+    if spec.search.parallelism:
+        return spec.search.parallelism
+    return PARALLELISM_PER_WORKER * workers if workers else DEFAULT_PARALLELISM
+
+
+class Feeder:
+    """Feeds one sweep; build it with `Feeder.open`, then call `step` until it says done.
+
+    Not thread-safe; the store's lease keeps other schedulers off the sweep.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        app: Celery,
+        sweep_id: str,
+        spec: SweepSpec,
+        *,
+        owner: str,
+        workers: int | None = None,
+        big_window: int = BIG_WINDOW,
+        lease_seconds: float = LEASE_SECONDS,
+        request_prune: Callable[[Mapping[str, tuple[int, int]]], list[str]] | None = None,
+    ) -> None:
+        self.store, self.app, self.sweep_id, self.spec = store, app, sweep_id, spec
+        self.owner, self.workers, self.lease_seconds = owner, workers, lease_seconds
+        self.watch = spec.pruning.enabled
+        self.window = parallelism(spec, workers) if needs_session(spec) else big_window
+        self._request_prune = request_prune or getattr(store, "request_prune", None)
+        self.session: Any = None
+        self._points: list[TrialPoint] | None = None  # grid/random: the expansion, by cost
+        self._next = 0  # position in `_points`
+        self._created: set[str] = set()  # point ids stored
+        self._index = 0  # the next adaptive trial's index
+        self._numbers: dict[str, int] = {}  # in-flight trial id -> Optuna number
+        self._epochs: dict[str, tuple[int, int]] = {}  # trial id -> (attempt, last epoch read)
+        self._study_attrs: dict[str, Any] = {}
+        self._requested: set[str] = set()  # prunes asked for
+        self.total = 0
+        self.done = False
+
+    # --- building ---------------------------------------------------------------------
+
+    def _source(self) -> None:
+        if self.spec.search.algorithm in ("grid", "random"):
+            points = expand(self.spec, with_config=True)
+            costs = {p.id: trial_cost(p.config) for p in points}
+            self._points = sorted(points, key=lambda p: -costs[p.id])  # stable: ties in order
+            self.total = len(points)
+        else:
+            self.total = int(self.spec.search.trials or 0)
+        if needs_session(self.spec):
+            from scheduler.search import SearchSession  # imports Optuna (~1 s)
+
+            self.session = SearchSession(self.spec)
+
+    @classmethod
+    def open(
+        cls, store: Store, app: Celery, sweep_id: str, *, owner: str, **kwargs: Any
+    ) -> Feeder | None:
+        """The feeder of a stored sweep, rebuilt from its trials; None if another holds
+        its lease. Sends the trials stored but never sent."""
+        if not store.take_lease(sweep_id, owner, kwargs.get("lease_seconds", LEASE_SECONDS)):
+            return None
+        doc = store.get_sweep(sweep_id)
+        feeder = cls(store, app, sweep_id, load_spec(doc["spec"]), owner=owner, **kwargs)
+        feeder._source()
+        feeder._rebuild(
+            store.feed_trials(sweep_id), doc.get("study_attrs") or {}, doc.get("sending") or []
+        )
+        return feeder
+
+    def _rebuild(
+        self, docs: list[dict[str, Any]], study_attrs: dict[str, Any], sending: list[str]
+    ) -> None:
+        from scheduler.search import Record
+
+        self._created = {d["key"] for d in docs}
+        self._index = max((d["index"] for d in docs), default=-1) + 1
+        self.store.repair_plan(self.sweep_id, self.total, len(docs))
+        if self.session is not None:
+            epochs = self._stored_epochs(docs)
+            records = []
+            for d in docs:
+                number = (d.get("optuna") or {}).get("number")
+                if number is None:
+                    continue
+                records.append(
+                    Record(
+                        number=number,
+                        params=flatten_params(d.get("params")),
+                        state=d["state"],
+                        value=d.get("objective"),
+                        epochs=epochs.get(d["_id"], {}),
+                        system_attrs=(d.get("optuna") or {}).get("system_attrs") or {},
+                    )
+                )
+                if d["state"] in _LIVE:
+                    self._numbers[d["_id"]] = number
+            self.session.rebuild(records, study_attrs)
+            self._study_attrs = dict(study_attrs)
+        maybe = set(sending)
+        unsent = [d for d in docs if d["_id"] in maybe and d.get("attempt") == 0
+                  and d.get("state") == TrialState.QUEUED.value]  # fmt: skip
+        if unsent:
+            log.info("sweep %s: sending %d trials stored but never sent", self.sweep_id,
+                     len(unsent))  # fmt: skip
+            self._send([self._point_of(d) for d in unsent])
+
+    def _stored_epochs(self, docs: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
+        if not self.spec.pruning.enabled:
+            return {}
+        metric = self.spec.pruning.metric or self.spec.objective.metric
+        attempts = {d["_id"]: d.get("attempt", 0) for d in docs}
+        out: dict[str, dict[int, float]] = {}
+        ids = list(attempts)
+        for start in range(0, len(ids), 1000):
+            part = {tid: attempts[tid] for tid in ids[start : start + 1000]}
+            for tid, rows in self.store.epoch_rows(part, {}).items():
+                values = {e: m[metric] for e, m in rows.items() if pruned_value(m, metric)}
+                out[tid] = values
+                if rows:
+                    self._epochs[tid] = (part[tid], max(rows))
+        return out
+
+    @staticmethod
+    def _point_of(doc: dict[str, Any]) -> TrialPoint:
+        config = doc.get("config") or {}
+        return TrialPoint(
+            index=doc["index"],
+            id=doc["key"],
+            params=flatten_params(doc.get("params")),
+            seed=int((config.get("training") or {}).get("seed") or 0),
+            config=config,
+        )
+
+    # --- one step ---------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Renew the lease, tell results, decide pruning, fill the window. Whether the
+        sweep still needs feeding (False: finished, cancelled, deleted or lease lost)."""
+        if self.done:
+            return False
+        try:
+            if not self.store.take_lease(self.sweep_id, self.owner, self.lease_seconds):
+                log.warning("sweep %s: lost the feeding lease; stopping", self.sweep_id)
+                return self._stop()
+            sweep = self.store.get_sweep(self.sweep_id)
+        except NotFound:
+            return self._stop()
+        if sweep.get("cancelled_at") is not None:
+            return self._stop()
+        if self.session is not None:
+            self._tell_and_prune()
+        counts, planned = sweep["counts"], int(sweep.get("planned") or 0)
+        in_flight = counts["queued"] - planned + counts["running"]
+        if planned > 0 and in_flight < self.window:
+            self.feed(min(self.window - in_flight, planned))
+        elif planned == 0 and in_flight <= 0:
+            return self._stop()
+        return True
+
+    def _stop(self) -> bool:
+        self.close()
+        return False
+
+    def close(self) -> None:
+        """Stop feeding and give the lease back, so another scheduler can take over at once."""
+        self.done = True
+        self.store.release_lease(self.sweep_id, self.owner)
+
+    def feed(self, n: int) -> int:
+        """Ask up to `n` new points, store them, send them; how many were created."""
+        points, extras = self._ask(n)
+        if len(points) < n:
+            dropped = self.store.shrink_plan(self.sweep_id, n - len(points))
+            if dropped:
+                log.warning("sweep %s: the space is used up; %d trials fewer", self.sweep_id,
+                            dropped)  # fmt: skip
+        if not points:
+            return 0
+        self.store.begin_sending(self.sweep_id, [f"{self.sweep_id}-{p.id}" for p in points])
+        self.store.add_trials(self.sweep_id, self.spec, points, extras)
+        self._created.update(p.id for p in points)
+        self._send(points)
+        if self.session is not None:
+            attrs = self.session.study_attrs()
+            if attrs != self._study_attrs:
+                self.store.set_study_attrs(self.sweep_id, attrs)
+                self._study_attrs = attrs
+        return len(points)
+
+    def _ask(self, n: int) -> tuple[list[TrialPoint], dict[str, dict[str, Any]]]:
+        extras: dict[str, dict[str, Any]] = {}
+        points: list[TrialPoint] = []
+        if self._points is not None:
+            while len(points) < n and self._next < len(self._points):
+                point = self._points[self._next]
+                self._next += 1
+                if point.id not in self._created:
+                    points.append(point)
+            if self.session is not None:
+                for point in points:
+                    asked = self.session.add_point(point.params)
+                    extras[point.id] = _optuna(asked.number, asked.system_attrs)
+                    self._numbers[f"{self.sweep_id}-{point.id}"] = asked.number
+            return points, extras
+        for asked in self.session.ask(n):
+            point = self.session.point(asked, self._index, with_config=True)
+            self._index += 1
+            points.append(point)
+            extras[point.id] = _optuna(asked.number, asked.system_attrs)
+            self._numbers[f"{self.sweep_id}-{point.id}"] = asked.number
+        return points, extras
+
+    def _send(self, points: list[TrialPoint]) -> None:
+        from scheduler.submit import messages
+
+        enqueue(self.app, messages(self.sweep_id, points, self.workers, watch=self.watch))
+        self.store.end_sending(self.sweep_id)
+
+    def _tell_and_prune(self) -> None:
+        if not self._numbers:
+            return
+        docs = self.store.feed_trials(self.sweep_id, list(self._numbers))
+        running: dict[str, tuple[int, int]] = {}
+        for doc in docs:
+            tid, number = doc["_id"], self._numbers[doc["_id"]]
+            if doc["state"] in _LIVE:
+                if doc["state"] == _RUNNING:
+                    running[tid] = (number, doc.get("attempt", 0))
+                continue
+            self.session.tell(number, doc.get("objective"), doc["state"])
+            del self._numbers[tid]
+            self._epochs.pop(tid, None)
+            self._requested.discard(tid)
+        if running and self.spec.pruning.enabled:
+            self._prune(running)
+
+    def _prune(self, running: dict[str, tuple[int, int]]) -> None:
+        attempts = {tid: attempt for tid, (_, attempt) in running.items()}
+        after = {
+            tid: last for tid, (attempt, last) in self._epochs.items()
+            if attempts.get(tid) == attempt
+        }  # fmt: skip
+        rows = self.store.epoch_rows(attempts, after)
+        for tid, epochs in rows.items():
+            if epochs:
+                self._epochs[tid] = (attempts[tid], max(epochs))
+        metric = self.spec.pruning.metric or self.spec.objective.metric
+        stop = decide(self.session, running, rows, metric)
+        stop = {tid: at for tid, at in stop.items() if tid not in self._requested}
+        if not stop:
+            return
+        if self._request_prune is None:
+            log.warning("sweep %s: the store cannot request prunes; %d trials run on",
+                        self.sweep_id, len(stop))  # fmt: skip
+            return
+        marked = self._request_prune(stop)
+        self._requested.update(stop)
+        log.info("sweep %s: pruning %d trials", self.sweep_id, len(marked))
+
+
+def _optuna(number: int, system_attrs: dict[str, Any]) -> dict[str, Any]:
+    return {"optuna": {"number": number, "system_attrs": system_attrs}}
+
+
+def start_sweep(
+    store: Store,
+    app: Celery,
+    spec: SweepSpec,
+    *,
+    owner: str | None = None,
+    workers: int | None = None,
+    big_window: int = BIG_WINDOW,
+) -> tuple[str, int]:
+    """Store a new sweep with its first window of trials, send them; (sweep id, size).
+
+    The rest are planned (counted as queued) for a scheduler to feed. The sweep is stored
+    with this process's lease, given back once the window is sent, so no scheduler sends
+    the window a second time meanwhile.
+    """
+    lease_owner = owner_name()
+    feeder = Feeder(store, app, "", spec, owner=lease_owner, workers=workers,
+                    big_window=big_window)  # fmt: skip
+    feeder._source()
+    points, extras = feeder._ask(min(feeder.window, feeder.total))
+    total = feeder.total
+    if len(points) < min(feeder.window, total):
+        total = len(points)  # the space ran out in the first window already
+    lease = {"owner": lease_owner, "expires": store._clock() + _lease_span()}
+    extra_fields: dict[str, Any] = {"lease": lease}
+    if feeder.session is not None:
+        extra_fields["study_attrs"] = feeder.session.study_attrs()
+    sweep_id = store.create_sweep(
+        spec, points, owner=owner, total=total, extras=extras, sweep_fields=extra_fields
+    )
+    feeder.sweep_id = sweep_id
+    try:
+        feeder._send(points)
+    except Exception:
+        log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
+        store.cancel_sweep(sweep_id)
+        raise
+    finally:
+        store.release_lease(sweep_id, lease_owner)
+    return sweep_id, total
+
+
+def _lease_span() -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=LEASE_SECONDS)

@@ -1,0 +1,104 @@
+"""Every unfinished sweep's `Feeder`, in one loop: what `sweepstack scheduler` runs.
+
+Each pass takes the lease of the sweeps it does not feed yet (a sweep another scheduler
+feeds is skipped until that one stops renewing), steps every feeder it holds, and drops
+those whose sweep is finished, cancelled or deleted. `sweepstack run` steps one `Feeder`
+of its own instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery
+
+from core.errors import SpecError, SweepstackError
+from core.store import Store
+from scheduler.feed import BIG_WINDOW, LEASE_SECONDS, Feeder, owner_name
+
+log = logging.getLogger(__name__)
+
+
+def workers_online(app: Celery, timeout: float = 1.0) -> int | None:
+    """Worker processes online (the sum of their pools' sizes), None when none answers."""
+    try:
+        stats = app.control.inspect(timeout=timeout).stats() or {}
+    except Exception as exc:  # the broker is down: no default from workers this time
+        log.warning("cannot ask the workers: %s", exc)
+        return None
+    total = sum(int((s.get("pool") or {}).get("max-concurrency") or 1) for s in stats.values())
+    return total or None
+
+
+class Feeders:
+    """The feeders this scheduler holds, by sweep id."""
+
+    def __init__(
+        self,
+        store: Store,
+        app: Celery,
+        *,
+        owner: str | None = None,
+        workers: int | None = None,
+        lease_seconds: float = LEASE_SECONDS,
+        big_window: int = BIG_WINDOW,
+    ) -> None:
+        self.store, self.app = store, app
+        self.owner = owner or owner_name()
+        self.workers = workers
+        self.lease_seconds = lease_seconds
+        self.big_window = big_window
+        self.feeders: dict[str, Feeder] = {}
+        self._broken: set[str] = set()
+
+    def step(self) -> int:
+        """One pass over the unfinished sweeps; how many this scheduler feeds now."""
+        for doc in self.store.unfinished_sweeps():
+            sweep_id = doc["_id"]
+            if sweep_id in self.feeders or sweep_id in self._broken:
+                continue
+            try:
+                feeder = Feeder.open(
+                    self.store,
+                    self.app,
+                    sweep_id,
+                    owner=self.owner,
+                    workers=self.workers,
+                    lease_seconds=self.lease_seconds,
+                    big_window=self.big_window,
+                )
+            except SpecError as exc:
+                log.error("sweep %s cannot be fed: %s", sweep_id, exc)
+                self._broken.add(sweep_id)
+                self.store.release_lease(sweep_id, self.owner)
+                continue
+            if feeder is not None:
+                log.info("feeding sweep %s (%d trials)", sweep_id, feeder.total)
+                self.feeders[sweep_id] = feeder
+        for sweep_id, feeder in list(self.feeders.items()):
+            try:
+                alive = feeder.step()
+            except SweepstackError as exc:
+                log.warning("feeding sweep %s failed this pass: %s", sweep_id, exc)
+                continue
+            if not alive:
+                log.info("sweep %s needs no more feeding", sweep_id)
+                del self.feeders[sweep_id]
+        return len(self.feeders)
+
+    def set_workers(self, workers: int | None) -> None:
+        """The workers online, for the window of sweeps without `search.parallelism`."""
+        self.workers = workers
+
+    def close(self) -> None:
+        """Give every lease back, so another scheduler can take over at once."""
+        for sweep_id in list(self.feeders):
+            self.store.release_lease(sweep_id, self.owner)
+        self.feeders.clear()
+
+    def __enter__(self) -> Feeders:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,209 @@
+"""The feeding loop on the real store and RabbitMQ: exact budgets, windows, restarts, the
+lease, and a 50,000-trial grid counted whole at once. A stand-in worker claims and finishes
+trials through the store (what a worker's lifecycle writes are); the real Celery workers
+run in tests/integration/test_feed_workers.py."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any
+
+import pytest
+
+from core.records import flatten_params
+from core.spec import load_spec
+from scheduler.feed import Feeder, owner_name, start_sweep
+from tests.integration.stack import Stack
+
+pytestmark = pytest.mark.integration
+
+WORKER = {"host": "test", "pid": 1, "name": "stand-in"}
+
+
+def tpe_spec(trials: int = 40, parallelism: int = 4, seed: int = 7) -> Any:
+    return load_spec(
+        f"name: tpe-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"
+        "model: {hidden_units: {int: [4, 64]}, activation: [relu, tanh]}\n"
+        "training: {epochs: 1, lr: {loguniform: [0.0001, 0.1]}}\n"
+        "objective: {metric: val_accuracy, direction: max}\n"
+        f"search: {{algorithm: tpe, trials: {trials}, parallelism: {parallelism}, "
+        f"seed: {seed}}}\n"
+    )
+
+
+def objective(params: dict[str, Any]) -> float:
+    """A made-up result of the params: deterministic, so replays see the same results."""
+    width = params.get("model.hidden_units", 40)
+    return 1.0 - abs(math.log(params.get("training.lr", 0.0067)) + 5) / 10 - abs(width - 40) / 200
+
+
+def in_flight(stack: Stack, sweep_id: str) -> int:
+    sweep = stack.store.get_sweep(sweep_id)
+    counts = sweep["counts"]
+    return counts["queued"] - int(sweep.get("planned") or 0) + counts["running"]
+
+
+def finish_some(stack: Stack, sweep_id: str, k: int) -> int:
+    """Claim and complete up to `k` queued trials, as a worker would."""
+    done = 0
+    for doc in stack.store.feed_trials(sweep_id):
+        if done == k:
+            break
+        if doc["state"] != "queued":
+            continue
+        claimed = stack.store.claim(doc["_id"], WORKER, stale_after=60)
+        assert claimed is not None
+        value = objective(flatten_params(doc["params"]))
+        stack.store.finish(
+            doc["_id"], claimed["attempt"], "complete", result={"val_accuracy": value}
+        )
+        done += 1
+    return done
+
+
+def asked_points(stack: Stack, sweep_id: str) -> list[str]:
+    docs = sorted(stack.store.feed_trials(sweep_id), key=lambda d: d["index"])
+    return [repr(sorted(flatten_params(d["params"]).items())) for d in docs]
+
+
+def run_to_end(stack: Stack, sweep_id: str, feeder: Feeder, per_step: int = 2) -> int:
+    most = 0
+    for _ in range(500):
+        alive = feeder.step()
+        most = max(most, in_flight(stack, sweep_id))
+        if not alive:
+            return most
+        finish_some(stack, sweep_id, per_step)
+    raise AssertionError("the sweep did not end")
+
+
+def test_tpe_creates_exactly_its_budget_never_more_than_parallelism_in_flight(
+    stack: Stack,
+) -> None:
+    spec = tpe_spec()
+    sweep_id, total = start_sweep(stack.store, stack.app, spec)
+    assert total == 40
+    assert stack.store.counts(sweep_id)["queued"] == 40  # planned ones count from the start
+    assert len(stack.store.feed_trials(sweep_id)) == 4
+    feeder = Feeder.open(stack.store, stack.app, sweep_id, owner=owner_name())
+    assert feeder is not None
+    most = run_to_end(stack, sweep_id, feeder)
+    assert most <= 4
+    docs = stack.store.feed_trials(sweep_id)
+    assert len(docs) == 40
+    assert len(set(asked_points(stack, sweep_id))) == 40
+    assert sorted(d["index"] for d in docs) == list(range(40))
+    assert stack.store.counts(sweep_id)["complete"] == 40
+    assert stack.store.recount(sweep_id)["complete"] == 40
+    assert stack.queue_depth() == 40  # one message per trial, none sent twice
+
+
+def test_a_killed_feeder_is_rebuilt_without_asking_twice_and_replays_the_same_points(
+    stack: Stack,
+) -> None:
+    spec = tpe_spec(trials=24, parallelism=3, seed=11)
+    sweep_id, _ = start_sweep(stack.store, stack.app, spec)
+    first = Feeder.open(stack.store, stack.app, sweep_id, owner="a", lease_seconds=1)
+    assert first is not None
+    for _ in range(4):
+        first.step()
+        finish_some(stack, sweep_id, 2)
+    # "kill -9" between storing and sending: a window stored, never sent.
+    points, extras = first._ask(2)
+    stack.store.begin_sending(sweep_id, [f"{sweep_id}-{p.id}" for p in points])
+    stack.store.add_trials(sweep_id, first.spec, points, extras)
+    del first  # no release: the lease runs out
+    stack.store._clock = lambda: __import__("core.records").records.utcnow() + _later()
+    second = Feeder.open(stack.store, stack.app, sweep_id, owner="b")
+    assert second is not None
+    assert stack.store.get_sweep(sweep_id)["sending"] == []  # the rebuild sent them
+    run_to_end(stack, sweep_id, second)
+    killed = asked_points(stack, sweep_id)
+    assert len(killed) == len(set(killed)) == 24
+
+    # The same seed and results, never interrupted: the same points in the same order.
+    spec2 = load_spec({**spec.document, "name": spec.name})
+    replay_id, _ = start_sweep(stack.store, stack.app, spec2)
+    feeder = Feeder.open(stack.store, stack.app, replay_id, owner="c")
+    assert feeder is not None
+    run_to_end(stack, replay_id, feeder)
+    assert asked_points(stack, replay_id) == killed
+
+
+def _later() -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=5)
+
+
+def test_only_the_lease_holder_feeds(stack: Stack) -> None:
+    sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=10, parallelism=2))
+    one = Feeder.open(stack.store, stack.app, sweep_id, owner="one")
+    two = Feeder.open(stack.store, stack.app, sweep_id, owner="two")
+    assert one is not None and two is None
+    assert stack.store.take_lease(sweep_id, "two", 30) is False
+    one._stop()  # gives the lease back
+    assert stack.store.take_lease(sweep_id, "two", 30) is True
+    assert one.step() is False  # one lost it: it stops feeding
+
+
+def test_cancel_stops_feeding_and_drops_planned_trials(stack: Stack) -> None:
+    sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=10, parallelism=2))
+    feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="x")
+    assert feeder is not None
+    stack.store.cancel_sweep(sweep_id)
+    assert feeder.step() is False
+    sweep = stack.store.get_sweep(sweep_id)
+    assert sweep["counts"]["cancelled"] == 2 and sweep["counts"]["queued"] == 0
+    assert sweep["trial_count"] == 2 and sweep["planned"] == 0
+    assert stack.store.recount(sweep_id)["cancelled"] == 2
+
+
+def test_a_50000_trial_grid_counts_whole_at_once(stack: Stack) -> None:
+    spec = load_spec(
+        f"name: big-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"
+        "model: {hidden_units: {range: [1, 1001, 1]}, hidden_layers: {range: [1, 11, 1]}, "
+        "activation: [relu, tanh, sigmoid, elu, gelu]}\n"
+        "training: {epochs: 1}\nobjective: {metric: val_accuracy, direction: max}\n"
+    )
+    sweep_id, total = start_sweep(stack.store, stack.app, spec, big_window=500)
+    assert total == 50_000
+    assert stack.store.counts(sweep_id)["queued"] == 50_000
+    assert stack.store.get_sweep(sweep_id)["trial_count"] == 50_000
+    assert len(stack.store.feed_trials(sweep_id)) == 500
+    feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="g", big_window=500)
+    assert feeder is not None
+    feeder.step()  # the window is full: nothing more
+    assert len(stack.store.feed_trials(sweep_id)) == 500
+    finish_some(stack, sweep_id, 100)
+    feeder.step()
+    assert len(stack.store.feed_trials(sweep_id)) == 600
+    counts = stack.store.counts(sweep_id)
+    assert counts["queued"] == 49_900 and counts["complete"] == 100
+    assert stack.queue_depth() == 600
+
+
+def test_a_feeder_killed_between_creating_trials_and_moving_the_plan_is_repaired(
+    stack: Stack,
+) -> None:
+    """kill -9 after `add_trials` inserted a window but before it moved ``planned``: the
+    next feeder sets ``planned`` from the trials there are, and the counts stay whole."""
+    sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=12, parallelism=3))
+    first = Feeder.open(stack.store, stack.app, sweep_id, owner="k", lease_seconds=1)
+    assert first is not None
+    finish_some(stack, sweep_id, 2)
+    points, extras = first._ask(2)
+    stack.store.add_trials(sweep_id, first.spec, points, extras)
+    stack.store._sweeps.update_one({"_id": sweep_id}, {"$inc": {"planned": 2}})  # not moved
+    assert sum(stack.store.counts(sweep_id).values()) == 12
+    stack.store.release_lease(sweep_id, "k")
+    second = Feeder.open(stack.store, stack.app, sweep_id, owner="r")
+    assert second is not None
+    sweep = stack.store.get_sweep(sweep_id)
+    assert sweep["planned"] == 12 - 5 and sum(sweep["counts"].values()) == 12
+    assert stack.store.recount(sweep_id) == sweep["counts"]
+    run_to_end(stack, sweep_id, second)
+    assert len(stack.store.feed_trials(sweep_id)) == 12
+    assert stack.store.counts(sweep_id)["complete"] == 12
+    assert stack.store.recount(sweep_id)["complete"] == 12
