@@ -291,3 +291,64 @@ def test_a_killed_tpe_run_resumes_to_its_budget_without_asking_twice(tmp_path: P
         assert after[trial_id]["finished_at"] == doc["finished_at"]
         assert after[trial_id]["params"] == doc["params"]
     assert processes_using(str(data)) == []
+
+
+def test_a_pruning_run_stops_the_hopeless_trials_within_an_epoch(tmp_path: Path) -> None:
+    """The whole path, in `run`: workers report every epoch, the in-process scheduler's
+    Optuna pruner (threshold: val_accuracy below 0.5 after 2 epochs) decides, the store
+    carries the request, and the worker stops at the next epoch end. Trials with a learning
+    rate too small to learn are pruned, the others complete every epoch."""
+    data = tmp_path / "data"
+    doc = {
+        "name": "pruning-run",
+        "dataset": {"name": "digits"},
+        "model": {"hidden_layers": 1, "hidden_units": [16, 32], "activation": "relu"},
+        "training": {
+            "optimizer": "sgd",
+            "lr": [0.1, 0.00001],
+            "batch_size": 8,
+            "epochs": 25,
+            "seed": 0,
+        },
+        "execution": {"device": "cpu", "time_limit": 300},
+        "objective": {"metric": "val_accuracy", "direction": "maximize"},
+        "pruning": {"algorithm": "threshold", "lower": 0.5, "n_warmup_steps": 2},
+    }
+    spec = tmp_path / "pruning.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    out = subprocess.run(
+        [*SWEEPSTACK, "run", str(spec), "--json", "--data", str(data), "--no-dashboard",
+         "--workers", "2"],
+        env=clean_env(tmp_path),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    assert summary["counts"]["pruned"] == 2 and summary["counts"]["complete"] == 2, summary
+    trials = read_trials(data, summary["sweep_id"])
+    for trial in trials.values():
+        lr = trial["params"]["training"]["lr"]
+        if lr < 0.001:
+            assert trial["state"] == "pruned", trial["_id"]
+            asked = trial["prune_requested"]["epoch"]
+            assert asked <= trial["pruned_epoch"] <= asked + 1, (asked, trial["pruned_epoch"])
+            assert trial["pruned_epoch"] < 25
+        else:
+            assert trial["state"] == "complete", trial["_id"]
+            assert "prune_requested" not in trial
+    server = SecantusProcess(data / "db")
+    try:
+        client = pymongo.MongoClient(server.url, serverSelectionTimeoutMS=10000)
+        for trial in trials.values():
+            rows = list(client["sweepstack"]["metrics"].find({"trial_id": trial["_id"]}))
+            epochs = sorted(r["epoch"] for r in rows)
+            assert epochs == sorted(set(epochs)), "an epoch row written twice"
+            last = trial.get("pruned_epoch", 25)
+            assert epochs[-1] == last, (trial["_id"], epochs[-1], last)
+        client.close()
+    finally:
+        server.stop()
+    assert processes_using(str(data)) == []
