@@ -124,7 +124,14 @@ class Lifecycle(RuleBasedStateMachine):
             assert doc["attempt"] >= max(attempts, default=0)
             if doc["state"] in {"complete", "failed", "pruned"}:
                 last = doc["history"][-1]
-                assert (last["attempt"], last["state"]) == (doc["attempt"], doc["state"])
+                if doc["state"] == "failed" and last["state"] == "lost":
+                    # A poison trial: the claim after its last lost attempt ended it failed
+                    # (`Lifecycle._end_poisoned`), with that attempt's record as the last.
+                    assert last["attempt"] == doc["attempt"]
+                    assert doc["error"].startswith("its worker died")
+                    assert doc["lost_attempts"] == sum(h["state"] == "lost" for h in doc["history"])
+                else:
+                    assert (last["attempt"], last["state"]) == (doc["attempt"], doc["state"])
 
     @invariant()
     def counts_match_the_trials(self) -> None:
