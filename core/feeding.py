@@ -234,10 +234,10 @@ class Feeding(Lifecycle):
 
     @available
     def unfinished_sweeps(self) -> list[dict[str, Any]]:
-        """Sweeps that may need feeding: not cancelled, and with planned or live trials."""
-        docs = self._sweeps.find(
-            {"cancelled_at": None}, {"spec": 1, "planned": 1, "counts": 1, "lease": 1}
-        )
+        """Sweeps that may need feeding: not cancelled, and with planned or live trials
+        (``_id``, ``planned``, ``counts``, ``lease``; not the spec, which may be large: the
+        scheduler asks this every pass, of every sweep ever submitted)."""
+        docs = self._sweeps.find({"cancelled_at": None}, {"planned": 1, "counts": 1, "lease": 1})
         out = []
         for doc in docs:
             counts = doc.get("counts") or {}

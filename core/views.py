@@ -150,13 +150,15 @@ class Views:
 
         The repair is skipped if a transition of the sweep happened while counting.
         """
-        rev = self._sweep(sweep_id).get("counts_rev", 0)
+        sweep = self._sweep(sweep_id)
+        rev = sweep.get("counts_rev", 0)
         rows = self._trials.aggregate(
             [{"$match": {"sweep_id": sweep_id}}, {"$group": {"_id": "$state", "n": {"$sum": 1}}}]
         )
         exact = full_counts({row["_id"]: row["n"] for row in rows})
         # Planned trials (`core.feeding`) are not created yet but count as queued.
-        exact["queued"] += int(self._sweep(sweep_id).get("planned") or 0)
+        # (A write between the reads moves counts_rev: the repair below is then skipped.)
+        exact["queued"] += int(sweep.get("planned") or 0)
         self._sweeps.update_one(
             {"_id": sweep_id, "counts_rev": rev},
             {"$set": {"counts": exact}, "$inc": {"counts_rev": 1}},
