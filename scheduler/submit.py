@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from celery import Celery
 
 from core.config import MAX_TIME_LIMIT, ExecutionConfig
+from core.errors import NotFound
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec import SweepSpec
 from core.store import Store
@@ -93,12 +94,27 @@ def enqueue_ids(store: Store, app: Celery, trial_ids: Iterable[str]) -> int:
     """Enqueue trials already in the store (requeued or retried), with their time limits,
     configs and the attempts they are queued at."""
     ids = list(trial_ids)
-    docs = store.trials_by_id(ids, ["config", "attempt"])
+    docs = store.trials_by_id(ids, ["config", "attempt", "sweep_id"])
+    watched: dict[str, bool] = {}
     sent: list[Outgoing] = []
     for trial_id in ids:
-        config, attempt = docs[trial_id].get("config", {}), docs[trial_id].get("attempt", 0)
-        sent.append((trial_id, _time_limit(config), carry(config, attempt)))
+        doc = docs[trial_id]
+        config, attempt = doc.get("config", {}), doc.get("attempt", 0)
+        sweep_id = doc.get("sweep_id", "")
+        if sweep_id not in watched:
+            watched[sweep_id] = _prunes(store, sweep_id)
+        watch = watched[sweep_id]
+        sent.append((trial_id, _time_limit(config), carry(config, attempt, watch=watch)))
     return enqueue(app, sent) if sent else 0
+
+
+def _prunes(store: Store, sweep_id: str) -> bool:
+    """Whether the sweep's spec stops trials early (its messages then carry `watch`)."""
+    try:
+        spec = store.get_sweep(sweep_id).get("spec") or {}
+    except NotFound:
+        return False
+    return (spec.get("pruning") or {}).get("algorithm", "none") not in (None, "none")
 
 
 def requeue_stale(

@@ -2,7 +2,9 @@
 source with `ast`: a module-level or function-level import alike counts.
 
 ``api`` and ``dashboard`` never import each other or ``web`` (the composition that mounts
-both); only ``core`` imports pymongo; only ``workers`` imports torch.
+both); only ``core`` imports pymongo; only ``workers`` imports torch; only ``scheduler``
+imports optuna (the API reaches it through the scheduler; workers and the dashboard never
+need it).
 """
 
 from __future__ import annotations
@@ -24,7 +26,12 @@ ALLOWED = {
     "web": {"core", "scheduler", "api", "dashboard"},
 }
 #: third-party module -> the only packages that may import it.
-ONLY = {"pymongo": {"core"}, "bson": {"core"}, "torch": {"workers"}}
+ONLY = {
+    "pymongo": {"core"},
+    "bson": {"core"},
+    "torch": {"workers"},
+    "optuna": {"scheduler"},
+}
 
 
 def imports_of(path: Path) -> set[str]:
