@@ -35,16 +35,16 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: flo
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-class Worker:
-    """`celery -A workers.main worker` in its own process group, logging to a file."""
+class Process:
+    """A command in its own process group, logging to a file, up once `ready` is logged."""
 
-    def __init__(self, env: dict[str, str], log_path: Path, concurrency: int = 1) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], log_path: Path, ready: str, what: str
+    ) -> None:
         self.log_path = log_path
         self.log = open(log_path, "a")  # noqa: SIM115
-        # The command `sweepstack worker` runs; its thread settings come from `env`.
-        ((argv, _),) = worker_commands(concurrency, None, "INFO", env["SWEEPSTACK_QUEUE"])
         self.proc = subprocess.Popen(
-            [*argv, "--without-gossip", "--hostname", f"test-{uuid.uuid4().hex[:6]}@%h"],
+            argv,
             env=env,
             cwd=ROOT,
             stdout=self.log,
@@ -52,15 +52,15 @@ class Worker:
             start_new_session=True,
         )
         wait_for(
-            lambda: " ready." in log_path.read_text() or self.proc.poll() is not None,
+            lambda: ready in log_path.read_text() or self.proc.poll() is not None,
             90,
-            "the worker to be ready",
+            f"the {what} to be ready",
         )
         if self.proc.poll() is not None:
-            raise AssertionError(f"worker exited: {log_path.read_text()[-3000:]}")
+            raise AssertionError(f"{what} exited: {log_path.read_text()[-3000:]}")
 
     def kill_all(self) -> None:
-        """kill -9 the worker and every child: what a power cut does."""
+        """kill -9 the process and every child: what a power cut does."""
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
@@ -76,6 +76,16 @@ class Worker:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self.log.close()
+
+
+class Worker(Process):
+    """`celery -A workers.main worker` (the command `sweepstack worker` runs)."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, concurrency: int = 1) -> None:
+        # Its thread settings come from `env`.
+        ((argv, _),) = worker_commands(concurrency, None, "INFO", env["SWEEPSTACK_QUEUE"])
+        argv = [*argv, "--without-gossip", "--hostname", f"test-{uuid.uuid4().hex[:6]}@%h"]
+        super().__init__(argv, env, log_path, " ready.", "worker")
 
 
 class Stack:

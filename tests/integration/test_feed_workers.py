@@ -10,9 +10,6 @@ start-up is most of the cost.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import threading
 import uuid
@@ -27,7 +24,7 @@ from core.settings import Settings
 from core.states import TERMINAL_STATES
 from scheduler.enqueue import sender_app
 from tests.api import ALICE_TOKEN
-from tests.integration.stack import ROOT, Stack, wait_for
+from tests.integration.stack import Process, Stack, wait_for
 from web.app import create_app
 
 pytestmark = pytest.mark.integration
@@ -38,42 +35,13 @@ TERMINAL = sorted(s.value for s in TERMINAL_STATES)
 LEASE = 3
 
 
-class Scheduler:
-    """`sweepstack scheduler` in its own process group, logging to a file."""
+class Scheduler(Process):
+    """`sweepstack scheduler` with a short lease; `kill_all` is a power cut (no lease given
+    back, nothing flushed)."""
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.log_path = log_path
-        self.log = open(log_path, "a")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.cli", "scheduler", "--lease", str(LEASE)],
-            env=env,
-            cwd=ROOT,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        wait_for(
-            lambda: "feeding sweeps every" in log_path.read_text() or self.proc.poll() is not None,
-            60,
-            "the scheduler to start",
-        )
-        if self.proc.poll() is not None:
-            raise AssertionError(f"scheduler exited: {log_path.read_text()[-3000:]}")
-
-    def kill_9(self) -> None:
-        """What a power cut does: no lease given back, nothing flushed."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self.log.close()
+        argv = [sys.executable, "-m", "scheduler.cli", "scheduler", "--lease", str(LEASE)]
+        super().__init__(argv, env, log_path, "feeding sweeps every", "scheduler")
 
 
 class Sampler:
@@ -186,7 +154,7 @@ def test_a_scheduler_killed_mid_sweep_is_replaced_without_losing_or_repeating(
     first = start(fed, scheduler_log)
     trials = fed.store.db["trials"]
     wait_for(lambda: trials.count_documents({"sweep_id": sweep_id}) >= 15, 120, "15 trials")
-    first.kill_9()
+    first.kill_all()
     created = trials.count_documents({"sweep_id": sweep_id})
     assert 15 <= created < 40
     # Nobody feeds meanwhile: the workers drain what was sent (all but a window the kill

@@ -195,6 +195,21 @@ def test_a_busy_dashboard_port_is_refused_before_anything_starts(tmp_path: Path)
     assert processes_using(str(data)) == []
 
 
+def run_json(env: dict[str, str], *args: str) -> dict:
+    """`sweepstack run ARGS --json --no-dashboard --workers 2`, which must exit 0; its
+    summary."""
+    out = subprocess.run(
+        [*SWEEPSTACK, "run", *args, "--json", "--no-dashboard", "--workers", "2"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
 def mcleod_tpe(tmp_path: Path, **search: int) -> Path:
     """configs/mcleod-tpe.yaml with one epoch on the CPU (and these search settings)."""
     doc = yaml.safe_load((ROOT / "configs" / "mcleod-tpe.yaml").read_text())
@@ -216,17 +231,7 @@ def test_run_a_tpe_sweep_feeds_it_to_its_budget(tmp_path: Path) -> None:
     never more than 4 in flight (each asked after some results came back)."""
     data = tmp_path / "data"
     spec = mcleod_tpe(tmp_path)
-    out = subprocess.run(
-        [*SWEEPSTACK, "run", str(spec), "--json", "--data", str(data), "--no-dashboard",
-         "--workers", "2"],
-        env=clean_env(tmp_path),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout)
+    summary = run_json(clean_env(tmp_path), str(spec), "--data", str(data))
     assert summary["counts"]["complete"] == 24 and sum(summary["counts"].values()) == 24
     trials = read_trials(data, summary["sweep_id"])
     assert len(trials) == 24 and all(t["state"] == "complete" for t in trials.values())
@@ -271,19 +276,9 @@ def test_a_killed_tpe_run_resumes_to_its_budget_without_asking_twice(tmp_path: P
     before = read_trials(data, sweep_id)
     assert 6 <= len(before) < 24
     done = {k: v for k, v in before.items() if v["state"] == "complete"}
-    second = subprocess.run(
-        [*SWEEPSTACK, "run", "--resume", sweep_id, "--data", str(data), "--no-dashboard",
-         "--workers", "2", "--json"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert second.returncode == 0, second.stderr[-3000:]
-    counts = json.loads(second.stdout)["counts"]
+    counts = run_json(env, "--resume", sweep_id, "--data", str(data))["counts"]
     after = read_trials(data, sweep_id)
-    assert counts["complete"] == 24, (counts, second.stderr[-3000:])
+    assert counts["complete"] == 24, counts
     assert len(after) == 24 and all(t["state"] == "complete" for t in after.values())
     assert distinct_points(after) == 24
     assert len({t["optuna"]["number"] for t in after.values()}) == 24
@@ -316,17 +311,7 @@ def test_a_pruning_run_stops_the_hopeless_trials_within_an_epoch(tmp_path: Path)
     }
     spec = tmp_path / "pruning.yaml"
     spec.write_text(yaml.safe_dump(doc))
-    out = subprocess.run(
-        [*SWEEPSTACK, "run", str(spec), "--json", "--data", str(data), "--no-dashboard",
-         "--workers", "2"],
-        env=clean_env(tmp_path),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout)
+    summary = run_json(clean_env(tmp_path), str(spec), "--data", str(data))
     assert summary["counts"]["pruned"] == 2 and summary["counts"]["complete"] == 2, summary
     trials = read_trials(data, summary["sweep_id"])
     for trial in trials.values():
