@@ -1,7 +1,7 @@
-"""The trial lifecycle as store writes: create, claim, heartbeat, report, finish.
+"""The trial lifecycle as store writes: claim, heartbeat, report, finish.
 
-Actions on a whole sweep (cancel, requeue stale, retry failed, delete) are in
-`core.sweep_actions`.
+Creating a sweep and its trials is in `core.feeding`; whole-sweep actions (cancel, requeue
+stale, retry failed, delete) are in `core.sweep_actions`.
 
 Every transition is one ``update_one`` whose filter names the state and attempt it
 expects, so of concurrent callers exactly one changes the trial; that caller then moves
@@ -12,27 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import bson
-from pymongo.errors import DuplicateKeyError, PyMongoError
+from pymongo.errors import DuplicateKeyError
 
 from core import summaries
 from core.errors import InvalidQuery, InvalidTransition, NotFound
 from core.query import check_attempt, check_id, check_keys, check_seconds
 from core.records import (
     RESERVED_TRIAL_FIELDS,
-    TrialPointLike,
     finite_number,
     history_entry,
-    sweep_document,
-    trial_document,
 )
 from core.settings import DEFAULT_MAX_ATTEMPTS
-from core.spec import SweepSpec
 from core.states import FINISH_STATES, Heartbeat, TrialState
 from core.views import Views, available, summaries_projection
 
@@ -101,108 +95,6 @@ class Lifecycle(Views):
     def ensure_indexes(self) -> None:
         """Create the store's indexes; `core.store.Store` defines them."""
         raise NotImplementedError
-
-    @available
-    def create_sweep(
-        self,
-        spec: SweepSpec,
-        trials: Sequence[TrialPointLike],
-        *,
-        owner: str | None = None,
-        total: int | None = None,
-        extras: Mapping[str, Mapping[str, Any]] | None = None,
-        sweep_fields: Mapping[str, Any] | None = None,
-    ) -> str:
-        """Store a sweep and its trials (queued, attempt 0); return the new sweep id.
-
-        `total` (at least ``len(trials)``), when given, is the sweep's size: the trials
-        beyond these are planned (`core.feeding`), counted as queued, and these are noted
-        in the sweep's ``sending`` list until the caller has sent them (`end_sending`).
-        `extras` adds fields per trial id (the search's ``optuna`` record), `sweep_fields`
-        to the sweep document (the submitter's feeding ``lease``).
-
-        Trials go in first, in batches, and the sweep document last: a sweep that is
-        visible is complete. The sweep document (which holds the whole spec) and the first
-        trial are encoded before anything is written, so a value BSON cannot store is
-        refused with nothing written. Should anything fail part way (the store, an encoding,
-        an interrupt), what was inserted is removed (best effort) and the error is raised.
-        Not idempotent: a retry makes another sweep.
-        """
-        if owner is not None and not isinstance(owner, str):
-            raise InvalidQuery("owner", f"must be a string, got {owner!r}")
-        indexes = [p.index for p in trials]
-        if len({p.id for p in trials}) != len(trials) or len(set(indexes)) != len(trials):
-            raise InvalidQuery("trials", "ids and indexes must be unique within a sweep")
-        if any(not isinstance(i, int) or i < 0 for i in indexes):
-            raise InvalidQuery("trials", "indexes must be integers >= 0")
-        if total is not None and (
-            isinstance(total, bool) or not isinstance(total, int) or total < len(trials)
-        ):
-            raise InvalidQuery("total", f"must be an integer >= {len(trials)}, got {total!r}")
-        if not self._indexed:
-            self.ensure_indexes()
-        sweep_id = secrets.token_hex(6)
-        now = self._clock()
-        base = spec.base_config()
-        sweep = sweep_document(
-            sweep_id,
-            name=spec.name,
-            description=spec.description,
-            spec=spec.document,
-            metric=spec.objective.metric,
-            direction=spec.objective.direction,
-            owner=owner,
-            trial_count=len(trials) if total is None else total,
-            max_index=max(indexes, default=-1) if total is None else max([*indexes, total - 1]),
-            now=now,
-        )
-        if total is not None:
-            sweep["planned"] = total - len(trials)
-            sweep["sending"] = [f"{sweep_id}-{p.id}" for p in trials]
-        sweep.update(sweep_fields or {})
-
-        def doc_of(p: TrialPointLike) -> dict[str, Any]:
-            doc = self._trial_doc(sweep_id, spec, base, p, now)
-            doc.update((extras or {}).get(p.id, {}))
-            return doc
-
-        first = [doc_of(p) for p in trials[:1]]
-        try:
-            for doc in (sweep, *first):
-                bson.encode(doc)
-        except (bson.errors.InvalidDocument, OverflowError) as exc:
-            raise InvalidQuery("spec", f"cannot be stored: {exc}") from exc
-        try:
-            for start in range(0, len(trials), self.insert_batch):
-                batch = trials[start : start + self.insert_batch]
-                docs = [doc_of(p) for p in batch]
-                self._trials.insert_many(docs, ordered=False)
-            self._sweeps.insert_one(sweep)
-        except BaseException:
-            try:
-                self._trials.delete_many({"sweep_id": sweep_id})
-            except PyMongoError as exc:
-                log.warning("could not remove the trials of failed sweep %s: %s", sweep_id, exc)
-            raise
-        self._objectives[sweep_id] = (spec.objective.metric, spec.objective.direction)
-        summaries.on_created(self.db, sweep_id, spec.objective.direction)
-        log.info("created sweep %s (%s) with %d trials", sweep_id, spec.name, len(trials))
-        return sweep_id
-
-    @staticmethod
-    def _trial_doc(
-        sweep_id: str, spec: SweepSpec, base: dict, point: TrialPointLike, now: datetime
-    ) -> dict[str, Any]:
-        config = point.config or spec.seeded_config(point.params, point.seed, base)
-        return trial_document(
-            sweep_id,
-            key=point.id,
-            index=point.index,
-            params=point.params,
-            config=config,
-            seed=point.seed,
-            now=now,
-        )
 
     @available
     def claim(

@@ -5,10 +5,10 @@ client, shared), must be created after a fork (pymongo clients are not fork-safe
 every connection failure into `StoreUnavailable`, which callers retry. Its writes are in
 `core.lifecycle` (one trial's transitions), `core.batch_writes` (the same, for many trials
 in one round trip), `core.prune_requests` (the scheduler's request that a running attempt
-stop early) and `core.sweep_actions` (cancel, requeue, retry, delete), the scheduler's
-feeding writes in `core.feeding`, its reads in `core.views` (sweeps, trial pages) and
-`core.dashboard_reads` (changes and aggregates), the document shapes in `core.records`,
-and the checking of user input and the paging order in `core.query`.
+stop early) and `core.sweep_actions` (cancel, requeue, retry, delete), sweep creation
+and the scheduler's feeding writes in `core.feeding`, its reads in `core.views` (sweeps,
+trial pages) and `core.dashboard_reads` (changes and aggregates), the document shapes in
+`core.records`, and the checking of user input and the paging order in `core.query`.
 
 Collections, their indexes (created idempotently by `ensure_indexes`), and what they serve:
 
