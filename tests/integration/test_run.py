@@ -71,6 +71,32 @@ def read_trials(data_dir: Path, sweep_id: str) -> dict[str, dict]:
         server.stop()
 
 
+def run_then_kill(env: dict[str, str], spec: Path, data: Path, completed: int) -> str:
+    """`sweepstack run SPEC` until `completed` trials succeeded, then kill -9 (no clean
+    stop); the sweep's id."""
+    first = subprocess.Popen(
+        [*SWEEPSTACK, "run", str(spec), "--data", str(data), "--no-dashboard", "--workers", "2"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    header = first.stderr.readline()
+    match = re.search(r"sweep (\w+) ", header)
+    assert match, header
+    logs = data / "logs" / "worker.log"
+    wait_for(
+        lambda: logs.exists() and logs.read_text().count("succeeded") >= completed,
+        300,
+        f"{completed} trials to complete",
+    )
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    first.stderr.close()
+    return match.group(1)
+
+
 def test_run_quickstart_with_no_settings(tmp_path: Path) -> None:
     data = tmp_path / "data"
     out = subprocess.run(
@@ -112,27 +138,7 @@ def test_kill_mid_sweep_then_resume(tmp_path: Path) -> None:
         "objective: {metric: val_accuracy, direction: max}\n"
     )
     env = clean_env(tmp_path)
-    first = subprocess.Popen(
-        [*SWEEPSTACK, "run", str(spec), "--data", str(data), "--no-dashboard", "--workers", "2"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    header = first.stderr.readline()
-    match = re.search(r"sweep (\w+) ", header)
-    assert match, header
-    sweep_id = match.group(1)
-    logs = data / "logs" / "worker.log"
-    wait_for(
-        lambda: logs.exists() and logs.read_text().count("succeeded") >= 2,
-        300,
-        "two trials to complete",
-    )
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    first.stderr.close()
+    sweep_id = run_then_kill(env, spec, data, 2)
     try:
         wait_for(lambda: processes_using(str(data)) == [], 30, "every child to exit")
     except AssertionError as exc:
@@ -252,26 +258,7 @@ def test_a_killed_tpe_run_resumes_to_its_budget_without_asking_twice(tmp_path: P
     data = tmp_path / "data"
     spec = mcleod_tpe(tmp_path, parallelism=2)
     env = clean_env(tmp_path)
-    first = subprocess.Popen(
-        [*SWEEPSTACK, "run", str(spec), "--data", str(data), "--no-dashboard", "--workers", "2"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    match = re.search(r"sweep (\w+) ", first.stderr.readline())
-    assert match
-    sweep_id = match.group(1)
-    logs = data / "logs" / "worker.log"
-    wait_for(
-        lambda: logs.exists() and logs.read_text().count("succeeded") >= 6,
-        300,
-        "six trials to complete",
-    )
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    first.stderr.close()
+    sweep_id = run_then_kill(env, spec, data, 6)
     wait_for(lambda: processes_using(str(data)) == [], 30, "every child to exit")
     before = read_trials(data, sweep_id)
     assert 6 <= len(before) < 24
