@@ -18,6 +18,9 @@ from core.settings import Settings
 from core.spec import SweepSpec, load_spec
 from core.states import TrialState
 from core.store import Store
+from dashboard.blueprint import STATE_KEY
+from dashboard.payloads import DashboardState
+from dashboard.table import Tables
 from scheduler.expand import TrialPoint
 from tests.core import FakeClock, make_sweep, open_store, trial_ids
 from web.app import create_app
@@ -102,6 +105,13 @@ def dashboard_settings(secantus_url: str, db_name: str, **overrides: Any) -> Set
 def dashboard_app(settings: Settings, store: Store, sender: Celery | None = None) -> Flask:
     """The dashboard alone (`web.app.create_app` without the API) on the test's store."""
     return create_app(settings, store=store, sender=sender, api=False)
+
+
+def fresh_app(store: Store, secantus_url: str, db_name: str) -> Flask:
+    """A dashboard process that has read nothing yet, whose tables sync on every request."""
+    app = dashboard_app(dashboard_settings(secantus_url, db_name), store)
+    app.extensions[STATE_KEY] = DashboardState(Tables(min_interval=0))
+    return app
 
 
 def csrf_of(html: str) -> str:

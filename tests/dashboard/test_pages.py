@@ -17,11 +17,8 @@ from flask.testing import FlaskClient
 
 from core.states import TrialState
 from dashboard import payloads
-from dashboard.blueprint import STATE_KEY
-from dashboard.payloads import DashboardState
-from dashboard.table import Tables
 from scheduler.cli_dashboard import dashboard, gunicorn_argv
-from tests.dashboard.conftest import Sweep, dashboard_app, dashboard_settings, login
+from tests.dashboard.conftest import Sweep, fresh_app, login
 from tests.services import free_port, wait_listening
 
 
@@ -29,9 +26,7 @@ from tests.services import free_port, wait_listening
 def app(sweep: Sweep, secantus_url: str, db_name: str, monkeypatch: pytest.MonkeyPatch) -> Flask:
     """The dashboard alone on the test's store; tables sync and recompute on every request."""
     monkeypatch.setattr(payloads, "PREPARED_SECONDS", 0)
-    app = dashboard_app(dashboard_settings(secantus_url, db_name), sweep.store)
-    app.extensions[STATE_KEY] = DashboardState(Tables(min_interval=0))
-    return app
+    return fresh_app(sweep.store, secantus_url, db_name)
 
 
 @pytest.fixture

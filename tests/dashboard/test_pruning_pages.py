@@ -14,13 +14,9 @@ from flask.testing import FlaskClient
 from core.states import TrialState
 from core.store import Store
 from dashboard import payloads
-from dashboard.blueprint import STATE_KEY
-from dashboard.payloads import DashboardState
-from dashboard.table import Tables
 from tests.dashboard.conftest import (
     Sweep,
-    dashboard_app,
-    dashboard_settings,
+    fresh_app,
     login,
     small_sweep_spec,
 )
@@ -38,13 +34,6 @@ def app(sweep: Sweep, secantus_url: str, db_name: str, monkeypatch: pytest.Monke
     """The dashboard alone on the test's store; tables sync and recompute on every request."""
     monkeypatch.setattr(payloads, "PREPARED_SECONDS", 0)
     return fresh_app(sweep.store, secantus_url, db_name)
-
-
-def fresh_app(store: Store, secantus_url: str, db_name: str) -> Flask:
-    """A dashboard process that has read nothing yet."""
-    app = dashboard_app(dashboard_settings(secantus_url, db_name), store)
-    app.extensions[STATE_KEY] = DashboardState(Tables(min_interval=0))
-    return app
 
 
 @pytest.fixture
