@@ -28,6 +28,13 @@ attrs), so no point is asked twice and a seeded sweep asks the same points; a tr
 but maybe never sent (the sweep's ``sending`` list) is sent again; ``planned`` is repaired
 from the count of trials.
 One feeder per sweep: the store's lease (`core.feeding`), renewed every step.
+
+Counts that stopped moving: a process killed between a trial's write and its sweep's
+counter write leaves the counts one off (`core.store`), e.g. a trial counted running
+forever, so the sweep would never end. A step that finds trials in flight but the counts
+unchanged (``counts_rev``) for `STALL_SECONDS` recounts them from the trials
+(`Store.recount`); while they still do not move the wait doubles, up to
+`MAX_STALL_SECONDS` (a long epoch is no drift, and a recount reads the whole sweep).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -61,6 +69,8 @@ PARALLELISM_PER_WORKER = 2
 #: points pass ``SWEEPSTACK_FEED_WINDOW`` (`Settings.feed_window`, this by default).
 BIG_WINDOW: int = Settings.__dataclass_fields__["feed_window"].default
 LEASE_SECONDS = 30.0
+STALL_SECONDS = 20.0
+MAX_STALL_SECONDS = 600.0
 
 _LIVE = (TrialState.QUEUED.value, TrialState.RUNNING.value)
 _RUNNING = TrialState.RUNNING.value
@@ -118,6 +128,10 @@ class Feeder:
         self._requested: set[str] = set()  # prunes asked for
         self.total = 0
         self.done = False
+        self.stall_seconds = STALL_SECONDS
+        self._rev: int | None = None  # counts_rev last seen, and when it last moved
+        self._rev_at = time.monotonic()
+        self._stall_wait = self.stall_seconds
 
     # --- building ---------------------------------------------------------------------
 
@@ -234,10 +248,26 @@ class Feeder:
             self._tell_and_prune()
         counts, planned = sweep["counts"], int(sweep.get("planned") or 0)
         in_flight = counts["queued"] - planned + counts["running"]
+        if in_flight > 0 and self._stalled(sweep.get("counts_rev", 0)):
+            counts = self.store.recount(self.sweep_id)
+            in_flight = counts["queued"] - planned + counts["running"]
         if planned > 0 and in_flight < self.window:
             self.feed(min(self.window - in_flight, planned))
         elif planned == 0 and in_flight <= 0:
             return self._stop()
+        return True
+
+    def _stalled(self, rev: int) -> bool:
+        """Whether the counts have not moved for the current wait (module docstring)."""
+        now = time.monotonic()
+        if rev != self._rev:
+            self._rev, self._rev_at, self._stall_wait = rev, now, self.stall_seconds
+            return False
+        if now - self._rev_at < self._stall_wait:
+            return False
+        # The recount moves counts_rev by one itself: that is no progress.
+        self._rev, self._rev_at = rev + 1, now
+        self._stall_wait = min(2 * self._stall_wait, MAX_STALL_SECONDS)
         return True
 
     def _stop(self) -> bool:

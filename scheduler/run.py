@@ -87,7 +87,8 @@ def _follow(
     `open_feeder` gives the sweep's `scheduler.feed.Feeder`, or None while another process
     holds its feeding lease (a `sweepstack scheduler`, which then feeds it; or a killed
     `run`, whose lease expires): it is called again every `LEASE_RETRY_SECONDS` while the
-    sweep has planned trials and no feeder here, so a resumed sweep is never left unfed.
+    sweep has trials left and no feeder here, so a resumed sweep is never left unfed (nor
+    its counts unrepaired: `scheduler.feed`).
     Reads the counts every `POLL_SECONDS` (one small read) and the best trial only when
     the complete count changed.
     """
@@ -129,8 +130,7 @@ def _follow(
                     feeder = None  # finished, cancelled, or its lease lost
             elif open_feeder is not None and time.monotonic() >= next_open:
                 next_open = time.monotonic() + LEASE_RETRY_SECONDS
-                if store.get_sweep(sweep_id).get("planned"):
-                    feeder = open_feeder()
+                feeder = open_feeder()
             if time.monotonic() - last_requeue > REQUEUE_EVERY_SECONDS:
                 requeue_stale(store, app, stale_after, max_attempts)
                 last_requeue = time.monotonic()
@@ -138,12 +138,16 @@ def _follow(
 
 
 def _resume(store: Store, app: Any, sweep_id: str) -> int:
-    """Requeue the sweep's running trials and send every queued one again.
+    """Repair the sweep's counts, requeue its running trials and send every queued one
+    again.
 
-    A duplicate message is harmless: a worker acks it and does nothing if the trial is done.
+    The counts first: a `run` killed mid-transition leaves them one off (`core.store`), and
+    `_follow` waits on them. A duplicate message is harmless: a worker acks it and does
+    nothing if the trial is done.
     """
     from scheduler.submit import enqueue_ids
 
+    store.recount(sweep_id)
     store.requeue_stale(0.0, sweep_id=sweep_id, count_lost=False)  # we stopped them: no poison
     queued: list[str] = []
     cursor = None

@@ -204,16 +204,25 @@ def test_a_busy_dashboard_port_is_refused_before_anything_starts(tmp_path: Path)
 def run_json(env: dict[str, str], *args: str) -> dict:
     """`sweepstack run ARGS --json --no-dashboard --workers 2`, which must exit 0; its
     summary."""
-    out = subprocess.run(
-        [*SWEEPSTACK, "run", *args, "--json", "--no-dashboard", "--workers", "2"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    try:
+        out = subprocess.run(
+            [*SWEEPSTACK, "run", *args, "--json", "--no-dashboard", "--workers", "2"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=200,  # below pytest's 300 s, so what it printed is shown
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"run {args} still running after 200 s:\n{_tail(exc.stderr)}")
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
+
+
+def _tail(text: str | bytes | None, n: int = 3000) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return (text or "")[-n:]
 
 
 def mcleod_tpe(tmp_path: Path, **search: int) -> Path:

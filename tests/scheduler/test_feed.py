@@ -6,6 +6,7 @@ run in tests/integration/test_feed_workers.py."""
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from typing import Any
 
@@ -207,3 +208,48 @@ def test_a_feeder_killed_between_creating_trials_and_moving_the_plan_is_repaired
     assert len(stack.store.feed_trials(sweep_id)) == 12
     assert stack.store.counts(sweep_id)["complete"] == 12
     assert stack.store.recount(sweep_id)["complete"] == 12
+
+
+def test_counts_left_one_off_by_a_kill_mid_finish_are_recounted_once_they_stop_moving(
+    stack: Stack,
+) -> None:
+    """kill -9 between a finish's trial write and its counter write: the counts say one
+    trial still runs, so the sweep would never end. The feeder recounts once the counts
+    have not moved for its stall wait, then ends the sweep; the wait doubles while they
+    stay still (no recount on every step of a long epoch)."""
+    sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=4, parallelism=4))
+    feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="s")
+    assert feeder is not None
+    feeder.stall_seconds = 0.3
+    assert finish_some(stack, sweep_id, 4) == 4
+    # The last finish's counter write never landed: one still "running".
+    stack.store._sweeps.update_one(
+        {"_id": sweep_id}, {"$inc": {"counts.complete": -1, "counts.running": 1}}
+    )
+    assert feeder.step() is True  # counts just seen: no recount yet
+    assert stack.store.counts(sweep_id)["running"] == 1
+    time.sleep(0.4)
+    assert feeder.step() is False  # stalled: recounted, nothing in flight, done
+    assert stack.store.counts(sweep_id)["complete"] == 4
+    assert stack.store.counts(sweep_id)["running"] == 0
+
+
+def test_a_long_epoch_is_recounted_with_a_doubling_wait(stack: Stack) -> None:
+    sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=2, parallelism=2))
+    feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="l")
+    assert feeder is not None
+    feeder.stall_seconds = 0.2
+    doc = stack.store.feed_trials(sweep_id)[0]
+    assert stack.store.claim(doc["_id"], WORKER, stale_after=60) is not None
+    revs = []
+    started = time.monotonic()
+    for _ in range(12):
+        assert feeder.step() is True
+        revs.append(stack.store.get_sweep(sweep_id)["counts_rev"])
+        time.sleep(0.1)
+    elapsed = time.monotonic() - started
+    recounts = sum(1 for a, b in zip(revs, revs[1:]) if b != a)
+    # Waits of 0.2, 0.4, 0.8 ... s: k recounts take at least 0.2 * (2**k - 1) s.
+    most = math.floor(math.log2(elapsed / 0.2 + 1))
+    assert 1 <= recounts <= most, (revs, elapsed)
+    assert stack.store.counts(sweep_id)["running"] == 1  # a real running trial stays
