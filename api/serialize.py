@@ -7,12 +7,11 @@ are flat dotted paths (``{"model.hidden_units": 64}``), as specs and the CLI wri
 
 from __future__ import annotations
 
-import math
-from datetime import UTC, datetime
 from typing import Any
 
 from flask.json.provider import DefaultJSONProvider
 
+from core.export import plain
 from core.records import flatten_params
 from core.search_settings import pruning_settings, search_settings
 from core.states import TERMINAL_STATES
@@ -26,22 +25,6 @@ TRIAL_FIELDS = (
     "finished_at", "updated_at", "train_seconds", "param_count", "device", "dtype",
     "pruned_epoch",
 )  # fmt: skip
-
-
-def plain(value: Any) -> Any:
-    """`value` with only JSON's types: times as RFC 3339 text, NaN and infinities as None."""
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, str | int):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, datetime):
-        moment = value.astimezone(UTC) if value.tzinfo else value
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    return str(value)
 
 
 class JSONProvider(DefaultJSONProvider):

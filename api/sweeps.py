@@ -24,13 +24,13 @@ from urllib.parse import urlencode
 
 from flask import Blueprint, Response, request
 
-from api import export
 from api.auth import owner, require_token
 from api.context import ApiContext, context
 from api.params import accept, choice, cursor, descending, page_limit, param_filters, single
 from api.params import states as state_filter
 from api.serialize import PREFIX, sweep_detail, sweep_links, sweep_view, trial_view
 from api.submission import read_spec
+from core import export
 from scheduler.submit import enqueue_ids, submit_sweep
 
 blueprint = Blueprint("sweeps", __name__, url_prefix=f"{PREFIX}/sweeps")

@@ -9,7 +9,7 @@ import json
 import pytest
 from flask.testing import FlaskClient
 
-from api import export
+from core import export
 from core.states import TrialState
 from core.store import Store
 from tests.api import ALICE, small_spec, submit

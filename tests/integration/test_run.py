@@ -214,7 +214,7 @@ def run_json(env: dict[str, str], *args: str) -> dict:
             timeout=200,  # below pytest's 300 s, so what it printed is shown
         )
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"run {args} still running after 200 s:\n{_tail(exc.stderr)}")
+        raise AssertionError(f"run {args} still running after 200 s:\n{_tail(exc.stderr)}") from exc
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
 

@@ -5,6 +5,7 @@ run in tests/integration/test_feed_workers.py."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 import uuid
@@ -248,7 +249,7 @@ def test_a_long_epoch_is_recounted_with_a_doubling_wait(stack: Stack) -> None:
         revs.append(stack.store.get_sweep(sweep_id)["counts_rev"])
         time.sleep(0.1)
     elapsed = time.monotonic() - started
-    recounts = sum(1 for a, b in zip(revs, revs[1:]) if b != a)
+    recounts = sum(1 for a, b in itertools.pairwise(revs) if b != a)
     # Waits of 0.2, 0.4, 0.8 ... s: k recounts take at least 0.2 * (2**k - 1) s.
     most = math.floor(math.log2(elapsed / 0.2 + 1))
     assert 1 <= recounts <= most, (revs, elapsed)

@@ -7,6 +7,9 @@ final metrics (the last epoch's ``val_accuracy``, ``val_loss``, ``val_rmse``,
 parameter count, device and error.
 JSON Lines carries the same, with ``params`` and ``final`` as objects. Trials are read a
 page at a time in index order, so memory stays flat however large the sweep.
+
+In core so that every entry point writes the same rows: the API's ``/export``, the
+dashboard's downloads and ``sweepstack export``.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ import csv
 import io
 import json
 import logging
+import math
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
-from api.serialize import plain
 from core.errors import SpecError, SweepstackError
 from core.records import flatten_params
 from core.spec import METRICS, load_spec
@@ -28,6 +32,22 @@ log = logging.getLogger(__name__)
 PAGE = 1000
 HEAD = ("id", "index", "state", "attempt", "seed", "objective")
 TAIL = ("epochs", "pruned_epoch", "train_seconds", "param_count", "device", "error")
+
+
+def plain(value: Any) -> Any:
+    """`value` with only JSON's types: times as RFC 3339 text, NaN and infinities as None."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, datetime):
+        moment = value.astimezone(UTC) if value.tzinfo else value
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return str(value)
 
 
 def param_columns(sweep: dict[str, Any]) -> list[str]:
@@ -50,22 +70,24 @@ def _pages(store: Store, sweep_id: str) -> Iterator[dict[str, Any]]:
 def row(doc: dict[str, Any]) -> dict[str, Any]:
     """One trial as an export row (JSON Lines form)."""
     result = doc.get("result") or {}
-    return plain({
-        "id": doc["_id"],
-        "index": doc.get("index"),
-        "state": doc.get("state"),
-        "attempt": doc.get("attempt"),
-        "seed": doc.get("seed"),
-        "objective": doc.get("objective"),
-        "params": flatten_params(doc.get("params")),
-        "final": result.get("final") or {},
-        "epochs": result.get("epochs"),
-        "pruned_epoch": doc.get("pruned_epoch"),
-        "train_seconds": doc.get("train_seconds"),
-        "param_count": doc.get("param_count"),
-        "device": doc.get("device"),
-        "error": doc.get("error"),
-    })
+    return plain(
+        {
+            "id": doc["_id"],
+            "index": doc.get("index"),
+            "state": doc.get("state"),
+            "attempt": doc.get("attempt"),
+            "seed": doc.get("seed"),
+            "objective": doc.get("objective"),
+            "params": flatten_params(doc.get("params")),
+            "final": result.get("final") or {},
+            "epochs": result.get("epochs"),
+            "pruned_epoch": doc.get("pruned_epoch"),
+            "train_seconds": doc.get("train_seconds"),
+            "param_count": doc.get("param_count"),
+            "device": doc.get("device"),
+            "error": doc.get("error"),
+        }
+    )
 
 
 def _cell(value: Any) -> Any:
