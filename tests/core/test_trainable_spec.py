@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from core.errors import SpecError
+from core.errors import InvalidQuery, SpecError
 from core.limits import spec_limit_problems
+from core.query import param_filters, sort_field
 from core.settings import Settings
 from core.spec import load_spec
 from core.trainable_spec import TrainableSpec, installed_trainables
@@ -139,3 +140,11 @@ def test_validate_exits_2_on_an_unknown_name_and_0_on_the_examples(tmp_path: Pat
         result = runner.invoke(main, ["validate", str(ROOT / "configs" / name)])
         assert result.exit_code == 0, result.output
         assert f"{count} trials" in result.output
+
+
+def test_a_trainables_params_can_be_filtered_and_sorted_on_and_nothing_else() -> None:
+    assert param_filters({"params.conv.channels": 8}) == {"params.params.conv.channels": 8}
+    assert sort_field("params.lr") == "params.params.lr"
+    for path in ("params", "params.$gt", "params.a b", "params." + ".".join("a" * 9)):
+        with pytest.raises(InvalidQuery, match="is not a parameter"):
+            param_filters({path: 1})

@@ -99,6 +99,9 @@ def test_a_sweep_of_the_example_cnn_through_the_api_shows_every_epoch(
     sweep_id = response.json["id"]
     counts = tstack.wait_finished(sweep_id, timeout=90)
     assert counts["complete"] == 2, tstack.logs()
+    sweep = client.get(f"/dashboard/data/sweeps/{sweep_id}", headers=ALICE)
+    assert sweep.status_code == 200, sweep.get_data()[:500]
+    assert "params.channels" in sweep.get_data(as_text=True)
     trials, _ = tstack.store.trials(sweep_id)
     for doc in trials:
         view = client.get(f"/api/v1/trials/{doc['_id']}", headers=ALICE).json
