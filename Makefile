@@ -7,10 +7,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv test demo lint bench clean
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+EXAMPLES := examples/sweepstack_examples
+
+# The example training functions (`trainable: digits_cnn`) install beside the package.
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml $(EXAMPLES)/pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements-dev.txt
 	$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e .
+	$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e $(EXAMPLES)
 	touch $(STAMP)
 
 venv: $(STAMP)

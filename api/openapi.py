@@ -21,6 +21,7 @@ from core.search import ALGORITHMS, PRUNERS
 from core.settings import Settings
 from core.spec import METRICS
 from core.states import ALL_STATES
+from core.trainable_spec import KEY_PATTERN, NAME_PATTERN
 
 blueprint = Blueprint("openapi", __name__, url_prefix=PREFIX)
 
@@ -163,7 +164,9 @@ def _limits_text(settings: Settings) -> str:
     """The rules across fields and the server's ceilings, which JSON Schema cannot state."""
     return (
         "The outline of a sweep spec; the server checks the full rules and answers 422 with "
-        "every problem. Beyond the outline: exactly one of dataset.name or dataset.path; "
+        "every problem. Beyond the outline: dataset is required unless trainable names an "
+        "installed training function (one that is not installed is refused); exactly one "
+        "of dataset.name or dataset.path; "
         "dataset.path inside the server's datasets folder (relative, or absolute inside it; "
         "no ~, no .., no symlink out); every integer within 64 bits, every number finite, "
         "no string holding NUL, no key given twice (400); at most "
@@ -185,8 +188,15 @@ def _spec_schema(settings: Settings) -> dict[str, Any]:
             "description": {"type": "string", "maxLength": settings.max_description_bytes,
                             "pattern": _NO_NUL},
             **{section: {"type": ["object", "null"]} for section in SECTIONS},
+            "trainable": {"type": "string", "pattern": NAME_PATTERN,
+                          "description": "an installed training function (the "
+                          "sweepstack.trainables entry point); then params is its settings, "
+                          "dataset is optional, model does not apply"},
+            "params": {"type": ["object", "null"]},
             "objective": obj(
-                {"metric": {"enum": list(METRICS)},
+                {"metric": {"type": "string", "pattern": KEY_PATTERN,
+                            "description": "one of " + ", ".join(METRICS)
+                            + "; for a trainable, any metric it reports"},
                  "direction": {"enum": ["minimize", "maximize", "min", "max"]}},
                 required=[], additionalProperties=False,
             ),
@@ -202,7 +212,7 @@ def _spec_schema(settings: Settings) -> dict[str, Any]:
                 required=[], additionalProperties=False,
             ),
         },
-        required=["name", "dataset"],
+        required=["name"],
         additionalProperties=False,
         description=_limits_text(settings),
         **{"x-limits": {

@@ -11,7 +11,8 @@ but a server must:
   mapping, no integer of more than 4,300 digits, at most `MAX_DEPTH` levels, no YAML aliases
   (a "billion laughs" document is small until it is stored) -> 400;
 - an ``int`` or ``range`` dimension with more values than the server's trial limit -> 422
-  before it is enumerated (the spec parser lists every value of a dimension);
+  before it is enumerated (the spec parser lists every value of a dimension), in the
+  built-in sections and in a trainable's ``params`` alike;
 - then the spec rules (422, every problem listed: integers past 64 bits, NaN and infinities
   among them), the trial count against the smaller of ``limits.max_trials`` and
   ``SWEEPSTACK_API_MAX_TRIALS`` (422 ``too_many_trials`` naming the count; counting stops
@@ -35,6 +36,7 @@ from core.errors import Problem, SpecError
 from core.fields import section_model
 from core.limits import check_spec_limits
 from core.settings import Settings
+from core.space import DIMENSION_KEYS
 from core.spec import SweepSpec, load_spec
 from scheduler.expand import check_count
 
@@ -165,8 +167,16 @@ def _dimension_size(raw: Any) -> tuple[str, float] | None:
 
 
 def _check_dimension_sizes(document: dict[str, Any], limit: int) -> None:
-    for section in SECTIONS:
+    for section in (*SECTIONS, "params"):
         _check_sizes_in(section, document.get(section), limit)
+
+
+def _is_group(path: str, raw: Any) -> bool:
+    """Whether `raw` at `path` holds parameters: a sub-section (``execution.parallel``), or
+    a group of a trainable's free-form ``params`` (a mapping that is no dimension)."""
+    if path.startswith("params."):
+        return isinstance(raw, dict) and not any(k in raw for k in DIMENSION_KEYS)
+    return section_model(path) is not None
 
 
 def _check_sizes_in(section: str, values: Any, limit: int) -> None:
@@ -175,7 +185,7 @@ def _check_sizes_in(section: str, values: Any, limit: int) -> None:
         return
     for key, raw in values.items():
         path = f"{section}.{key}"
-        if isinstance(key, str) and section_model(path) is not None:
+        if isinstance(key, str) and _is_group(path, raw):
             _check_sizes_in(path, raw, limit)
             continue
         size = _dimension_size(raw)

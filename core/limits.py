@@ -14,7 +14,9 @@ anything is stored:
 - a synthetic set's rows x features at most ``SWEEPSTACK_MAX_DATASET_ELEMENTS``;
 - epochs x rows (samples a trial trains on, summed over epochs) at most
   ``SWEEPSTACK_MAX_EPOCH_SAMPLES``;
-- the description at most ``SWEEPSTACK_MAX_DESCRIPTION_BYTES`` of UTF-8.
+- the description at most ``SWEEPSTACK_MAX_DESCRIPTION_BYTES`` of UTF-8;
+- a spec's ``trainable`` installed here (`core.trainable_spec.trainable_problems`); its
+  model is the function's own, so the parameter ceiling does not apply to it.
 
 The ceilings are checked on the largest value each field can take anywhere in the sweep
 (each field on its own, the default included where a dimension is conditional): an upper
@@ -37,6 +39,7 @@ from core.fields import leaf_defaults
 from core.settings import Settings
 from core.space import Fixed, IntRange, Uniform
 from core.spec import SweepSpec
+from core.trainable_spec import TrainableSpec, trainable_problems
 
 #: (rows, features, classes) of the bundled sets (scikit-learn's loaders).
 BUILTIN_SHAPES = {
@@ -165,7 +168,7 @@ def _dataset_paths(spec: SweepSpec, root: Path, problems: list[Problem]) -> None
 
 def spec_limit_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
     """Every way `spec` asks for more than this server allows (see the module docstring)."""
-    problems: list[Problem] = []
+    problems: list[Problem] = trainable_problems(spec)
     _dataset_paths(spec, settings.datasets_dir, problems)
     size = len(spec.description.encode("utf-8"))
     if size > settings.max_description_bytes:
@@ -179,7 +182,7 @@ def spec_limit_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
             _over("execution.parallel.world_size", "processes per trial", world,
                   settings.max_world_size, "SWEEPSTACK_MAX_WORLD_SIZE")
         )  # fmt: skip
-    parameters, how = _model_parameters(spec)
+    parameters, how = (0, "") if isinstance(spec, TrainableSpec) else _model_parameters(spec)
     if parameters > settings.max_model_parameters:
         problems.append(
             _over("model.hidden_units", "the model's parameters", parameters,

@@ -120,14 +120,26 @@ def check_states(state: str | Sequence[str] | None) -> list[str] | None:
     return out
 
 
+#: A parameter of a trainable's free-form ``params`` (`core.trainable_spec`): identifiers.
+_TRAINABLE_PARAM = re.compile(r"^params(\.[A-Za-z_][A-Za-z0-9_]{0,63}){1,8}$")
+
+
+def is_param(path: Any) -> bool:
+    """Whether `path` names a parameter: a built-in leaf (``section.key``,
+    ``section.sub.key``) or a trainable's (``params.key``, ``params.group.key``)."""
+    if not isinstance(path, str):
+        return False
+    return field_adapter(path) is not None or _TRAINABLE_PARAM.match(path) is not None
+
+
 def param_field(path: Any, field: str = "params") -> str:
     """The stored path of a parameter given as ``section.key`` or ``section.sub.key``
     (``params.section.key``, ``params.execution.parallel.tau``)."""
-    if not isinstance(path, str) or field_adapter(path) is None:
+    if not is_param(path):
         raise InvalidQuery(
             f"{field}.{path}" if isinstance(path, str) else field,
             "is not a parameter (write section.key, e.g. model.hidden_units or "
-            "execution.parallel.tau)",
+            "execution.parallel.tau, or a trainable's params.key)",
         )
     return f"params.{path}"
 
@@ -165,12 +177,12 @@ def sort_field(sort: Any) -> str:
             return sort
         if sort.startswith("result."):
             return "result." + check_name("sort", sort.removeprefix("result."))
-        if field_adapter(sort) is not None:
+        if is_param(sort):
             return f"params.{sort}"
     raise InvalidQuery(
         "sort",
         f"must be one of {', '.join(TOP_LEVEL_SORTS)}, result.<metric> or a parameter "
-        f"(section.key or section.sub.key), got {_show(sort)}",
+        f"(section.key, section.sub.key or params.key), got {_show(sort)}",
     )
 
 

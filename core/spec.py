@@ -217,7 +217,7 @@ def _parse_document(source: str | Path | dict[str, Any], filename: str) -> dict[
     return data
 
 
-def _parse_section(section: str, raw: Any, problems: list[Problem]) -> dict[str, Dimension]:
+def parse_section(section: str, raw: Any, problems: list[Problem]) -> dict[str, Dimension]:
     """The dimensions of a section or sub-section (``execution.parallel``), by leaf path."""
     space: dict[str, Dimension] = {}
     if raw is None:
@@ -234,7 +234,7 @@ def _parse_section(section: str, raw: Any, problems: list[Problem]) -> dict[str,
         inner = sub_model(info) if info is not None else None
         if inner is not None:
             if isinstance(leaf, dict) and not any(k in leaf for k in DIMENSION_KEYS):
-                space.update(_parse_section(path, leaf, problems))
+                space.update(parse_section(path, leaf, problems))
             else:
                 # A whole sub-section is never one value: its keys are the parameters.
                 known = ", ".join(inner.model_fields)
@@ -319,8 +319,16 @@ def _check_objective(
 
 
 def load_spec(source: str | Path | dict[str, Any], filename: str = "<spec>") -> SweepSpec:
-    """Parse and validate a sweep spec from YAML/JSON text, a file path, or a dict."""
+    """Parse and validate a sweep spec from YAML/JSON text, a file path, or a dict.
+
+    A spec that names ``trainable`` runs a user's training function: its own rules are in
+    `core.trainable_spec`, and it gives a `TrainableSpec`.
+    """
     data = _parse_document(source, filename)
+    if "trainable" in data:
+        from core.trainable_spec import load_trainable_spec  # it builds on this module
+
+        return load_trainable_spec(data)
     # Checked first: these values would break the rules below (math on NaN) or the store.
     if bad := value_problems(data):
         raise SpecError(bad)
@@ -329,7 +337,7 @@ def load_spec(source: str | Path | dict[str, Any], filename: str = "<spec>") -> 
     space: dict[str, Dimension] = {}
     for key, raw in data.items():
         if key in SECTIONS:
-            space.update(_parse_section(key, raw, problems))
+            space.update(parse_section(key, raw, problems))
         elif key in ("name", "description", "objective", "search", "pruning", "limits"):
             meta[key] = raw
         else:

@@ -328,6 +328,8 @@ def _check_cross_fields(spec: SweepSpec, points: list[dict[str, Any]]) -> None:
     problems: list[Problem] = []
     varying = {d.path for d in spec.dimensions}
     for section, fields in CROSS_FIELDS.items():
+        if section.split(".")[0] not in base:
+            continue  # a section a trainable spec does not have (`core.trainable_spec`)
         model = section_model(section)
         if model is None:
             raise ValueError(f"CROSS_FIELDS names {section!r}, which is not a config section")

@@ -14,6 +14,9 @@ value at that epoch (what Optuna is told of a pruned trial). A request that come
 the last epoch leaves the trial ``complete``; a cancel wins over a prune (``cancelled``);
 a lost claim records nothing.
 
+A trial whose config names ``trainable`` runs a user's installed training function
+(`workers.trainable`) instead of the built-in trainer, under every rule above.
+
 This is the logic behind the thin Celery task `workers.run_trial`. It never lets a training
 error escape: NaN loss, out of memory, a bad shape, a time limit, even a bug in training
 code, all end the trial `failed` with a readable reason, and the worker goes on. Only an
@@ -44,6 +47,7 @@ from core.errors import NotFound, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.states import TrialState
 from core.store import Store
+from core.trainable_spec import is_trainable
 from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 
 if TYPE_CHECKING:
@@ -185,7 +189,8 @@ def execute_trial(
     (finished already, or held by a live attempt), ``complete``, ``failed``,
     ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over).
     """
-    from workers.training import train  # torch loads only in workers
+    from workers.trainable import run_trainable  # torch loads only in workers
+    from workers.training import train
 
     budget = options.store_retry_seconds
     stale = options.stale_after_seconds
@@ -224,16 +229,29 @@ def execute_trial(
         beats.check({trial_id: attempt})
 
     state, result, error, extra = TrialState.FAILED, None, None, {"versions": versions()}
+    trainable = is_trainable(doc["config"])
     try:
         try:
-            config = TrialConfig.model_validate(doc["config"])
-            extra["dtype"] = config.execution.dtype
-            outcome = train(
-                config,
-                on_epoch=on_epoch,
-                should_stop=lambda: beats.should_stop(trial_id),
-                data_dir=options.data_dir,
-            )
+            if trainable:
+                outcome = run_trainable(
+                    doc["config"],
+                    trial_id=trial_id,
+                    attempt=attempt,
+                    on_epoch=on_epoch,
+                    should_stop=lambda: beats.should_stop(trial_id),
+                    data_dir=options.data_dir,
+                    objective=objective,
+                    extra=extra,
+                )
+            else:
+                config = TrialConfig.model_validate(doc["config"])
+                extra["dtype"] = config.execution.dtype
+                outcome = train(
+                    config,
+                    on_epoch=on_epoch,
+                    should_stop=lambda: beats.should_stop(trial_id),
+                    data_dir=options.data_dir,
+                )
             state, result, error = settle(
                 outcome,
                 objective,
@@ -241,6 +259,8 @@ def execute_trial(
                 stopping=beats.stopping(trial_id),
                 pruning=beats.pruning(trial_id),
             )
+            if trainable:
+                extra.pop("param_count", None)  # the function's model is its own
         except SoftTimeLimitExceeded:
             limit = doc.get("config", {}).get("execution", {}).get("time_limit")
             error = f"time limit exceeded: execution.time_limit is {limit} s"

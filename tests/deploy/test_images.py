@@ -7,11 +7,13 @@ import importlib.metadata
 import importlib.util
 import re
 import subprocess
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -153,3 +155,46 @@ def test_hadolint_passes() -> None:
         cwd=ROOT,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- Training functions (`trainable:`) ------------------------------------------------------
+
+
+def _trainables_step(path: Path) -> tuple[str, str]:
+    """The TRAINABLES default and the RUN that installs it, in one image's build stage."""
+    steps = instructions(path)
+    args = [a for kw, a in steps if kw == "ARG" and a.startswith("TRAINABLES=")]
+    assert len(args) == 1, f"{path.name}: no ARG TRAINABLES=..."
+    runs = [a for kw, a in steps if kw == "RUN" and "$TRAINABLES" in a]
+    assert len(runs) == 1, f"{path.name}: no RUN that installs $TRAINABLES"
+    copied = [a.split() for kw, a in steps if kw == "COPY"]
+    assert ["examples", "/app/examples"] in copied, f"{path.name}: examples/ is not copied"
+    return args[0].split("=", 1)[1], runs[0]
+
+
+@pytest.mark.parametrize("name", ["Dockerfile.worker", "Dockerfile.worker-gpu", "Dockerfile.api"])
+def test_images_install_the_example_trainables_or_the_build_arg(name: str) -> None:
+    default, run = _trainables_step(ROOT / "docker" / name)
+    assert default == "/app/examples/sweepstack_examples"
+    assert (ROOT / "examples" / "sweepstack_examples" / "pyproject.toml").is_file()
+    # The wheel folder is mounted, never copied; it is in the build context.
+    assert "--mount=type=bind,source=docker/trainables,target=/tmp/trainables" in run
+    assert "--find-links /tmp/trainables" in run
+    assert (ROOT / "docker" / "trainables").is_dir()
+    assert 'if [ -n "$TRAINABLES" ]' in run  # "" builds an image without any
+    if name == "Dockerfile.api":
+        assert "--no-deps" in run and "find_spec('torch') is not None" in run
+    else:
+        assert "-c /tmp/requirements.txt" in run  # its dependencies keep Sweepstack's pins
+
+
+def test_example_package_declares_the_entry_points_of_the_example_specs() -> None:
+    project = tomllib.loads((ROOT / "examples/sweepstack_examples/pyproject.toml").read_text())
+    points = project["project"]["entry-points"]["sweepstack.trainables"]
+    for spec in ("trainable-cnn.yaml", "trainable-sgd.yaml"):
+        name = yaml.safe_load((ROOT / "configs" / spec).read_text())["trainable"]
+        module, _, function = points[name].partition(":")
+        source = ROOT / "examples/sweepstack_examples" / (module.replace(".", "/") + ".py")
+        assert f"def {function}(" in source.read_text(), points[name]
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    assert not {"examples", "docker/trainables", "docker"} & set(ignored)

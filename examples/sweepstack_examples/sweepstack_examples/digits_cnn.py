@@ -1,0 +1,84 @@
+"""A small convolutional network on the 8 x 8 digits images, as a Sweepstack trainable.
+
+The spec names ``dataset: {name: digits}``; `ctx.dataset()` gives its 64 standardised pixels
+per image, which this function lays out again as one 8 x 8 channel. Parameters (all
+optional, under ``params``): ``channels`` (first convolution's filters; the second has
+twice as many), ``kernel_size`` (odd), ``conv_layers`` (1 or 2), ``hidden`` (units of the
+dense layer), ``dropout``, ``lr`` (Adam's learning rate) and ``batch_size``.
+
+Every epoch reports ``train_loss``, ``val_loss`` and ``val_accuracy``, and the function asks
+`ctx.should_stop()` after each one, so a pruner or a cancel ends it between epochs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SIDE = 8
+
+
+def build(params: dict[str, Any], classes: int) -> nn.Module:
+    """The network `params` describe: one or two same-size convolutions, then two dense layers."""
+    channels = int(params.get("channels", 16))
+    kernel = int(params.get("kernel_size", 3))
+    if kernel % 2 == 0:
+        raise ValueError(f"params.kernel_size must be odd (same-size convolutions), got {kernel}")
+    layers: list[nn.Module] = [nn.Conv2d(1, channels, kernel, padding=kernel // 2), nn.ReLU()]
+    width = channels
+    for _ in range(int(params.get("conv_layers", 1)) - 1):
+        layers += [nn.Conv2d(width, width * 2, kernel, padding=kernel // 2), nn.ReLU()]
+        width *= 2
+    hidden = int(params.get("hidden", 64))
+    layers += [
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(width * (SIDE // 2) ** 2, hidden),
+        nn.ReLU(),
+        nn.Dropout(float(params.get("dropout", 0.0))),
+        nn.Linear(hidden, classes),
+    ]
+    return nn.Sequential(*layers)
+
+
+def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+        loss = F.cross_entropy(logits, y).item()
+        accuracy = (logits.argmax(dim=1) == y).float().mean().item()
+    model.train()
+    return loss, accuracy
+
+
+def train(params: dict[str, Any], ctx: Any) -> None:
+    """Train the CNN for `ctx.epochs` epochs, reporting each."""
+    data = ctx.dataset()
+    device = torch.device(ctx.device)
+    x_train = torch.tensor(data.x_train, dtype=torch.float32, device=device)
+    y_train = torch.tensor(data.y_train, dtype=torch.long, device=device)
+    x_val = torch.tensor(data.x_val, dtype=torch.float32, device=device)
+    y_val = torch.tensor(data.y_val, dtype=torch.long, device=device)
+    x_train = x_train.view(-1, 1, SIDE, SIDE)
+    x_val = x_val.view(-1, 1, SIDE, SIDE)
+    model = build(params, data.n_classes).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=float(params.get("lr", 1e-3)))
+    batch = int(params.get("batch_size", 64))
+    order = torch.Generator(device="cpu").manual_seed(ctx.seed)
+    for epoch in range(1, ctx.epochs + 1):
+        total, seen = 0.0, 0
+        for index in torch.randperm(len(x_train), generator=order).split(batch):
+            index = index.to(device)
+            loss = F.cross_entropy(model(x_train[index]), y_train[index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(index)
+            seen += len(index)
+        val_loss, val_accuracy = _evaluate(model, x_val, y_val)
+        ctx.report(epoch, train_loss=total / seen, val_loss=val_loss, val_accuracy=val_accuracy)
+        if ctx.should_stop():
+            return
