@@ -29,7 +29,14 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from core.broker import EMBEDDED_BROKER_URL
@@ -38,8 +45,10 @@ from core.records import flatten_params
 from core.settings import Settings
 from core.store import Store
 from core.webcontext import local_open_note
-from scheduler import embedded
+from scheduler import datafolder, embedded
+from scheduler.datafolder import FolderInUse, FolderLock
 from scheduler.embedded_broker import ORDERED_TRANSPORT
+from scheduler.local import dashboard_port, reach_commands
 
 log = logging.getLogger(__name__)
 REQUEUE_EVERY_SECONDS = 5.0
@@ -63,11 +72,43 @@ def _free_port_but(taken: set[int]) -> int:
             return port
 
 
-def _stop(procs: embedded.Processes, store: Store | None) -> None:
-    """Close our own connection first, so the store's shut-down has none to drain."""
+def _stop(procs: embedded.Processes, store: Store | None, lock: FolderLock | None) -> None:
+    """Close our own connection first, so the store's shut-down has none to drain; give
+    the data folder back once every child (the store too) has exited."""
     if store is not None:
         store.close()
     procs.stop()
+    if lock is not None:
+        lock.release()
+
+
+def _hold_folder(settings: Settings) -> FolderLock | None:
+    """Hold the data folder for this run (`scheduler.datafolder`) when its store or broker
+    is embedded there; exit 2 naming the process that holds it already."""
+    if settings.mongo_url and settings.broker_url:
+        return None  # only logs go to the folder: runs on real servers may share it
+    try:
+        return datafolder.acquire(settings.data_dir, "run")
+    except FolderInUse as exc:
+        from scheduler.cli import EXIT_PROBLEM
+
+        click.echo(
+            f"error: {exc}. Nothing was submitted: wait for it to end (or stop it), or "
+            "give this run another folder with --data DIR",
+            err=True,
+        )
+        sys.exit(EXIT_PROBLEM)
+
+
+def _results_note(err: Console, sweep_id: str, folder: Path | None, default: Path) -> None:
+    """Where the results are kept (`folder`: the data folder of the embedded store; None:
+    SWEEPSTACK_MONGO_URL's) and the commands that reach them after this run."""
+    if folder is None:
+        err.print(f"results: sweep {sweep_id}, in the store of SWEEPSTACK_MONGO_URL")
+        return
+    err.print(f"results: sweep {sweep_id}, kept in {folder}; reach them with", soft_wrap=True)
+    for line in reach_commands(sweep_id, folder, default):
+        err.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _follow(
@@ -105,6 +146,8 @@ def _follow(
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         TextColumn("{task.fields[best]}"),
         console=err,
         transient=False,
@@ -265,16 +308,23 @@ def run(
         raise click.UsageError("give a SPEC to run, or --resume SWEEP (not both)")
     started = time.monotonic()
     settings = Settings.from_env()
+    default_folder = settings.data_dir
     if data_dir:
         settings = dataclasses.replace(settings, data_dir=Path(data_dir).expanduser())
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    loaded = _load(spec) if spec else None
-    if not no_dashboard and port and not embedded.port_free(port):
-        raise click.BadParameter(
-            f"127.0.0.1:{port} is in use; choose another port, or 0 for any free one",
-            param_hint="--port",
-        )
+    loaded = _load(spec, local_files=True) if spec else None
+    busy = None
+    if not no_dashboard:
+        port, busy = dashboard_port(port)
     err = Console(stderr=True)
+    if hold and (no_dashboard or not sys.stdin.isatty()):
+        why = "there is no dashboard" if no_dashboard else "standard input is not a terminal"
+        err.print(
+            f"note: --hold is ignored: {why}; after the run, `sweepstack open SWEEP` serves "
+            "the dashboard on its results",
+            soft_wrap=True,
+        )
+    lock = _hold_folder(settings)  # before anything starts or is submitted
     procs = embedded.Processes(settings.data_dir)
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -286,7 +336,10 @@ def run(
         # Everything starts at once; only the store is waited for, before the sweep is
         # stored. Workers boot (the torch import) meanwhile and take the first message as
         # soon as they are up; the dashboard is not waited for at all.
-        service = None if settings.mongo_url else embedded.start_store(procs, settings.data_dir)
+        keep = (lock.fd,) if lock else ()
+        service = (
+            None if settings.mongo_url else embedded.start_store(procs, settings.data_dir, keep)
+        )
         mongo_url = settings.mongo_url or service.url  # type: ignore[union-attr]
         broker_url = settings.broker_url or EMBEDDED_BROKER_URL
         settings = dataclasses.replace(settings, mongo_url=mongo_url, broker_url=broker_url)
@@ -303,6 +356,8 @@ def run(
             taken = {service.port} if service else set()
             board = embedded.start_dashboard(procs, env, port or _free_port_but(taken))
         dashboard = board.url if board else None
+        if lock is not None:
+            lock.update(store=mongo_url, dashboard=dashboard)
         if service is not None:
             service.wait(STORE_START_TIMEOUT)
         store = Store.connect(mongo_url, settings.mongo_db)
@@ -326,6 +381,8 @@ def run(
                 raise click.ClickException(f"no sweep {sweep_id} in {mongo_url}") from exc
             _resume(store, app, sweep_id)
         log.info("sweep %s enqueued %.2f s after start", sweep_id, time.monotonic() - started)
+        if lock is not None:
+            lock.update(sweep=sweep_id)
         from scheduler.feed import Feeder, owner_name
 
         open_feeder = functools.partial(
@@ -343,6 +400,11 @@ def run(
         err.print(f"sweep [bold]{sweep_id}[/] ({sweep['name']}): {total:,} trials")
         if dashboard:
             err.print(f"dashboard: {dashboard}sweeps/{sweep_id}")
+            if busy and board is not None:
+                err.print(
+                    f"note: 127.0.0.1:{busy} is in use; the dashboard is on {board.port}",
+                    soft_wrap=True,
+                )
             if note := local_open_note(settings, "127.0.0.1"):
                 err.print(f"note: {note}")
         feeder = _follow(
@@ -377,10 +439,7 @@ def run(
         else:
             width = max(120, shutil.get_terminal_size((160, 24)).columns)
             Console(width=width).print(_top_table(store, sweep))
-            err.print(
-                f"results: sweep {sweep_id}, stored under {settings.data_dir}; "
-                f"`sweepstack run --resume {sweep_id}` reopens it"
-            )
+        _results_note(err, sweep_id, settings.data_dir if service else None, default_folder)
         if hold and board and sys.stdin.isatty():
             board.wait()
             err.print(f"the dashboard stays up at {dashboard}sweeps/{sweep_id}; Ctrl-C to stop")
@@ -396,7 +455,7 @@ def run(
     except (SweepstackError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
-        _stop(procs, store)
+        _stop(procs, store, lock)
         # The interpreter's last garbage collections over every object the imported
         # libraries made took 1.5 s of the command's exit on a loaded 2-core machine;
         # frozen objects are skipped (the process is ending, the OS takes the memory).
