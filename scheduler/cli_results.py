@@ -260,10 +260,8 @@ def export(sweep_id: str, data_dir: str | None, fmt: str, out_path: str | None) 
         return
     chunks = exporting.csv_text(store, sweep) if fmt == "csv" else exporting.jsonl(store, sweep_id)
     if out_path is None:
-        out = click.get_text_stream("stdout")
         for chunk in chunks:
-            out.write(chunk)
-        out.flush()
+            click.echo(chunk, nl=False)
         return
     path = Path(out_path)
     with path.open("w", encoding="utf-8", newline="") as handle:

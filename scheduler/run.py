@@ -3,12 +3,19 @@
 With no ``SWEEPSTACK_BROKER_URL`` / ``SWEEPSTACK_MONGO_URL`` it starts an embedded store and
 broker (`scheduler.embedded`); with them it uses the real RabbitMQ and MongoDB. Either way it
 starts N Celery workers and the dashboard, submits the sweep, shows a progress bar with the
-best so far, and ends with a table of the top trials. Ctrl-C stops everything it started.
+best so far and an ETA (`scheduler.run_follow`), and ends with a table of the top trials and
+the commands that reach the results later (`sweepstack ls`, `status`, `export`, `open`: the
+data folder keeps them). Ctrl-C stops everything it started.
+
+The data folder is held from before anything starts until every child has exited
+(`scheduler.datafolder`): a second run on it is refused, naming the first (its pid and
+dashboard), before it submits anything. The dashboard's default port falls back to a free
+one when busy; a port given with ``--port`` is refused when busy (`scheduler.local.dashboard_port`).
 
 Start-up and shut-down are on the sweep's critical path, so: the store, the workers and the
 dashboard start at once and only the store is waited for (the workers' boot, mostly the torch
 import, overlaps storing and enqueueing the sweep); the end of the sweep is seen within
-`POLL_SECONDS`; every child is then stopped at once (`embedded.Processes.stop`).
+`run_follow.POLL_SECONDS`; every child is then stopped at once (`embedded.Processes.stop`).
 """
 
 from __future__ import annotations
@@ -23,40 +30,24 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
 from core.broker import EMBEDDED_BROKER_URL
 from core.errors import NotFound, SpecError, SweepstackError
-from core.records import flatten_params
 from core.settings import Settings
 from core.store import Store
 from core.webcontext import local_open_note
 from scheduler import datafolder, embedded
 from scheduler.datafolder import FolderInUse, FolderLock
 from scheduler.embedded_broker import ORDERED_TRANSPORT
-from scheduler.local import dashboard_port, reach_commands
+from scheduler.local import dashboard_port
+from scheduler.run_follow import follow, results_note, top_table
 
 log = logging.getLogger(__name__)
-REQUEUE_EVERY_SECONDS = 5.0
-#: How often the progress loop reads the counts: the end of the sweep is seen this soon.
-POLL_SECONDS = 0.2
-#: How often `run` tries to take the feeding lease of a sweep with planned trials that it
-#: does not feed (held by a `sweepstack scheduler`, or by a killed run until it expires).
-LEASE_RETRY_SECONDS = 1.0
 #: The feeding lease of `run`, renewed every `POLL_SECONDS`: short, so that `run --resume`
 #: after a killed run (whose lease nobody gives back) feeds again within seconds.
 RUN_LEASE_SECONDS = 5.0
@@ -100,86 +91,6 @@ def _hold_folder(settings: Settings) -> FolderLock | None:
         sys.exit(EXIT_PROBLEM)
 
 
-def _results_note(err: Console, sweep_id: str, folder: Path | None, default: Path) -> None:
-    """Where the results are kept (`folder`: the data folder of the embedded store; None:
-    SWEEPSTACK_MONGO_URL's) and the commands that reach them after this run."""
-    if folder is None:
-        err.print(f"results: sweep {sweep_id}, in the store of SWEEPSTACK_MONGO_URL")
-        return
-    err.print(f"results: sweep {sweep_id}, kept in {folder}; reach them with", soft_wrap=True)
-    for line in reach_commands(sweep_id, folder, default):
-        err.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
-
-
-def _follow(
-    store: Store,
-    app: Any,
-    procs: embedded.Processes,
-    sweep_id: str,
-    total: int,
-    err: Console,
-    stale_after: float,
-    max_attempts: int,
-    open_feeder: Callable[[], Any] | None = None,
-) -> Any:
-    """Show progress until no trial is queued or running; feed the sweep and requeue stale
-    trials meanwhile. Returns the feeder it ended with (None if none), for its lease.
-
-    `open_feeder` gives the sweep's `scheduler.feed.Feeder`, or None while another process
-    holds its feeding lease (a `sweepstack scheduler`, which then feeds it; or a killed
-    `run`, whose lease expires): it is called again every `LEASE_RETRY_SECONDS` while the
-    sweep has trials left and no feeder here, so a resumed sweep is never left unfed (nor
-    its counts unrepaired: `scheduler.feed`).
-    Reads the counts every `POLL_SECONDS` (one small read) and the best trial only when
-    the complete count changed.
-    """
-    from scheduler.submit import requeue_stale
-
-    metric = store.get_sweep(sweep_id)["objective"]["metric"]
-    last_requeue = time.monotonic()
-    feeder = open_feeder() if open_feeder is not None else None
-    next_open = time.monotonic() + LEASE_RETRY_SECONDS
-    complete = -1
-    best = ""
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-        TextColumn("{task.fields[best]}"),
-        console=err,
-        transient=False,
-    ) as progress:
-        task = progress.add_task("trials", total=total, best="")
-        while True:
-            counts = store.counts(sweep_id)
-            active = counts.get("queued", 0) + counts.get("running", 0)
-            if counts.get("complete", 0) != complete:
-                complete = counts.get("complete", 0)
-                best = _best_line(store, sweep_id, metric)
-            progress.update(
-                task,
-                completed=total - active,
-                best=best,
-                description=f"{counts.get('running', 0)} running, {counts.get('failed', 0)} failed",
-            )
-            if active == 0:
-                return feeder
-            procs.check()
-            if feeder is not None:
-                if not feeder.step():
-                    feeder = None  # finished, cancelled, or its lease lost
-            elif open_feeder is not None and time.monotonic() >= next_open:
-                next_open = time.monotonic() + LEASE_RETRY_SECONDS
-                feeder = open_feeder()
-            if time.monotonic() - last_requeue > REQUEUE_EVERY_SECONDS:
-                requeue_stale(store, app, stale_after, max_attempts)
-                last_requeue = time.monotonic()
-            time.sleep(POLL_SECONDS)
-
-
 def _resume(store: Store, app: Any, sweep_id: str) -> int:
     """Repair the sweep's counts, requeue its running trials and send every queued one
     again.
@@ -200,47 +111,6 @@ def _resume(store: Store, app: Any, sweep_id: str) -> int:
         if not cursor:
             break
     return enqueue_ids(store, app, queued)
-
-
-def _top_table(store: Store, sweep: dict[str, Any], k: int = 10) -> Table:
-    objective = sweep["objective"]
-    table = Table(
-        title=f"top {k} trials of {sweep['name']} by {objective['metric']} "
-        f"({objective['direction']})",
-        header_style="bold",
-    )
-    best = store.best(sweep["_id"], k)
-    columns: list[str] = []
-    for doc in best:
-        for key in flatten_params(doc.get("params", {})):
-            if key not in columns:
-                columns.append(key)
-    table.add_column("#", justify="right")
-    table.add_column(objective["metric"], justify="right")
-    for column in columns:
-        table.add_column(column.split(".", 1)[-1], justify="right")
-    table.add_column("params", justify="right")
-    table.add_column("seconds", justify="right")
-    table.add_column("trial", no_wrap=True)
-    for rank, doc in enumerate(best, 1):
-        params = flatten_params(doc.get("params", {}))
-        value = doc.get("objective")
-        table.add_row(
-            str(rank),
-            f"{value:.4f}" if isinstance(value, float) else "-",
-            *(str(params.get(c, "-")) for c in columns),
-            f"{doc.get('param_count', 0):,}",
-            f"{doc.get('train_seconds') or 0:.1f}",
-            doc["_id"],
-        )
-    return table
-
-
-def _best_line(store: Store, sweep_id: str, metric: str) -> str:
-    best = store.best(sweep_id, 1)
-    if not best or not isinstance(best[0].get("objective"), float):
-        return "best: -"
-    return f"best {metric}: {best[0]['objective']:.4f}"
 
 
 @click.command()
@@ -407,7 +277,7 @@ def run(
                 )
             if note := local_open_note(settings, "127.0.0.1"):
                 err.print(f"note: {note}")
-        feeder = _follow(
+        feeder = follow(
             store,
             app,
             procs,
@@ -438,8 +308,8 @@ def run(
             )
         else:
             width = max(120, shutil.get_terminal_size((160, 24)).columns)
-            Console(width=width).print(_top_table(store, sweep))
-        _results_note(err, sweep_id, settings.data_dir if service else None, default_folder)
+            Console(width=width).print(top_table(store, sweep))
+        results_note(err, sweep_id, settings.data_dir if service else None, default_folder)
         if hold and board and sys.stdin.isatty():
             board.wait()
             err.print(f"the dashboard stays up at {dashboard}sweeps/{sweep_id}; Ctrl-C to stop")
