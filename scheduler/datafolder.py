@@ -40,6 +40,11 @@ HOLDER_NAME = "holder.json"
 #: How long `acquire` retries a held lock, and a reader waits for the holder's record:
 #: a lock just taken has no record for a moment.
 SETTLE_SECONDS = 1.0
+#: The commands that hold a folder for as long as they run (a sweep, a dashboard held
+#: open). Any other holder (`ls`, `status`, `export`: a read of a second or two) is waited
+#: for, up to `READ_WAIT_SECONDS`, before the folder counts as in use.
+LONG_HOLDERS = frozenset({"run", "open"})
+READ_WAIT_SECONDS = 15.0
 
 
 def pid_alive(pid: int) -> bool:
@@ -162,16 +167,21 @@ def current_holder(folder: Path) -> Holder | None:
 def acquire(folder: Path, command: str, **record: Any) -> FolderLock:
     """Hold `folder` for this process as `command`, or raise `FolderInUse` naming its holder.
 
-    A lock held only for a moment (another command probing) is retried for
-    `SETTLE_SECONDS`. `record` fills the `Holder` (store, dashboard, sweep).
+    A held lock is retried for `SETTLE_SECONDS`, and for `READ_WAIT_SECONDS` while its
+    holder is a short read (not one of `LONG_HOLDERS`). `record` fills the `Holder`
+    (store, dashboard, sweep).
     """
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
-    deadline = time.monotonic() + SETTLE_SECONDS
+    started = time.monotonic()
     while not _try_lock(fd):
-        if time.monotonic() >= deadline:
-            os.close(fd)
-            raise FolderInUse(folder, current_holder(folder))
+        waited = time.monotonic() - started
+        if waited >= SETTLE_SECONDS:
+            holder = current_holder(folder)
+            short = holder is not None and holder.command not in LONG_HOLDERS
+            if not short or waited >= READ_WAIT_SECONDS:
+                os.close(fd)
+                raise FolderInUse(folder, holder)
         time.sleep(0.05)
     started = datetime.now(UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
     try:

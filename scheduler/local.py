@@ -171,7 +171,7 @@ def dashboard_port(port: int) -> tuple[int, int | None]:
     if source is not click.core.ParameterSource.DEFAULT:
         raise click.BadParameter(
             f"127.0.0.1:{port} is in use; choose another port, 0 for any free one, or leave "
-            "--port out to take a free one when the default port is busy",
+            "--port out (the default port falls back to a free one when busy)",
             param_hint="--port",
         )
     return 0, port

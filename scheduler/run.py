@@ -127,14 +127,16 @@ def _resume(store: Store, app: Any, sweep_id: str) -> int:
     type=click.IntRange(0, 65535),
     default=8050,
     show_default=True,
-    help="Dashboard port on 127.0.0.1 (0: any free port).",
+    help="Dashboard port on 127.0.0.1 (0: any free port; the default falls back to a free "
+    "one when busy, a port given here is refused when busy).",
 )
 @click.option(
     "--data",
     "data_dir",
     type=click.Path(file_okay=False),
     default=None,
-    help="Folder for the embedded store and broker [default: ~/.sweepstack].",
+    help="Folder for the embedded store and broker, which keeps the results for `ls`, "
+    "`status`, `export`, `open` [default: SWEEPSTACK_DATA_DIR or ~/.sweepstack].",
 )
 @click.option(
     "--resume",
@@ -147,7 +149,8 @@ def _resume(store: Store, app: Any, sweep_id: str) -> int:
 @click.option(
     "--hold",
     is_flag=True,
-    help="After the sweep, keep the dashboard up until Ctrl-C (on a terminal).",
+    help="After the sweep, keep the dashboard up until Ctrl-C (on a terminal; ignored, "
+    "and said so, without one).",
 )
 @click.option(
     "--json",

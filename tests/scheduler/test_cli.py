@@ -210,5 +210,9 @@ def test_validate_refuses_a_dataset_path_that_names_no_file(
         f"error: dataset.path: is a folder, not a file in the datasets folder {tmp_path} "
         "(SWEEPSTACK_DATASETS_DIR), got 'sub.csv'",
     ]
+    # `run` checks the same before anything starts.
+    result = runner.invoke(main, ["run", str(path), "--data", str(tmp_path / "data")], env=env)
+    assert result.exit_code == 2 and lines[0] in result.output
+    assert not (tmp_path / "data" / "logs").exists()
     path.write_text("name: f\ndataset: {path: here.csv}\n")
     assert runner.invoke(main, ["validate", str(path)], env=env).exit_code == 0

@@ -16,26 +16,30 @@ import pytest
 from scheduler.datafolder import HOLDER_NAME, FolderInUse, acquire, read_holder
 
 ROOT = Path(__file__).resolve().parents[2]
-#: A process that holds the folder (argv[1]) as `run`, optionally hands the lock to a child
-#: that outlives it (argv[2] == "child": the child sleeps, the holder exits), says "held".
+#: A process that holds the folder (argv[1]) as the command argv[3] for argv[4] seconds,
+#: saying "held"; or (argv[2] == "child") hands the lock to a child that outlives it (the
+#: child sleeps, the holder exits), saying the child's pid.
 HOLDER = """
 import subprocess, sys, time
 from pathlib import Path
 from scheduler.datafolder import acquire
-lock = acquire(Path(sys.argv[1]), "run", dashboard="http://127.0.0.1:8050/", sweep="abc")
+lock = acquire(Path(sys.argv[1]), sys.argv[3], dashboard="http://127.0.0.1:8050/", sweep="abc")
 if sys.argv[2] == "child":
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                              pass_fds=(lock.fd,), start_new_session=True)
     print(child.pid, flush=True)
     sys.exit(0)
 print("held", flush=True)
-time.sleep(60)
+time.sleep(float(sys.argv[4]))
+lock.release()
 """
 
 
-def _holder(folder: Path, mode: str = "hold") -> subprocess.Popen:
+def _holder(
+    folder: Path, mode: str = "hold", command: str = "run", seconds: float = 60
+) -> subprocess.Popen:
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(folder), mode],
+        [sys.executable, "-c", HOLDER, str(folder), mode, command, str(seconds)],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -95,3 +99,11 @@ def test_a_record_left_by_a_dead_holder_is_stale(tmp_path: Path) -> None:
         lock.update(sweep="s1")
         assert read_holder(tmp_path).sweep == "s1"  # type: ignore[union-attr]
         assert read_holder(tmp_path).dashboard == "http://127.0.0.1:9/"  # type: ignore[union-attr]
+
+
+def test_a_short_read_is_waited_for_before_the_folder_counts_as_in_use(tmp_path: Path) -> None:
+    reader = _holder(tmp_path, command="ls", seconds=2)
+    assert reader.line == "held"  # type: ignore[attr-defined]
+    with acquire(tmp_path, "run") as lock:  # waits the read out (READ_WAIT_SECONDS)
+        assert lock.holder.command == "run"
+        assert reader.wait(10) == 0
