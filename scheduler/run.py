@@ -214,6 +214,8 @@ def run(
             None if settings.mongo_url else embedded.start_store(procs, settings.data_dir, keep)
         )
         mongo_url = settings.mongo_url or service.url  # type: ignore[union-attr]
+        if lock is not None:
+            lock.update(store=mongo_url)  # readers of the folder may use it from now on
         broker_url = settings.broker_url or EMBEDDED_BROKER_URL
         settings = dataclasses.replace(settings, mongo_url=mongo_url, broker_url=broker_url)
         env = {
@@ -230,7 +232,7 @@ def run(
             board = embedded.start_dashboard(procs, env, port or _free_port_but(taken))
         dashboard = board.url if board else None
         if lock is not None:
-            lock.update(store=mongo_url, dashboard=dashboard)
+            lock.update(dashboard=dashboard)
         if service is not None:
             service.wait(STORE_START_TIMEOUT)
         store = Store.connect(mongo_url, settings.mongo_db)
