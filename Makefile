@@ -12,7 +12,8 @@ EXAMPLES := examples/sweepstack_examples
 # The example training functions (`trainable: digits_cnn`) install beside the package.
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml $(EXAMPLES)/pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --disable-pip-version-check -q -r requirements-dev.txt
+	@echo "make: installing the pinned dependencies into $(VENV) (a few minutes the first time; torch is the largest)"
+	$(VENV)/bin/pip install --disable-pip-version-check --progress-bar on -r requirements-dev.txt
 	$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e .
 	$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e $(EXAMPLES)
 	touch $(STAMP)

@@ -12,9 +12,8 @@ from typing import Any
 from flask.json.provider import DefaultJSONProvider
 
 from core.export import plain
-from core.records import flatten_params
+from core.records import flatten_params, sweep_status
 from core.search_settings import pruning_settings, search_settings
-from core.states import TERMINAL_STATES
 
 PREFIX = "/api/v1"
 
@@ -45,17 +44,6 @@ def trial_view(doc: dict[str, Any], *, detail: bool = False) -> dict[str, Any]:
     if detail:
         out.update({k: v for k, v in doc.items() if k not in out and k not in ("_id", "params")})
     return out
-
-
-def sweep_status(doc: dict[str, Any]) -> str:
-    """``cancelled``, ``finished`` (nothing queued or running), ``running`` or ``queued``."""
-    counts = doc["counts"]
-    if doc.get("cancelled_at") is not None:
-        return "cancelled"
-    if counts["queued"] + counts["running"] == 0:
-        return "finished"
-    started = counts["running"] + sum(counts[s.value] for s in TERMINAL_STATES)
-    return "running" if started else "queued"
 
 
 def sweep_links(sweep_id: str) -> dict[str, str]:

@@ -7,7 +7,8 @@ anything is stored:
 
 - ``dataset.path`` must lie in the datasets folder (``SWEEPSTACK_DATASETS_DIR``): relative
   to it, or absolute inside it, symlinks followed (`confine`); the worker checks again with
-  its own folder before it opens the file;
+  its own folder before it opens the file; `validate` and `run`, whose workers read this
+  host's files, also check that it names a file (`dataset_file_problems`);
 - ``execution.parallel.world_size`` at most ``SWEEPSTACK_MAX_WORLD_SIZE`` processes;
 - the model's parameters, estimated before training from the widest and deepest model the
   spec allows and its data's features and classes, at most ``SWEEPSTACK_MAX_MODEL_PARAMETERS``;
@@ -164,6 +165,33 @@ def _dataset_paths(spec: SweepSpec, root: Path, problems: list[Problem]) -> None
             confine(value, root)
         except OutsideDatasets as exc:
             problems.append(Problem("dataset.path", f"{exc}, got {value!r}"))
+
+
+def dataset_file_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
+    """Each ``dataset.path`` that names no file in this host's datasets folder.
+
+    For the commands whose workers read the files of this host (`sweepstack validate`,
+    `sweepstack run`); the API and `submit` leave the check to the workers, whose folder
+    may be another's. A path outside the folder is `spec_limit_problems`' to report.
+    """
+    problems = []
+    for value in _candidates(spec, "dataset.path"):
+        if not isinstance(value, str):
+            continue
+        try:
+            real = confine(value, settings.datasets_dir)
+        except OutsideDatasets:
+            continue
+        if not real.is_file():
+            what = "is a folder, not a file" if real.is_dir() else "names no file"
+            problems.append(
+                Problem(
+                    "dataset.path",
+                    f"{what} in the datasets folder {settings.datasets_dir} "
+                    f"(SWEEPSTACK_DATASETS_DIR), got {value!r}",
+                )
+            )
+    return problems
 
 
 def spec_limit_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:

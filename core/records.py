@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from core.states import ALL_STATES, TrialState
+from core.states import ALL_STATES, TERMINAL_STATES, TrialState
 
 
 class TrialPointLike(Protocol):
@@ -132,6 +132,17 @@ def full_counts(counts: Mapping[str, int] | None) -> dict[str, int]:
         if state in out:
             out[state] = int(n)
     return out
+
+
+def sweep_status(doc: dict[str, Any]) -> str:
+    """``cancelled``, ``finished`` (nothing queued or running), ``running`` or ``queued``."""
+    counts = doc["counts"]
+    if doc.get("cancelled_at") is not None:
+        return "cancelled"
+    if counts["queued"] + counts["running"] == 0:
+        return "finished"
+    started = counts["running"] + sum(counts[s.value] for s in TERMINAL_STATES)
+    return "running" if started else "queued"
 
 
 def finite_number(value: Any) -> float | int | None:

@@ -34,6 +34,7 @@ from core.space import (
     dedupe,
     parse_dimension,
 )
+from core.suggest import name_known_keys, unknown_key
 
 METRICS = ("val_accuracy", "val_loss", "val_rmse", "train_loss")
 _DIRECTION_ALIASES = {"min": "minimize", "max": "maximize"}
@@ -243,8 +244,7 @@ def parse_section(section: str, raw: Any, problems: list[Problem]) -> dict[str, 
             continue
         adapter = field_adapter(path)
         if adapter is None:
-            known = ", ".join(model.model_fields)
-            problems.append(Problem(path, f"unknown key (known: {known})"))
+            problems.append(Problem(path, unknown_key(key, list(model.model_fields))))
             continue
         dim, suffixes = parse_dimension(leaf, path, problems)
         if isinstance(dim, Uniform | IntRange):
@@ -341,10 +341,8 @@ def load_spec(source: str | Path | dict[str, Any], filename: str = "<spec>") -> 
         elif key in ("name", "description", "objective", "search", "pruning", "limits"):
             meta[key] = raw
         else:
-            known = (
-                "name, description, " + ", ".join(SECTIONS) + ", objective, search, pruning, limits"
-            )
-            problems.append(Problem(str(key), f"unknown key (known: {known})"))
+            known = ["name", "description", *SECTIONS, "objective", "search", "pruning", "limits"]
+            problems.append(Problem(str(key), unknown_key(key, known)))
     if "dataset" not in data:
         problems.append(Problem("dataset", "is required"))
 
@@ -364,7 +362,7 @@ def load_spec(source: str | Path | dict[str, Any], filename: str = "<spec>") -> 
             try:
                 parts[key] = model.model_validate(meta[key])
             except ValidationError as exc:
-                problems.extend(problems_from(exc, key, meta[key]))
+                problems.extend(name_known_keys(problems_from(exc, key, meta[key]), key, model))
     for key in ("name", "description"):
         if key in meta:
             parts[key] = meta[key]

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from core.errors import Problem, SpecError, SweepstackError
-from core.limits import check_spec_limits
+from core.limits import dataset_file_problems, spec_limit_problems
 from core.settings import Settings
 from core.spec import SweepSpec, load_spec_file
 from scheduler.expand import TrialPoint, expand
@@ -33,15 +33,20 @@ def _fail_spec(exc: SpecError) -> None:
     sys.exit(EXIT_PROBLEM)
 
 
-def _load(spec_path: str) -> SweepSpec:
-    """The spec, valid and within this deployment's limits (`core.limits`, the API's too)."""
+def _load(spec_path: str, *, local_files: bool = False) -> SweepSpec:
+    """The spec, valid and within this deployment's limits (`core.limits`, the API's too);
+    with `local_files`, every ``dataset.path`` must also name a file on this host."""
     try:
         settings = Settings.from_env()
     except SweepstackError as exc:
         raise click.UsageError(str(exc)) from exc
     try:
         spec = load_spec_file(spec_path)
-        check_spec_limits(spec, settings)
+        problems = spec_limit_problems(spec, settings)
+        if local_files:
+            problems += dataset_file_problems(spec, settings)
+        if problems:
+            raise SpecError(problems)
         return spec
     except SpecError as exc:
         _fail_spec(exc)
@@ -122,15 +127,19 @@ def main() -> None:
     PyTorch and MongoDB.
 
     Start with `sweepstack validate SPEC`, look at the trials with
-    `sweepstack generate SPEC`.
+    `sweepstack generate SPEC`, run them here with `sweepstack run SPEC`; then
+    `sweepstack ls`, `status`, `export` and `open` reach the results it kept.
     """
 
 
 @main.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 def validate(spec: str) -> None:
-    """Check a sweep spec: exit 0 if it is valid, or 2 with one line per problem."""
-    loaded = _load(spec)
+    """Check a sweep spec: exit 0 if it is valid, or 2 with one line per problem.
+
+    A ``dataset.path`` must name a file in this host's datasets folder, as for `run`.
+    """
+    loaded = _load(spec, local_files=True)
     count = loaded.search.trials or 0 if loaded.search.adaptive else len(_expand(loaded))
     dims = len(loaded.dimensions)
     click.echo(
@@ -211,13 +220,15 @@ def generate(
 
 
 def _register() -> None:
-    from scheduler import commands
+    from scheduler import cli_results, commands
     from scheduler.cli_api import api
     from scheduler.cli_dashboard import dashboard
+    from scheduler.cli_open import open_command
     from scheduler.run import run as run_command
 
-    for command in (commands.submit, commands.status, commands.worker, commands.scheduler,
-                    run_command, api, dashboard):
+    for command in (commands.submit, cli_results.status, commands.worker, commands.scheduler,
+                    run_command, api, dashboard, cli_results.ls, cli_results.export,
+                    open_command):
         main.add_command(command)
 
 

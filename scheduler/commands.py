@@ -1,4 +1,5 @@
-"""CLI commands that talk to the broker and store: submit, status, worker, scheduler.
+"""CLI commands that talk to the broker and store: submit, worker, scheduler (and `_store`,
+the store every command reads: `scheduler.cli_results` has status, ls, export).
 
 None of them imports torch: `worker` starts Celery worker processes that do.
 """
@@ -12,34 +13,20 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
 
 import click
 from kombu.exceptions import OperationalError
-from rich.console import Console, Group
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
 
-from core.errors import NotFound, SpecError, SweepstackError
-from core.records import flatten_params
+from core.errors import SpecError, SweepstackError
 from core.settings import Settings
-from core.states import TERMINAL_STATES, TrialState
 from core.store import Store
 
 log = logging.getLogger(__name__)
 #: How often `sweepstack scheduler` feeds its sweeps, and asks how many workers are online.
 FEED_SECONDS = 0.5
 WORKERS_EVERY_SECONDS = 60.0
-STATE_COLOURS = {
-    "queued": "grey62",
-    "running": "blue",
-    "complete": "green",
-    "failed": "red",
-    "pruned": "yellow",
-    "cancelled": "magenta",
-}
+#: Where `_store` leaves the `scheduler.local.Reached` of a data folder, in ``ctx.meta``.
+LOCAL_KEY = "sweepstack.local"
 
 
 def _settings() -> Settings:
@@ -59,7 +46,18 @@ def _need(value: str | None, variable: str) -> str:
 
 
 def _store(settings: Settings) -> Store:
-    store = Store.connect(_need(settings.mongo_url, "SWEEPSTACK_MONGO_URL"), settings.mongo_db)
+    """The store of ``SWEEPSTACK_MONGO_URL``; unset, that of the data folder
+    (``settings.data_dir``), started for this command and stopped when it ends
+    (`scheduler.local`; what was reached is in ``ctx.meta[LOCAL_KEY]``)."""
+    if not settings.mongo_url:
+        from scheduler.local import local_store
+
+        ctx = click.get_current_context()
+        command = ctx.info_name or "sweepstack"
+        reached = ctx.with_resource(local_store(settings.data_dir, command, settings.mongo_db))
+        ctx.meta[LOCAL_KEY] = reached
+        return reached.store
+    store = Store.connect(settings.mongo_url, settings.mongo_db)
     store.ensure_indexes()
     return store
 
@@ -76,6 +74,7 @@ def submit(spec: str, as_json: bool) -> None:
     settings = _settings()
     loaded = _load(spec)
     _need(settings.broker_url, "SWEEPSTACK_BROKER_URL")
+    _need(settings.mongo_url, "SWEEPSTACK_MONGO_URL")
     store = _store(settings)
     try:
         sweep_id, count = submit_sweep(
@@ -91,86 +90,21 @@ def submit(spec: str, as_json: bool) -> None:
         click.echo(f"follow it with: sweepstack status {sweep_id} --watch")
 
 
-def _best_text(best: dict[str, Any] | None, objective: dict[str, str]) -> str:
-    if not best:
-        return "no complete trial yet"
-    value = best.get("objective")
-    flat = flatten_params(best.get("params"))
-    params = ", ".join(f"{k.split('.', 1)[-1]}={v}" for k, v in flat.items())
-    shown = f"{value:.4f}" if isinstance(value, float) else str(value)
-    return f"best {objective['metric']} {shown} ({params}) trial {best['_id']}"
-
-
-def _status_view(
-    sweep: dict[str, Any], counts: dict[str, int], best: dict[str, Any] | None
-) -> Group:
-    total = sum(counts.values()) or 1
-    done = sum(counts.get(s.value, 0) for s in TERMINAL_STATES)
-    table = Table(title=f"sweep {sweep['_id']} ({sweep.get('name', '')})", header_style="bold")
-    for state in TrialState:
-        table.add_column(state.value, justify="right", style=STATE_COLOURS[state.value])
-    table.add_row(*(str(counts.get(s.value, 0)) for s in TrialState))
-    bar = ProgressBar(total=total, completed=done, width=60)
-    line = Text(f" {done}/{total} finished ({100 * done / total:.0f}%)")
-    return Group(table, bar, line, Text(_best_text(best, sweep["objective"])))
-
-
-@click.command()
-@click.argument("sweep_id")
-@click.option("--watch", is_flag=True, help="Follow until every trial has finished.")
-@click.option(
-    "--interval",
-    type=click.FloatRange(min=0.2),
-    default=2.0,
-    show_default=True,
-    help="Seconds between refreshes with --watch.",
-)
-@click.option(
-    "--json", "as_json", is_flag=True, help='Print {"counts": {state: n}, "best": {...}}.'
-)
-def status(sweep_id: str, watch: bool, interval: float, as_json: bool) -> None:
-    """Counts by state, progress and the best trial so far of a sweep."""
-    store = _store(_settings())
-    try:
-        sweep = store.get_sweep(sweep_id)
-    except NotFound as exc:
-        raise click.ClickException(f"no sweep {sweep_id}") from exc
-
-    def snapshot() -> tuple[dict[str, int], dict[str, Any] | None]:
-        counts = store.counts(sweep_id)
-        best = store.best(sweep_id, 1)
-        return counts, (best[0] if best else None)
-
-    def finished(counts: dict[str, int]) -> bool:
-        active = counts.get("queued", 0) + counts.get("running", 0)
-        return active == 0
-
-    counts, best = snapshot()
-    if as_json:
-        while watch and not finished(counts):
-            time.sleep(interval)
-            counts, best = snapshot()
-        click.echo(json.dumps({"sweep_id": sweep_id, "counts": counts, "best": best}, default=str))
-        return
-    console = Console()
-    if not watch:
-        console.print(_status_view(sweep, counts, best))
-        return
-    with Live(_status_view(sweep, counts, best), console=console, refresh_per_second=4) as live:
-        while not finished(counts):
-            time.sleep(interval)
-            counts, best = snapshot()
-            live.update(_status_view(sweep, counts, best))
-
-
 def _gpu_list(gpus: str) -> list[str]:
     if gpus == "all":
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        except OSError as exc:  # not installed (no NVIDIA driver), or not runnable
+            raise click.UsageError(
+                f"--gpus all: cannot run nvidia-smi ({exc.strerror or exc}) to list the GPUs; "
+                "install the NVIDIA driver, give GPU indices (--gpus 0,1), or leave --gpus "
+                "out to train on the CPU"
+            ) from exc
         found = [line.strip() for line in out.stdout.splitlines() if line.strip()]
         if not found:
             raise click.UsageError("--gpus all: nvidia-smi lists no GPU on this host")
@@ -390,6 +324,7 @@ def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
 
     settings = _settings()
     _need(settings.broker_url, "SWEEPSTACK_BROKER_URL")
+    _need(settings.mongo_url, "SWEEPSTACK_MONGO_URL")
     store = _store(settings)
     app = sender_app(settings)
     every = interval or settings.stale_after_seconds / 2

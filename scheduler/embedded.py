@@ -74,7 +74,10 @@ class Processes:
         env: dict[str, str],
         death_signal: int = signal.SIGKILL,
         grace: float = STOP_GRACE_SECONDS,
+        pass_fds: tuple[int, ...] = (),
     ) -> subprocess.Popen:
+        """Start `cmd` in a session of its own, logging to ``DATA/logs/NAME.log``; it gets
+        no descriptor of ours but `pass_fds` (the data folder's lock, for the store)."""
         log_file = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
         proc = subprocess.Popen(
             cmd,
@@ -84,6 +87,7 @@ class Processes:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             preexec_fn=die_with_parent(death_signal),
+            pass_fds=pass_fds,
         )
         log_file.close()
         self.children.append((name, proc, grace))
@@ -138,8 +142,12 @@ class Service:
         return self.url
 
 
-def start_store(procs: Processes, data_dir: Path) -> Service:
-    """SecantusDB on a free port with its data in ``DATA/db``; `Service.wait` for its URL."""
+def start_store(procs: Processes, data_dir: Path, keep_fds: tuple[int, ...] = ()) -> Service:
+    """SecantusDB on a free port with its data in ``DATA/db``; `Service.wait` for its URL.
+
+    `keep_fds` stay open in it: the data folder's lock (`scheduler.datafolder`), so that
+    the folder stays held until this store has exited, even after a ``kill -9`` of its parent.
+    """
     port = free_port()
     storage = data_dir / "db"
     storage.mkdir(parents=True, exist_ok=True)
@@ -161,6 +169,7 @@ def start_store(procs: Processes, data_dir: Path) -> Service:
         dict(os.environ),
         death_signal=signal.SIGTERM,
         grace=STORE_STOP_GRACE_SECONDS,
+        pass_fds=keep_fds,
     )
     return Service("SecantusDB", proc, port, f"mongodb://127.0.0.1:{port}/?retryWrites=false")
 

@@ -3,12 +3,19 @@
 With no ``SWEEPSTACK_BROKER_URL`` / ``SWEEPSTACK_MONGO_URL`` it starts an embedded store and
 broker (`scheduler.embedded`); with them it uses the real RabbitMQ and MongoDB. Either way it
 starts N Celery workers and the dashboard, submits the sweep, shows a progress bar with the
-best so far, and ends with a table of the top trials. Ctrl-C stops everything it started.
+best so far and an ETA (`scheduler.run_follow`), and ends with a table of the top trials and
+the commands that reach the results later (`sweepstack ls`, `status`, `export`, `open`: the
+data folder keeps them). Ctrl-C stops everything it started.
+
+The data folder is held from before anything starts until every child has exited
+(`scheduler.datafolder`): a second run on it is refused, naming the first (its pid and
+dashboard), before it submits anything. The dashboard's default port falls back to a free
+one when busy; a port given with ``--port`` is refused when busy (`scheduler.local.dashboard_port`).
 
 Start-up and shut-down are on the sweep's critical path, so: the store, the workers and the
 dashboard start at once and only the store is waited for (the workers' boot, mostly the torch
 import, overlaps storing and enqueueing the sweep); the end of the sweep is seen within
-`POLL_SECONDS`; every child is then stopped at once (`embedded.Processes.stop`).
+`run_follow.POLL_SECONDS`; every child is then stopped at once (`embedded.Processes.stop`).
 """
 
 from __future__ import annotations
@@ -23,31 +30,24 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from core.broker import EMBEDDED_BROKER_URL
 from core.errors import NotFound, SpecError, SweepstackError
-from core.records import flatten_params
 from core.settings import Settings
 from core.store import Store
 from core.webcontext import local_open_note
-from scheduler import embedded
+from scheduler import datafolder, embedded
+from scheduler.datafolder import FolderInUse, FolderLock
 from scheduler.embedded_broker import ORDERED_TRANSPORT
+from scheduler.local import dashboard_port
+from scheduler.run_follow import follow, results_note, top_table
 
 log = logging.getLogger(__name__)
-REQUEUE_EVERY_SECONDS = 5.0
-#: How often the progress loop reads the counts: the end of the sweep is seen this soon.
-POLL_SECONDS = 0.2
-#: How often `run` tries to take the feeding lease of a sweep with planned trials that it
-#: does not feed (held by a `sweepstack scheduler`, or by a killed run until it expires).
-LEASE_RETRY_SECONDS = 1.0
 #: The feeding lease of `run`, renewed every `POLL_SECONDS`: short, so that `run --resume`
 #: after a killed run (whose lease nobody gives back) feeds again within seconds.
 RUN_LEASE_SECONDS = 5.0
@@ -63,78 +63,32 @@ def _free_port_but(taken: set[int]) -> int:
             return port
 
 
-def _stop(procs: embedded.Processes, store: Store | None) -> None:
-    """Close our own connection first, so the store's shut-down has none to drain."""
+def _stop(procs: embedded.Processes, store: Store | None, lock: FolderLock | None) -> None:
+    """Close our own connection first, so the store's shut-down has none to drain; give
+    the data folder back once every child (the store too) has exited."""
     if store is not None:
         store.close()
     procs.stop()
+    if lock is not None:
+        lock.release()
 
 
-def _follow(
-    store: Store,
-    app: Any,
-    procs: embedded.Processes,
-    sweep_id: str,
-    total: int,
-    err: Console,
-    stale_after: float,
-    max_attempts: int,
-    open_feeder: Callable[[], Any] | None = None,
-) -> Any:
-    """Show progress until no trial is queued or running; feed the sweep and requeue stale
-    trials meanwhile. Returns the feeder it ended with (None if none), for its lease.
+def _hold_folder(settings: Settings) -> FolderLock | None:
+    """Hold the data folder for this run (`scheduler.datafolder`) when its store or broker
+    is embedded there; exit 2 naming the process that holds it already."""
+    if settings.mongo_url and settings.broker_url:
+        return None  # only logs go to the folder: runs on real servers may share it
+    try:
+        return datafolder.acquire(settings.data_dir, "run")
+    except FolderInUse as exc:
+        from scheduler.cli import EXIT_PROBLEM
 
-    `open_feeder` gives the sweep's `scheduler.feed.Feeder`, or None while another process
-    holds its feeding lease (a `sweepstack scheduler`, which then feeds it; or a killed
-    `run`, whose lease expires): it is called again every `LEASE_RETRY_SECONDS` while the
-    sweep has trials left and no feeder here, so a resumed sweep is never left unfed (nor
-    its counts unrepaired: `scheduler.feed`).
-    Reads the counts every `POLL_SECONDS` (one small read) and the best trial only when
-    the complete count changed.
-    """
-    from scheduler.submit import requeue_stale
-
-    metric = store.get_sweep(sweep_id)["objective"]["metric"]
-    last_requeue = time.monotonic()
-    feeder = open_feeder() if open_feeder is not None else None
-    next_open = time.monotonic() + LEASE_RETRY_SECONDS
-    complete = -1
-    best = ""
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[best]}"),
-        console=err,
-        transient=False,
-    ) as progress:
-        task = progress.add_task("trials", total=total, best="")
-        while True:
-            counts = store.counts(sweep_id)
-            active = counts.get("queued", 0) + counts.get("running", 0)
-            if counts.get("complete", 0) != complete:
-                complete = counts.get("complete", 0)
-                best = _best_line(store, sweep_id, metric)
-            progress.update(
-                task,
-                completed=total - active,
-                best=best,
-                description=f"{counts.get('running', 0)} running, {counts.get('failed', 0)} failed",
-            )
-            if active == 0:
-                return feeder
-            procs.check()
-            if feeder is not None:
-                if not feeder.step():
-                    feeder = None  # finished, cancelled, or its lease lost
-            elif open_feeder is not None and time.monotonic() >= next_open:
-                next_open = time.monotonic() + LEASE_RETRY_SECONDS
-                feeder = open_feeder()
-            if time.monotonic() - last_requeue > REQUEUE_EVERY_SECONDS:
-                requeue_stale(store, app, stale_after, max_attempts)
-                last_requeue = time.monotonic()
-            time.sleep(POLL_SECONDS)
+        click.echo(
+            f"error: {exc}. Nothing was submitted: wait for it to end (or stop it), or "
+            "give this run another folder with --data DIR",
+            err=True,
+        )
+        sys.exit(EXIT_PROBLEM)
 
 
 def _resume(store: Store, app: Any, sweep_id: str) -> int:
@@ -159,47 +113,6 @@ def _resume(store: Store, app: Any, sweep_id: str) -> int:
     return enqueue_ids(store, app, queued)
 
 
-def _top_table(store: Store, sweep: dict[str, Any], k: int = 10) -> Table:
-    objective = sweep["objective"]
-    table = Table(
-        title=f"top {k} trials of {sweep['name']} by {objective['metric']} "
-        f"({objective['direction']})",
-        header_style="bold",
-    )
-    best = store.best(sweep["_id"], k)
-    columns: list[str] = []
-    for doc in best:
-        for key in flatten_params(doc.get("params", {})):
-            if key not in columns:
-                columns.append(key)
-    table.add_column("#", justify="right")
-    table.add_column(objective["metric"], justify="right")
-    for column in columns:
-        table.add_column(column.split(".", 1)[-1], justify="right")
-    table.add_column("params", justify="right")
-    table.add_column("seconds", justify="right")
-    table.add_column("trial", no_wrap=True)
-    for rank, doc in enumerate(best, 1):
-        params = flatten_params(doc.get("params", {}))
-        value = doc.get("objective")
-        table.add_row(
-            str(rank),
-            f"{value:.4f}" if isinstance(value, float) else "-",
-            *(str(params.get(c, "-")) for c in columns),
-            f"{doc.get('param_count', 0):,}",
-            f"{doc.get('train_seconds') or 0:.1f}",
-            doc["_id"],
-        )
-    return table
-
-
-def _best_line(store: Store, sweep_id: str, metric: str) -> str:
-    best = store.best(sweep_id, 1)
-    if not best or not isinstance(best[0].get("objective"), float):
-        return "best: -"
-    return f"best {metric}: {best[0]['objective']:.4f}"
-
-
 @click.command()
 @click.argument("spec", type=click.Path(dir_okay=False), required=False)
 @click.option(
@@ -214,14 +127,16 @@ def _best_line(store: Store, sweep_id: str, metric: str) -> str:
     type=click.IntRange(0, 65535),
     default=8050,
     show_default=True,
-    help="Dashboard port on 127.0.0.1 (0: any free port).",
+    help="Dashboard port on 127.0.0.1 (0: any free port; the default falls back to a free "
+    "one when busy, a port given here is refused when busy).",
 )
 @click.option(
     "--data",
     "data_dir",
     type=click.Path(file_okay=False),
     default=None,
-    help="Folder for the embedded store and broker [default: ~/.sweepstack].",
+    help="Folder for the embedded store and broker, which keeps the results for `ls`, "
+    "`status`, `export`, `open` [default: SWEEPSTACK_DATA_DIR or ~/.sweepstack].",
 )
 @click.option(
     "--resume",
@@ -234,7 +149,8 @@ def _best_line(store: Store, sweep_id: str, metric: str) -> str:
 @click.option(
     "--hold",
     is_flag=True,
-    help="After the sweep, keep the dashboard up until Ctrl-C (on a terminal).",
+    help="After the sweep, keep the dashboard up until Ctrl-C (on a terminal; ignored, "
+    "and said so, without one).",
 )
 @click.option(
     "--json",
@@ -265,16 +181,23 @@ def run(
         raise click.UsageError("give a SPEC to run, or --resume SWEEP (not both)")
     started = time.monotonic()
     settings = Settings.from_env()
+    default_folder = settings.data_dir
     if data_dir:
         settings = dataclasses.replace(settings, data_dir=Path(data_dir).expanduser())
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    loaded = _load(spec) if spec else None
-    if not no_dashboard and port and not embedded.port_free(port):
-        raise click.BadParameter(
-            f"127.0.0.1:{port} is in use; choose another port, or 0 for any free one",
-            param_hint="--port",
-        )
+    loaded = _load(spec, local_files=True) if spec else None
+    busy = None
+    if not no_dashboard:
+        port, busy = dashboard_port(port)
     err = Console(stderr=True)
+    if hold and (no_dashboard or not sys.stdin.isatty()):
+        why = "there is no dashboard" if no_dashboard else "standard input is not a terminal"
+        err.print(
+            f"note: --hold is ignored: {why}; after the run, `sweepstack open SWEEP` serves "
+            "the dashboard on its results",
+            soft_wrap=True,
+        )
+    lock = _hold_folder(settings)  # before anything starts or is submitted
     procs = embedded.Processes(settings.data_dir)
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -286,8 +209,13 @@ def run(
         # Everything starts at once; only the store is waited for, before the sweep is
         # stored. Workers boot (the torch import) meanwhile and take the first message as
         # soon as they are up; the dashboard is not waited for at all.
-        service = None if settings.mongo_url else embedded.start_store(procs, settings.data_dir)
+        keep = (lock.fd,) if lock else ()
+        service = (
+            None if settings.mongo_url else embedded.start_store(procs, settings.data_dir, keep)
+        )
         mongo_url = settings.mongo_url or service.url  # type: ignore[union-attr]
+        if lock is not None:
+            lock.update(store=mongo_url)  # readers of the folder may use it from now on
         broker_url = settings.broker_url or EMBEDDED_BROKER_URL
         settings = dataclasses.replace(settings, mongo_url=mongo_url, broker_url=broker_url)
         env = {
@@ -303,6 +231,8 @@ def run(
             taken = {service.port} if service else set()
             board = embedded.start_dashboard(procs, env, port or _free_port_but(taken))
         dashboard = board.url if board else None
+        if lock is not None:
+            lock.update(dashboard=dashboard)
         if service is not None:
             service.wait(STORE_START_TIMEOUT)
         store = Store.connect(mongo_url, settings.mongo_db)
@@ -326,6 +256,8 @@ def run(
                 raise click.ClickException(f"no sweep {sweep_id} in {mongo_url}") from exc
             _resume(store, app, sweep_id)
         log.info("sweep %s enqueued %.2f s after start", sweep_id, time.monotonic() - started)
+        if lock is not None:
+            lock.update(sweep=sweep_id)
         from scheduler.feed import Feeder, owner_name
 
         open_feeder = functools.partial(
@@ -343,9 +275,14 @@ def run(
         err.print(f"sweep [bold]{sweep_id}[/] ({sweep['name']}): {total:,} trials")
         if dashboard:
             err.print(f"dashboard: {dashboard}sweeps/{sweep_id}")
+            if busy and board is not None:
+                err.print(
+                    f"note: 127.0.0.1:{busy} is in use; the dashboard is on {board.port}",
+                    soft_wrap=True,
+                )
             if note := local_open_note(settings, "127.0.0.1"):
                 err.print(f"note: {note}")
-        feeder = _follow(
+        feeder = follow(
             store,
             app,
             procs,
@@ -376,11 +313,8 @@ def run(
             )
         else:
             width = max(120, shutil.get_terminal_size((160, 24)).columns)
-            Console(width=width).print(_top_table(store, sweep))
-            err.print(
-                f"results: sweep {sweep_id}, stored under {settings.data_dir}; "
-                f"`sweepstack run --resume {sweep_id}` reopens it"
-            )
+            Console(width=width).print(top_table(store, sweep))
+        results_note(err, sweep_id, settings.data_dir if service else None, default_folder)
         if hold and board and sys.stdin.isatty():
             board.wait()
             err.print(f"the dashboard stays up at {dashboard}sweeps/{sweep_id}; Ctrl-C to stop")
@@ -396,7 +330,7 @@ def run(
     except (SweepstackError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
-        _stop(procs, store)
+        _stop(procs, store, lock)
         # The interpreter's last garbage collections over every object the imported
         # libraries made took 1.5 s of the command's exit on a loaded 2-core machine;
         # frozen objects are skipped (the process is ending, the OS takes the memory).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
@@ -10,18 +12,24 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
+import pandas
 import pymongo
 import pytest
 import yaml
+from click.testing import CliRunner, Result
 
 from core.records import flatten_params
+from scheduler.cli import main
 from tests.integration.stack import ROOT, wait_for
 from tests.services import SecantusProcess
 
 pytestmark = pytest.mark.integration
 SWEEPSTACK = [sys.executable, "-m", "scheduler.cli"]
+DEFAULT_DASHBOARD_PORT = 8050
 
 
 def clean_env(tmp_path: Path) -> dict[str, str]:
@@ -97,35 +105,166 @@ def run_then_kill(env: dict[str, str], spec: Path, data: Path, completed: int) -
     return match.group(1)
 
 
-def test_run_quickstart_with_no_settings(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    out = subprocess.run(
-        [
-            *SWEEPSTACK,
-            "run",
-            str(ROOT / "configs" / "quickstart.yaml"),
-            "--json",
-            "--data",
-            str(data),
-            "--port",
-            "0",
-        ],
-        env=clean_env(tmp_path),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+@dataclass(frozen=True)
+class FinishedRun:
+    """One `sweepstack run` of configs/quickstart.yaml that has ended, and its folder."""
+
+    env: dict[str, str]
+    data: Path
+    out: subprocess.CompletedProcess
+
+    @property
+    def summary(self) -> dict:
+        return json.loads(self.out.stdout)
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """A `sweepstack` command in a process of its own, with the run's environment."""
+        return subprocess.run(
+            [*SWEEPSTACK, *args], env=self.env, cwd=ROOT, capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+
+    def invoke(self, *args: str) -> Result:
+        """A `sweepstack` command in this process (no interpreter start and imports to pay
+        for), with the run's environment: every SWEEPSTACK_* variable unset, its HOME."""
+        unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith("SWEEPSTACK_")}
+        return CliRunner().invoke(main, list(args), env={**unset, "HOME": self.env["HOME"]})
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory: pytest.TempPathFactory) -> FinishedRun:
+    """`sweepstack run configs/quickstart.yaml --json --hold`, with nothing set in the
+    environment (its data folder the default, ~/.sweepstack of a HOME of its own), standard
+    input not a terminal, and the default dashboard port 8050 busy. The ls, status, export
+    and open tests then read its folder."""
+    base = tmp_path_factory.mktemp("quickstart")
+    env = clean_env(base)
+    with socket.socket() as busy:
+        try:
+            busy.bind(("127.0.0.1", DEFAULT_DASHBOARD_PORT))
+            busy.listen()
+        except OSError:
+            pass  # something else listens there already: busy either way
+        out = subprocess.run(
+            [*SWEEPSTACK, "run", str(ROOT / "configs" / "quickstart.yaml"), "--json", "--hold"],
+            env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    return FinishedRun(env, base / "home" / ".sweepstack", out)
+
+
+def test_run_quickstart_with_no_settings(quickstart: FinishedRun) -> None:
+    out, data = quickstart.out, quickstart.data
     assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout)
+    summary = quickstart.summary
+    sweep_id = summary["sweep_id"]
     assert summary["counts"]["complete"] == 12
     assert sum(summary["counts"].values()) == 12
     assert summary["best"]["objective"] > 0.8
-    assert summary["dashboard"].startswith("http://127.0.0.1:")
-    assert "dashboard: http://127.0.0.1:" in out.stderr
-    trials = read_trials(data, summary["sweep_id"])
+    assert summary["data_dir"] == str(data)
+    # The default port was busy: a free one instead, and the run says so.
+    board = summary["dashboard"]
+    assert board.startswith("http://127.0.0.1:") and ":8050/" not in board
+    assert f"dashboard: {board}sweeps/{sweep_id}" in out.stderr
+    port = board.rsplit(":", 1)[1].rstrip("/")
+    assert f"note: 127.0.0.1:{DEFAULT_DASHBOARD_PORT} is in use; the dashboard is on {port}" in (
+        out.stderr
+    )
+    assert "note: --hold is ignored: standard input is not a terminal" in out.stderr
+    assert re.search(r"12/12 \S+ eta \S+ best val_accuracy", out.stderr), out.stderr[-2000:]
+    # Where the results are, and the commands that reach them (the default folder: no --data).
+    assert f"results: sweep {sweep_id}, kept in {data}; reach them with" in out.stderr
+    commands = ("ls", f"status {sweep_id}", f"export {sweep_id} --format csv", f"open {sweep_id}")
+    for command in commands:
+        assert f"\n  sweepstack {command}" in out.stderr, command
+    trials = read_trials(data, sweep_id)
     assert len(trials) == 12 and all(t["state"] == "complete" for t in trials.values())
     assert processes_using(str(data)) == []
+    assert not (data / "holder.json").exists()
+
+
+def test_ls_status_and_export_read_the_folder_after_the_run(
+    quickstart: FinishedRun, tmp_path: Path
+) -> None:
+    """Each command starts the folder's store (nothing serves it since the run ended),
+    reads, and stops it again."""
+    summary, data = quickstart.summary, quickstart.data
+    sweep_id, best = summary["sweep_id"], summary["best"]
+    listed = quickstart.invoke("ls", "--json")
+    assert listed.exit_code == 0, listed.output
+    (entry,) = json.loads(listed.stdout)
+    assert entry["sweep_id"] == sweep_id and entry["name"] == "quickstart"
+    assert entry["status"] == "finished" and entry["trials"] == 12
+    assert entry["counts"] == summary["counts"]
+    assert (entry["best"], entry["best_trial"]) == (best["objective"], best["_id"])
+    table = quickstart.invoke("ls")
+    assert table.exit_code == 0, table.output
+    assert f"sweeps in {data}" in table.stdout
+    row = rf"{sweep_id} .* quickstart .* finished .* 12 .* {best['objective']:.4f}"
+    assert re.search(row, table.stdout), table.stdout
+
+    status = quickstart.invoke("status", sweep_id, "--json")
+    assert status.exit_code == 0, status.output
+    shown = json.loads(status.stdout)
+    assert shown["counts"] == summary["counts"] and shown["best"]["_id"] == best["_id"]
+    missing = quickstart.invoke("status", "nosuchsweep")
+    assert missing.exit_code == 1 and f"no sweep nosuchsweep in {data}" in missing.output
+
+    exported = quickstart.invoke("export", sweep_id)
+    assert exported.exit_code == 0, exported.output
+    rows = list(csv.DictReader(io.StringIO(exported.stdout)))
+    assert len(rows) == 12 and {r["state"] for r in rows} == {"complete"}
+    assert {"model.hidden_layers", "model.hidden_units", "val_accuracy"} <= set(rows[0])
+    ids = sorted(r["id"] for r in rows)
+    assert best["_id"] in ids
+    jsonl, parquet = tmp_path / "t.jsonl", tmp_path / "t.parquet"
+    written = quickstart.invoke("export", sweep_id, "--format", "jsonl", "-o", str(jsonl))
+    assert f"wrote 12 trials of sweep {sweep_id} to {jsonl}" in written.output
+    lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert sorted(line["id"] for line in lines) == ids
+    assert all(line["params"]["model.hidden_layers"] in (1, 2) for line in lines)
+    written = quickstart.invoke("export", sweep_id, "--format", "parquet", "-o", str(parquet))
+    assert written.exit_code == 0, written.output
+    frame = pandas.read_parquet(parquet)
+    assert sorted(frame["id"]) == ids and str(frame["objective"].dtype) == "float64"
+    assert frame["objective"].max() == best["objective"]
+    assert quickstart.invoke("export", sweep_id, "--format", "parquet").exit_code == 2
+    assert processes_using(str(data)) == []
+    assert not (data / "holder.json").exists()
+
+
+def test_open_serves_the_sweep_and_holds_the_folder_until_sigterm(
+    quickstart: FinishedRun,
+) -> None:
+    data, sweep_id = quickstart.data, quickstart.summary["sweep_id"]
+    opened = subprocess.Popen(
+        [*SWEEPSTACK, "open", sweep_id, "--port", "0"],
+        env=quickstart.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        url = opened.stdout.readline().strip()  # type: ignore[union-attr]
+        assert re.fullmatch(rf"http://127\.0\.0\.1:\d+/sweeps/{sweep_id}", url), (
+            url, opened.poll()
+        )
+        with urllib.request.urlopen(url, timeout=30) as page:
+            assert page.status == 200 and sweep_id in page.read().decode()
+        # While it holds the folder: a run there is refused, naming it; ls reads its store.
+        refused = quickstart.cli("run", str(ROOT / "configs" / "quickstart.yaml"), "--no-dashboard")
+        assert refused.returncode == 2, refused.stderr
+        board = url.rsplit("/sweeps/", 1)[0] + "/"
+        holder = f"`sweepstack open` (pid {opened.pid}, dashboard {board}, sweep {sweep_id}"
+        assert f"error: the data folder {data} is in use by {holder}" in refused.stderr
+        assert "Nothing was submitted" in refused.stderr
+        listed = quickstart.invoke("ls", "--json")
+        assert [e["sweep_id"] for e in json.loads(listed.stdout)] == [sweep_id], listed.output
+    finally:
+        opened.send_signal(signal.SIGTERM)
+        code = opened.wait(30)
+        err = opened.stderr.read()  # type: ignore[union-attr]
+    assert code == 0, err
+    assert "stopping the dashboard" in err
+    wait_for(lambda: processes_using(str(data)) == [], 10, "every child of open to exit")
+    assert not (data / "holder.json").exists()
 
 
 def test_kill_mid_sweep_then_resume(tmp_path: Path) -> None:
@@ -180,7 +319,9 @@ def test_kill_mid_sweep_then_resume(tmp_path: Path) -> None:
     assert processes_using(str(data)) == []
 
 
-def test_a_busy_dashboard_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
+def test_a_busy_port_given_with_port_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """A busy default port falls back to a free one (`test_run_quickstart_with_no_settings`);
+    one the user named with --port is refused, exit 2, nothing started or submitted."""
     data = tmp_path / "data"
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -197,6 +338,7 @@ def test_a_busy_dashboard_port_is_refused_before_anything_starts(tmp_path: Path)
         )
     assert out.returncode == 2, out.stderr[-3000:]
     assert f"127.0.0.1:{port} is in use" in out.stderr and "--port" in out.stderr
+    assert "leave --port out" in out.stderr
     assert not (data / "logs").exists() or not any((data / "logs").iterdir())
     assert processes_using(str(data)) == []
 

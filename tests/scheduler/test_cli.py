@@ -105,6 +105,7 @@ def test_validate_and_generate_apply_the_servers_ceilings(
             result.output
         )
     path.write_text("name: ok\ndataset: {path: d.csv}\nexecution: {parallel: {world_size: 16}}\n")
+    (tmp_path / "d.csv").write_text("x,target\n1,0\n")
     result = runner.invoke(
         main, ["validate", str(path)], env={**env, "SWEEPSTACK_MAX_WORLD_SIZE": "16"}
     )
@@ -165,3 +166,53 @@ def test_jsonl_with_config_gives_what_a_worker_trains(runner: CliRunner) -> None
     assert config.training.seed == rows[3]["seed"]
     plain = runner.invoke(main, ["generate", spec, "--format", "jsonl"])
     assert "config" not in json.loads(plain.output.splitlines()[0])
+
+
+def test_validate_says_which_key_a_misspelled_one_meant(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "typos.yaml"
+    path.write_text(
+        "name: typos\ndataset: {name: digits}\nmodle: {hidden_layers: 1}\n"
+        "model: {hiden_units: 3, colour: red}\nsearch: {algoritm: grid}\n"
+    )
+    result = runner.invoke(main, ["validate", str(path)])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert any(
+        line.startswith("error: modle: unknown key (known: name,")
+        and line.endswith("; did you mean 'model'?")
+        for line in lines
+    ), lines
+    assert any(
+        line.startswith("error: model.hiden_units: unknown key (known: kind,")
+        and line.endswith("; did you mean 'hidden_units'?")
+        for line in lines
+    ), lines
+    assert "error: search.algoritm: unknown key (known: algorithm, trials" in result.output
+    assert "did you mean 'algorithm'?" in result.output
+    (colour,) = [line for line in lines if line.startswith("error: model.colour")]
+    assert "did you mean" not in colour  # nothing close: no guess
+
+
+def test_validate_refuses_a_dataset_path_that_names_no_file(
+    runner: CliRunner, tmp_path: Path
+) -> None:
+    path = tmp_path / "file.yaml"
+    path.write_text("name: f\ndataset: {path: [here.csv, missing.csv, sub.csv]}\n")
+    (tmp_path / "here.csv").write_text("x,target\n1,0\n")
+    (tmp_path / "sub.csv").mkdir()
+    env = {"SWEEPSTACK_DATASETS_DIR": str(tmp_path)}
+    result = runner.invoke(main, ["validate", str(path)], env=env)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert lines == [
+        f"error: dataset.path: names no file in the datasets folder {tmp_path} "
+        "(SWEEPSTACK_DATASETS_DIR), got 'missing.csv'",
+        f"error: dataset.path: is a folder, not a file in the datasets folder {tmp_path} "
+        "(SWEEPSTACK_DATASETS_DIR), got 'sub.csv'",
+    ]
+    # `run` checks the same before anything starts.
+    result = runner.invoke(main, ["run", str(path), "--data", str(tmp_path / "data")], env=env)
+    assert result.exit_code == 2 and lines[0] in result.output
+    assert not (tmp_path / "data" / "logs").exists()
+    path.write_text("name: f\ndataset: {path: here.csv}\n")
+    assert runner.invoke(main, ["validate", str(path)], env=env).exit_code == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -77,3 +78,15 @@ def test_worker_refuses_bad_options_before_starting(
     out = CliRunner().invoke(main, ["worker", *args])
     assert out.exit_code == 2
     assert message in out.output
+
+
+def test_worker_gpus_all_without_nvidia_smi_exits_2(tmp_path: Path) -> None:
+    env = {
+        "PATH": str(tmp_path),  # an empty folder: no nvidia-smi on it
+        "SWEEPSTACK_BROKER_URL": "amqp://127.0.0.1:9//",
+        "SWEEPSTACK_MONGO_URL": "mongodb://127.0.0.1:9/",
+    }
+    result = CliRunner().invoke(main, ["worker", "--gpus", "all"], env=env)
+    assert result.exit_code == 2, result.output
+    assert "--gpus all: cannot run nvidia-smi" in result.output
+    assert "--gpus 0,1" in result.output and "Traceback" not in result.output
