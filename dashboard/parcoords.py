@@ -35,8 +35,9 @@ BANDS = 8
 DARKEST, LIGHTEST = 0.0, 0.85
 #: Pixels between a tick label and its axis line (twice the invisible marker's radius).
 TICK_GAP = 12
-#: A white halo around text drawn over lines, so it stays readable.
-HALO = "0 0 2px #fff, 0 0 3px #fff, 0 0 4px #fff"
+#: A white outline and halo around text drawn over lines, so it stays readable.
+HALO = ("1px 1px 0 #fff, -1px -1px 0 #fff, 1px -1px 0 #fff, -1px 1px 0 #fff, "
+        "0 0 3px #fff, 0 0 4px #fff")
 
 
 def normalise(value: Any, dim: Mapping[str, Any]) -> float | None:

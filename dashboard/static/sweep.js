@@ -45,6 +45,7 @@
     }
     cards.push(bestCard);
     $("summary").replaceChildren(...cards);
+    $("pruned-panel").hidden = !prunes(sweep, counts);
     SS.progressBar(counts, summary.total, $("progress"));
   }
 
