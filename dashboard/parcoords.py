@@ -35,10 +35,6 @@ BANDS = 8
 DARKEST, LIGHTEST = 0.0, 0.85
 #: Pixels between a tick label and its axis line (twice the invisible marker's radius).
 TICK_GAP = 12
-#: A white outline and halo around text drawn over lines, so it stays readable.
-HALO = ("1px 1px 0 #fff, -1px -1px 0 #fff, 1px -1px 0 #fff, -1px 1px 0 #fff, "
-        "0 0 3px #fff, 0 0 4px #fff")
-
 
 def normalise(value: Any, dim: Mapping[str, Any]) -> float | None:
     """Where `value` sits on a parallel axis, from 0 (bottom) to 1 (top); None if unknown."""
@@ -205,14 +201,16 @@ def parallel_figure(prows: Mapping[str, Any], metric: str, direction: str) -> di
         {"type": "scatter", "mode": "lines", **axes, "line": {"color": "#52606d", "width": 1.5},
          "hoverinfo": "skip", "showlegend": False, "name": "axes"},
         # Invisible markers as wide as the gap wanted: plotly sets text beside a point's
-        # marker, so each label ends a few pixels left of its axis line, not on it.
+        # marker, so each label ends a few pixels left of its axis line, not on it. Lines
+        # meeting at a tick pass under its label's white outline (`dashboard.css`: an SVG
+        # stroke painted under the text; CSS text-shadow does not draw on SVG in Chromium).
         {"type": "scatter", "mode": "markers+text", **ticks, "textposition": "middle left",
          "marker": {"size": TICK_GAP, "opacity": 0}, "cliponaxis": False,
-         "textfont": {"size": 11, "color": "#1f2933", "shadow": HALO}, "hoverinfo": "skip",
+         "textfont": {"size": 11, "color": "#1f2933"}, "hoverinfo": "skip",
          "showlegend": False, "name": "ticks"},
         {"type": "scatter", "mode": "text", "x": list(range(len(dims))),
          "y": [1.07] * len(dims), "text": [f"<b>{d['label']}</b>" for d in dims],
-         "textposition": "middle center", "textfont": {"size": 13, "shadow": HALO},
+         "textposition": "middle center", "textfont": {"size": 13},
          "hoverinfo": "skip",
          "showlegend": False, "name": "names"},
     ]

@@ -187,6 +187,10 @@ def test_sweep_figures_hold_every_point(
     assert strokes[-1] == "rgb(68, 1, 84) 0.9" and len(set(strokes)) == bands["count"]
     gaps = page.evaluate(_TICK_GAPS, "fig-parallel")
     assert gaps and min(gaps) >= 3, gaps
+    outline = page.evaluate("(() => { const s = getComputedStyle(document.querySelector("
+                            "'#fig-parallel .textpoint text'));"
+                            " return [s.stroke, s.paintOrder]; })()")
+    assert outline[0] == "rgb(255, 255, 255)" and outline[1].startswith("stroke"), outline
     # Best so far against trials finished, carried on to the last finished trial.
     history = best_history(rows, "maximize")
     by_trials = figure(page, "fig-history-trials")
