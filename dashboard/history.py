@@ -122,8 +122,9 @@ def _figure(history: Mapping[str, Any], axis: str, metric: str, title: str,
                          f"%{{x:{number}}}<extra></extra>",
     }
     ticks = {"tickformat": ",d"} if axis != "seconds" else {}
+    # Its own uirevision: a zoom on one x axis is not carried to another drawn in its place.
     layout = base_layout(title, x_title, metric, showlegend=False,
-                         xaxis={"rangemode": "tozero", **ticks})
+                         xaxis={"rangemode": "tozero", **ticks}, uirevision=axis)
     if not steps:
         empty_note(layout, "no complete trials yet")
     return {"data": [line, marks], "layout": layout}

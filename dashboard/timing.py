@@ -11,8 +11,9 @@ a stop, not to the end of training.
 
 In two steps, as elsewhere: `timing_rows` computes the points and fits from the
 dashboard's trial rows (`data.trial_row`), `timing_figures` draws them. The fit uses
-every trial; at most `POINTS_CAP` points are drawn (every k-th by index), which a
-subtitle says, so a 50,000-trial sweep sends a few hundred kilobytes, not megabytes.
+every trial; at most `POINTS_CAP` points are drawn (spread evenly by index), which the
+subtitle says: at 50,000 trials, a point per trial would be more SVG than the page can
+draw in its budget.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ import numpy as np
 from dashboard.data import COMPLETE
 from dashboard.figures import base_layout, depth_colours, empty_note
 
-#: Points drawn per figure at most (the fit uses them all).
-POINTS_CAP = 2000
+#: Points drawn per figure at most (the fit uses them all). Each is an SVG element: at
+#: 50,000 trials, 2,000 points per figure added ~1.2 s to the sweep page's drawing on the
+#: loaded 2-core test machine, 300 add ~0.25 s (`bench.bench_dashboard --verbose`).
+POINTS_CAP = 300
 #: How far (in layers) depth points spread sideways, so trials of one depth do not stack.
 JITTER = 0.36
 _GOLDEN = (math.sqrt(5) - 1) / 2
@@ -75,9 +78,11 @@ def timing_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _shown(points: Mapping[str, Any]) -> list[int]:
-    """Positions of the points drawn: all, or every k-th when over `POINTS_CAP`."""
+    """Positions of the points drawn: all, or `POINTS_CAP` of them evenly spread by index."""
     n = len(points["x"])
-    return list(range(0, n, math.ceil(n / POINTS_CAP))) if n > POINTS_CAP else list(range(n))
+    if n <= POINTS_CAP:
+        return list(range(n))
+    return [i * n // POINTS_CAP for i in range(POINTS_CAP)]
 
 
 def _jitter(index: int) -> float:
@@ -101,7 +106,8 @@ def _figure(points: Mapping[str, Any], title: str, x_title: str, unit: str, per:
             x: list[float], hover: str, empty: str) -> dict[str, Any]:
     shown = _shown(points)
     n = len(points["x"])
-    colours = depth_colours([points["layers"][i] for i in shown if points["layers"][i]] or [1])
+    # Colours of every depth, as the width figure picks them (`figures.depth_colours`).
+    colours = depth_colours(sorted({d for d in points["layers"] if d is not None}) or [1])
     trace = {
         "type": "scatter", "mode": "markers", "name": f"trials ({n:,})",
         "x": [x[i] for i in shown], "y": [round(points["y"][i], 4) for i in shown],

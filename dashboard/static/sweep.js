@@ -10,6 +10,7 @@
     since: 0, versions: {}, sweep: null, params: [], param: null, mode: "best",
     limits: {}, plotted: new Set(), par: null, curves: [], top: [],
     failed: [], failedSeen: new Set(), summary: null, history: null, historyFigs: null,
+    recent: [],
     historyAxis: "trials",
   };
   const $ = (id) => document.getElementById(id);
@@ -430,7 +431,9 @@
       performance.mark(id);
     }
     await plotHistory(figs.history);
+    performance.mark("fig-history");
     await plotTiming(figs.timing);
+    performance.mark("fig-timing");
     renderSummary(payload.summary, payload.sweep);
     // Tables last: each figure measures text, which lays out the page; a shorter page is
     // laid out faster.

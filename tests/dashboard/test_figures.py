@@ -88,7 +88,7 @@ def test_scatter_figure_axes_follow_the_parameter() -> None:
     assert "6 complete trials" in figure["layout"]["title"]["text"]
 
 
-def test_width_and_depth_figures() -> None:
+def test_width_figure_draws_a_line_per_depth() -> None:
     cells = [{"layers": layers, "units": units, "mean": 0.8, "low": 0.7, "high": 0.9, "n": 3,
               "trials": 6, "setting": {"model.activation": "relu"}}
              for layers in (1, 2) for units in (32, 64)]
