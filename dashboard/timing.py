@@ -141,12 +141,14 @@ def _figure(points: Mapping[str, Any], title: str, x_title: str, unit: str, per:
     return {"data": data, "layout": layout}
 
 
-def depth_figure(points: Mapping[str, Any]) -> dict[str, Any]:
-    """Training time against the number of layers, points spread a little sideways."""
+def depth_figure(points: Mapping[str, Any], complete: int = 0) -> dict[str, Any]:
+    """Training time against the number of layers, points spread a little sideways
+    (`complete`: the trials with a training time, to say why an empty figure is empty)."""
     x = [layers + _jitter(index) for layers, index in zip(points["x"], points["index"],
                                                           strict=True)]
+    empty = "no trial has a depth (model.hidden_layers)" if complete else "no complete trials yet"
     figure = _figure(points, "Training time vs number of layers", "hidden layers", "layer",
-                     1, x, "%{customdata[1]} layers", "no complete trials yet")
+                     1, x, "%{customdata[1]} layers", empty)
     depths = sorted(set(points["x"]))
     figure["layout"]["xaxis"].update(tickvals=depths, type="linear")
     return figure
@@ -164,5 +166,5 @@ def params_figure(points: Mapping[str, Any], complete: int) -> dict[str, Any]:
 
 def timing_figures(timing: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """``{"depth": figure, "params": figure}`` from `timing_rows`."""
-    return {"depth": depth_figure(timing["depth"]),
+    return {"depth": depth_figure(timing["depth"], timing["complete"]),
             "params": params_figure(timing["params"], timing["complete"])}

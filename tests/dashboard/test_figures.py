@@ -107,6 +107,8 @@ def test_empty_figures_say_so() -> None:
         assert texts and "yet" in texts[0]
     counted = timing_figures(timing_rows([row(0, 0.5, layers=1)]))["params"]
     assert counted["layout"]["annotations"][0]["text"] == "no parameter counts recorded"
+    shapeless = timing_figures(timing_rows([{**row(0, 0.5), "layers": None}]))["depth"]
+    assert shapeless["layout"]["annotations"][0]["text"].startswith("no trial has a depth")
 
 
 def test_epoch_figures_span_the_planned_epochs() -> None:
