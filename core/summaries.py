@@ -63,6 +63,8 @@ ROW_FIELDS = (
     "params",
     "objective",
     "train_seconds",
+    # For the dashboard's training time against model size (absent from older entries).
+    "param_count",
     "finished_at",
     "started_at",
     "updated_at",

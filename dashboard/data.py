@@ -14,10 +14,8 @@ of widths counts as its mean width.
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
-import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -39,8 +37,6 @@ RUNNING = TrialState.RUNNING.value
 QUEUED = TrialState.QUEUED.value
 _FINISHED = frozenset(s.value for s in FINISH_STATES)
 
-#: Throughput is measured over this many minutes of finishes.
-THROUGHPUT_MINUTES = 10
 #: Parameters whose path ends with one of these are repeats, not settings.
 SEED_KEYS = ("seed",)
 
@@ -149,6 +145,7 @@ def trial_row(doc: Mapping[str, Any]) -> dict[str, Any]:
         "params": params,
         "objective": _number(doc.get("objective")),
         "train_seconds": _number(doc.get("train_seconds")),
+        "param_count": _count(doc.get("param_count")),
         "finished_at": to_ms(doc.get("finished_at")),
         "started_at": to_ms(doc.get("started_at")),
         "layers": layers if isinstance(layers, int) else None,
@@ -184,29 +181,48 @@ def complete_rows(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 # -- the sweep's summary ---------------------------------------------------------------
 
 
-def finish_times(rows: Iterable[Mapping[str, Any]]) -> list[int]:
-    """When each finished trial (complete, failed, pruned) finished, in ms, sorted."""
-    return sorted(
-        r["finished_at"] for r in rows if r["state"] in _FINISHED and r["finished_at"] is not None
-    )
+def activity(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the throughput is measured on: ``finished``, how many trials finished
+    (complete, failed, pruned); ``first_start``, when the first trial started (ms; its
+    first finish if none says); ``last_finish``, when the last one finished (ms)."""
+    finished = 0
+    first: int | None = None
+    last: int | None = None
+    earliest_finish: int | None = None
+    for row in rows:
+        started = row.get("started_at")
+        if started is not None and (first is None or started < first):
+            first = started
+        at = row["finished_at"]
+        if row["state"] not in _FINISHED or at is None:
+            continue
+        finished += 1
+        if last is None or at > last:
+            last = at
+        if earliest_finish is None or at < earliest_finish:
+            earliest_finish = at
+    return {"finished": finished, "first_start": first if first is not None else earliest_finish,
+            "last_finish": last}
 
 
-def summary(counts: Mapping[str, int], finished: Sequence[int], now_ms: int) -> dict[str, Any]:
-    """Counts by state, progress, throughput (trials/min over recent finishes) and ETA.
+def summary(counts: Mapping[str, int], active: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
+    """Counts by state, progress, throughput (trials/min over the sweep's active time) and ETA.
 
-    `finished` is `finish_times`. Throughput counts finishes in the last
-    `THROUGHPUT_MINUTES` minutes, or since the first finish when that is more recent (at
-    least one minute). The ETA is what is left (queued + running) at that rate: 0 when
-    nothing is left, None when nothing finishes.
+    `active` is `activity`. The active time runs from the first trial's start to the last
+    finish once nothing is left, or to now while trials are queued or running: a finished
+    sweep's throughput stays what it was (a window of the last minutes would fall to zero
+    after the end, and read low long before). The ETA is what is left (queued + running)
+    at that rate: 0 when nothing is left, None when nothing finished yet.
     """
     total = sum(counts.values())
     left = counts.get(QUEUED, 0) + counts.get(RUNNING, 0)
-    window_start = now_ms - THROUGHPUT_MINUTES * 60_000
-    recent = len(finished) - bisect.bisect_left(finished, window_start)
-    minutes: float = THROUGHPUT_MINUTES
-    if finished and finished[0] > window_start:
-        minutes = max((now_ms - finished[0]) / 60_000, 1.0)
-    per_minute = recent / minutes
+    start, last = active["first_start"], active["last_finish"]
+    seconds: float | None = None
+    per_minute = 0.0
+    if start is not None:
+        end = now_ms if left or last is None else last
+        seconds = max(end - start, 1000) / 1000
+        per_minute = active["finished"] * 60 / seconds
     eta: float | None = None
     if not left:
         eta = 0.0
@@ -218,30 +234,12 @@ def summary(counts: Mapping[str, int], finished: Sequence[int], now_ms: int) -> 
         "done": total - left,
         "left": left,
         "per_minute": round(per_minute, 3),
+        "active_seconds": None if seconds is None else round(seconds, 1),
         "eta_seconds": None if eta is None else round(eta, 1),
     }
 
 
 # -- figures of the sweep --------------------------------------------------------------
-
-
-def best_so_far(rows: Iterable[Mapping[str, Any]], direction: str) -> list[dict[str, Any]]:
-    """The steps of the best objective over time: one row per improvement, in time order.
-
-    Each row: ``t`` (finish time, ms), ``best`` and ``index`` (the trial that set it).
-    """
-    done = sorted(
-        (r for r in complete_rows(rows) if r["finished_at"] is not None),
-        key=lambda r: (r["finished_at"], r["index"]),
-    )
-    steps: list[dict[str, Any]] = []
-    best: float | None = None
-    for row in done:
-        value = row["objective"]
-        if best is None or (value > best if better(direction) else value < best):
-            best = value
-            steps.append({"t": row["finished_at"], "best": value, "index": row["index"]})
-    return steps
 
 
 def _hashable(value: Any) -> Any:
@@ -306,43 +304,6 @@ def category_text(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ",".join(category_text(v) for v in value) + "]"
     return "null" if value is None else str(value)
-
-
-def _quartiles(values: list[float]) -> tuple[float, float, float]:
-    if len(values) == 1:
-        return values[0], values[0], values[0]
-    q1, median, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return q1, median, q3
-
-
-def time_by_depth(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The seed paper's second figure: training time against the number of layers.
-
-    One row per depth with the five-number summary and mean of ``train_seconds`` over its
-    complete trials, sorted by depth.
-    """
-    by: dict[int, list[float]] = {}
-    for row in rows:
-        if row["state"] != COMPLETE or row["layers"] is None or row["train_seconds"] is None:
-            continue
-        by.setdefault(row["layers"], []).append(row["train_seconds"])
-    out = []
-    for layers, values in sorted(by.items()):
-        values.sort()
-        q1, median, q3 = _quartiles(values)
-        out.append(
-            {
-                "layers": layers,
-                "n": len(values),
-                "min": values[0],
-                "q1": q1,
-                "median": median,
-                "q3": q3,
-                "max": values[-1],
-                "mean": sum(values) / len(values),
-            }
-        )
-    return out
 
 
 def top_trials(

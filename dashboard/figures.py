@@ -4,7 +4,8 @@ plotly.js draws them in the browser (`static/sweep.js` and friends); nothing her
 the store. Colours are fixed per trial state (`STATE_COLOURS`, also used by the pages'
 CSS) and per depth (`depth_colours`), so a colour means the same thing on every figure.
 The objective scatter uses WebGL (``scattergl``); the parallel coordinates are in
-`dashboard.parcoords`.
+`dashboard.parcoords`, the best-so-far charts in `dashboard.history` and training time
+against depth and size in `dashboard.timing`.
 """
 
 from __future__ import annotations
@@ -98,26 +99,6 @@ def _layers_name(layers: int) -> str:
 # -- sweep figures ---------------------------------------------------------------------
 
 
-def best_figure(steps: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
-    """The best objective so far against finish time, a step per improvement."""
-    layout = base_layout(f"Best {metric} so far", "finished at (UTC)", metric,
-                     xaxis={"type": "date"}, showlegend=False)
-    trace = {
-        "type": "scatter",
-        "mode": "lines+markers",
-        "line": {"shape": "hv", "color": STATE_COLOURS["complete"], "width": 2},
-        "marker": {"size": 6, "color": STATE_COLOURS["complete"]},
-        "x": [s["t"] for s in steps],
-        "y": [s["best"] for s in steps],
-        "customdata": [s["index"] for s in steps],
-        "hovertemplate": "best %{y:.4g}<br>trial #%{customdata}<br>%{x}<extra></extra>",
-        "name": "best so far",
-    }
-    if not steps:
-        empty_note(layout, "no complete trials yet")
-    return {"data": [trace], "layout": layout}
-
-
 def width_figure(rows: Sequence[Mapping[str, Any]], metric: str) -> dict[str, Any]:
     """Objective against hidden units, one line per depth, bars for the spread over seeds."""
     colours = depth_colours([r["layers"] for r in rows] or [1])
@@ -171,53 +152,6 @@ def width_figure(rows: Sequence[Mapping[str, Any]], metric: str) -> dict[str, An
         "text": "best setting of the other parameters: mean over seeds, bars min to max",
         "font": {"size": 12, "color": "#616e7c"},
     }
-    if not rows:
-        empty_note(layout, "no complete trials yet")
-    return {"data": traces, "layout": layout}
-
-
-def depth_figure(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Training time against the number of layers: a box per depth and a line of means."""
-    colours = depth_colours([r["layers"] for r in rows] or [1])
-    traces: list[dict[str, Any]] = [
-        {
-            "type": "box",
-            "name": _layers_name(r["layers"]),
-            "x": [r["layers"]],
-            "q1": [r["q1"]],
-            "median": [r["median"]],
-            "q3": [r["q3"]],
-            "lowerfence": [r["min"]],
-            "upperfence": [r["max"]],
-            "mean": [r["mean"]],
-            "marker": {"color": colours[r["layers"]]},
-            "line": {"color": colours[r["layers"]]},
-            "fillcolor": "rgba(0,0,0,0)",
-            "width": 0.5,
-            "hoverinfo": "y",
-            "showlegend": False,
-        }
-        for r in rows
-    ]
-    traces.append({
-        "type": "scatter",
-        "mode": "lines+markers",
-        "name": "mean",
-        "x": [r["layers"] for r in rows],
-        "y": [r["mean"] for r in rows],
-        "customdata": [r["n"] for r in rows],
-        "line": {"color": "#52606d", "width": 1.5, "dash": "dot"},
-        "marker": {"color": "#52606d", "size": 6},
-        "hovertemplate": "%{x} layers: mean %{y:.3g} s over %{customdata} trials<extra></extra>",
-    })
-    depths = [r["layers"] for r in rows]
-    layout = base_layout(
-        "Training time vs number of layers",
-        "hidden layers",
-        "training time per trial (s)",
-        xaxis={"tickvals": depths, "type": "linear"},
-        showlegend=False,
-    )
     if not rows:
         empty_note(layout, "no complete trials yet")
     return {"data": traces, "layout": layout}

@@ -5,24 +5,36 @@ trace: with software WebGL, as in headless Chromium, ``parcoords`` takes 3-5 s t
 5,000 trials, over the two-second budget of the sweep page, while 5,000 polylines in a
 few SVG paths take ~0.2 s. The normalisation is in the figure's ``layout.meta``, so a
 page can place newly finished trials itself (`static/sweep.js` mirrors `normalise`).
+
+Colour says how good a trial is, and must survive a skewed sweep: trials that collapse to
+chance (0.10-0.31) beside a crowd at 0.87-0.98 put every good trial in one band of equal
+widths. So the bands are quantiles of the objectives shown (`band_edges`: each holds about
+an eighth of the lines) and their colours run along Viridis from its dark end, the best
+band, to its light green, the worst (`band_colours`); the best band is drawn last, on top,
+opaque and a little wider. A page that has placed many new trials itself, or one outside
+the objective axis, asks for the figure again rather than recomputing bands.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from plotly.colors import sample_colorscale
 
 from dashboard.data import category_text
 from dashboard.figures import base_layout, empty_note
 
-#: How many objective bands colour the lines.
+#: How many objective bands colour the lines (fewer when objectives tie).
 BANDS = 8
-#: A white halo around text drawn over lines, so it stays readable.
-HALO = "0 0 2px #fff, 0 0 3px #fff, 0 0 4px #fff"
-
+#: Where the bands sit on Viridis: the best at its dark end, the worst at its light green
+#: (its last tenth, yellow, is too pale on white).
+DARKEST, LIGHTEST = 0.0, 0.85
+#: Pixels between a tick label and its axis line (twice the invisible marker's radius).
+TICK_GAP = 12
 
 def normalise(value: Any, dim: Mapping[str, Any]) -> float | None:
     """Where `value` sits on a parallel axis, from 0 (bottom) to 1 (top); None if unknown."""
@@ -88,11 +100,33 @@ def _alpha(rgb: str, alpha: float) -> str:
     return rgb.replace("rgb(", "rgba(").replace(")", f", {alpha})")
 
 
-def band_of(objective: float, low: float, high: float) -> int:
-    """Which of the `BANDS` equal objective bands a value falls in (clamped)."""
-    if high <= low:
-        return BANDS - 1
-    return min(BANDS - 1, max(0, int((objective - low) / (high - low) * BANDS)))
+def band_edges(objectives: Sequence[float], bands: int = BANDS) -> list[float]:
+    """Edges of the objective bands: quantiles of `objectives`, so each band holds about as
+    many lines; edges that coincide (tied objectives) are merged. At least two edges (one
+    band), from the lowest objective to the highest; ``[0, 0]`` without objectives."""
+    if not len(objectives):
+        return [0.0, 0.0]
+    edges = np.quantile(np.asarray(objectives, dtype=float), np.linspace(0, 1, bands + 1))
+    out: list[float] = []
+    for edge in edges.tolist():
+        if not out or edge > out[-1]:
+            out.append(edge)
+    return out if len(out) > 1 else [out[0], out[0]]
+
+
+def band_of(objective: float, edges: Sequence[float]) -> int:
+    """Which band of `band_edges` a value falls in (a value on an edge: the band above it;
+    outside them: the nearest band)."""
+    count = len(edges) - 1
+    return min(count - 1, max(0, bisect.bisect_right(edges, objective) - 1))
+
+
+def band_colours(count: int, maximize: bool) -> list[str]:
+    """One Viridis colour per band, lowest objective first: the best band darkest."""
+    if count == 1:
+        return sample_colorscale("Viridis", [DARKEST])
+    stops = [DARKEST + (LIGHTEST - DARKEST) * b / (count - 1) for b in range(count)]
+    return sample_colorscale("Viridis", stops[::-1] if maximize else stops)
 
 
 def _snake(trace: dict[str, Any], ys: Sequence[float | None], index: int) -> None:
@@ -114,38 +148,46 @@ def _snake(trace: dict[str, Any], ys: Sequence[float | None], index: int) -> Non
         trace["customdata"].append(index)
 
 
-def parallel_figure(prows: Mapping[str, Any], metric: str, direction: str) -> dict[str, Any]:
-    """Parallel coordinates: one line per trial across its parameters to its objective.
-
-    The first `BANDS` traces hold the lines, one per objective band (coloured along
-    Viridis, the best drawn last, on top), each one path (`_snake`); the band legend
-    hides or isolates bands and a click on a line opens its trial. Then come the axes,
-    their ticks and their names, as plain traces (text traces draw far faster than
-    annotations).
-    """
-    dims = [dict(d) for d in prows["dims"]]
-    dims[-1]["label"] = metric
-    low, high = dims[-1]["low"], dims[-1]["high"]
-    maximize = direction == "maximize"
-    stops = [0.9 * b / (BANDS - 1) for b in range(BANDS)]
-    colours = sample_colorscale("Viridis", stops if maximize else stops[::-1])
-    bands = []
-    for band in range(BANDS):
-        a = low + (high - low) * band / BANDS
-        b = low + (high - low) * (band + 1) / BANDS
-        bands.append({
+def _band_traces(edges: Sequence[float], maximize: bool) -> list[dict[str, Any]]:
+    """Empty line traces, one per band, lowest objective first; the better a band, the
+    darker, the more opaque and (the best) the wider its lines."""
+    count = len(edges) - 1
+    colours = band_colours(count, maximize)
+    traces = []
+    for band in range(count):
+        worse = count - 1 - band if maximize else band  # 0: the best band
+        alpha = 0.9 - 0.55 * worse / max(count - 1, 1)
+        traces.append({
             "type": "scatter", "mode": "lines", "x": [], "y": [], "customdata": [],
-            "name": f"{a:.4g} to {b:.4g}",
-            "line": {"color": _alpha(colours[band], 0.6), "width": 1, "simplify": False},
+            "name": f"{edges[band]:.4g} to {edges[band + 1]:.4g}",
+            "line": {"color": _alpha(colours[band], round(alpha, 2)),
+                     "width": 1.8 if worse == 0 else 1, "simplify": False},
             "hovertemplate": "trial #%{customdata}<extra></extra>",
             "legendgroup": "bands",
         })
+    return traces
+
+
+def parallel_figure(prows: Mapping[str, Any], metric: str, direction: str) -> dict[str, Any]:
+    """Parallel coordinates: one line per trial across its parameters to its objective.
+
+    The first traces (``meta.bands.count`` of them) hold the lines, one per objective band
+    (`band_edges`, coloured by `band_colours`), worst first so the best is drawn on top,
+    each one path (`_snake`); the band legend hides or isolates bands and a click on a
+    line opens its trial. Then come the axes, their ticks and their names, as plain
+    traces (text traces draw far faster than annotations).
+    """
+    dims = [dict(d) for d in prows["dims"]]
+    dims[-1]["label"] = metric
+    maximize = direction == "maximize"
+    edges = band_edges([r["objective"] for r in prows["kept"]])
+    bands = _band_traces(edges, maximize)
     for row in prows["kept"]:
         values = [row["params"].get(d["path"]) for d in dims[:-1]] + [row["objective"]]
         ys = [normalise(value, dim) for value, dim in zip(values, dims, strict=True)]
-        _snake(bands[band_of(row["objective"], low, high)], ys, row["index"])
+        _snake(bands[band_of(row["objective"], edges)], ys, row["index"])
     # Worst band first, so the best lines are drawn over the rest.
-    order = list(range(BANDS)) if maximize else list(range(BANDS))[::-1]
+    order = list(range(len(bands))) if maximize else list(range(len(bands)))[::-1]
     axes: dict[str, list[Any]] = {"x": [], "y": []}
     ticks: dict[str, list[Any]] = {"x": [], "y": [], "text": []}
     for x, dim in enumerate(dims):
@@ -158,12 +200,17 @@ def parallel_figure(prows: Mapping[str, Any], metric: str, direction: str) -> di
     helpers = [
         {"type": "scatter", "mode": "lines", **axes, "line": {"color": "#52606d", "width": 1.5},
          "hoverinfo": "skip", "showlegend": False, "name": "axes"},
-        {"type": "scatter", "mode": "text", **ticks, "textposition": "middle left",
-         "textfont": {"size": 11, "color": "#1f2933", "shadow": HALO}, "hoverinfo": "skip",
+        # Invisible markers as wide as the gap wanted: plotly sets text beside a point's
+        # marker, so each label ends a few pixels left of its axis line, not on it. Lines
+        # meeting at a tick pass under its label's white outline (`dashboard.css`: an SVG
+        # stroke painted under the text; CSS text-shadow does not draw on SVG in Chromium).
+        {"type": "scatter", "mode": "markers+text", **ticks, "textposition": "middle left",
+         "marker": {"size": TICK_GAP, "opacity": 0}, "cliponaxis": False,
+         "textfont": {"size": 11, "color": "#1f2933"}, "hoverinfo": "skip",
          "showlegend": False, "name": "ticks"},
         {"type": "scatter", "mode": "text", "x": list(range(len(dims))),
          "y": [1.07] * len(dims), "text": [f"<b>{d['label']}</b>" for d in dims],
-         "textposition": "middle center", "textfont": {"size": 13, "shadow": HALO},
+         "textposition": "middle center", "textfont": {"size": 13},
          "hoverinfo": "skip",
          "showlegend": False, "name": "names"},
     ]
@@ -171,12 +218,13 @@ def parallel_figure(prows: Mapping[str, Any], metric: str, direction: str) -> di
         f"Parameters → {metric}", "", "",
         xaxis={"range": [-0.5, len(dims) - 0.85], "visible": False, "fixedrange": True},
         yaxis={"range": [-0.03, 1.12], "visible": False, "fixedrange": True},
-        legend={"title": {"text": metric}, "traceorder": "reversed" if maximize else "normal"},
+        legend={"title": {"text": f"{metric} (quantile bands)"}, "traceorder": "reversed"},
         margin={"l": 30, "r": 20, "t": 48, "b": 20},
     )
     layout["meta"] = {
         "dims": dims,
-        "bands": {"count": BANDS, "low": low, "high": high, "order": order},
+        "bands": {"count": len(bands), "edges": edges, "low": dims[-1]["low"],
+                  "high": dims[-1]["high"], "order": order},
         "kept": [[r["index"], r["objective"], r["finished_at"]] for r in prows["kept"]],
         "mode": prows["mode"],
         "cap": prows["cap"],

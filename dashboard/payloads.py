@@ -5,8 +5,8 @@ A sweep page loads `sweep_payload` once, then polls `sweep_changes` with its cur
 holds. It gets the rows changed after the cursor, which drive the figures it extends
 itself (scatter, best so far, parallel coordinates, failures), and each aggregate whose
 digest differs from its own, whole: small figures and tables (objective by width, time
-by depth, the top trials, failure reasons, the best-so-far history against trials and
-epochs, the recently pruned trials). On a busy sweep the table's snapshot is
+against depth and size, the top trials, failure reasons, the best-so-far history against
+trials, time and epochs, the recently pruned trials). On a busy sweep the table's snapshot is
 sorted and measured again at most every `PREPARED_SECONDS`. Nothing in a cursor or a
 digest belongs to one server process, so the API's several workers can answer the same
 page in turn.
@@ -29,6 +29,7 @@ from dashboard.detail import epoch_series, trial_detail
 from dashboard.history import best_history, history_figures
 from dashboard.params import Prepared
 from dashboard.table import SweepTable, Tables
+from dashboard.timing import timing_figures, timing_rows
 from dashboard.workers import inspect_workers, recent_activity, worker_rows
 
 #: Rows in the top-trials table; the learning curves show the first `CURVES_K` of them.
@@ -142,17 +143,16 @@ def aggregate_functions(sweep: Mapping[str, Any]) -> dict[str, Callable[[Prepare
         "width": lambda p: figures.width_figure(
             data.objective_by_width(p.done, p.direction, p.params), metric
         ),
-        "depth": lambda p: figures.depth_figure(data.time_by_depth(p.done)),
+        "timing": lambda p: timing_figures(timing_rows(p.done)),
         "top": lambda p: [data.public_row(r) for r in p.ranked[:TOP_N]],
         "reasons": lambda p: data.failure_reasons(p.rows),
-        "finished": lambda p: data.finish_times(p.rows),
-        "best": lambda p: figures.best_figure(data.best_so_far(p.done, p.direction), metric),
+        "activity": lambda p: data.activity(p.rows),
         "failed": lambda p: [data.public_row(r) for r in data.failed_trials(p.rows, FAILED_N)],
     }
 
 
 #: The aggregates a page holds and sends the digests of, to be sent them when they change.
-AGGREGATES = ("width", "depth", "top", "reasons", "history", "pruned")
+AGGREGATES = ("width", "timing", "top", "reasons", "history", "pruned")
 #: A snapshot of a busy sweep's rows is sorted and measured again at most this often.
 PREPARED_SECONDS = 2.0
 
@@ -188,15 +188,14 @@ def sweep_payload(
         "versions": {name: values[name][0] for name in AGGREGATES},
         "sweep": sweep_meta(sweep),
         "summary": {
-            **data.summary(sweep["counts"], values["finished"][1], data.to_ms(now) or 0),
+            **data.summary(sweep["counts"], values["activity"][1], data.to_ms(now) or 0),
             "best": _best(top),
         },
         "params": [*prep.params, params.INDEX],
         "param": param,
         "figures": {
-            "best": values["best"][1],
             "width": values["width"][1],
-            "depth": values["depth"][1],
+            "timing": values["timing"][1],
             "scatter": _scatter(table, param),
             "parallel": _parallel(table, mode),
             "curves": figures.curves_figure(
@@ -235,10 +234,10 @@ def sweep_changes(
         if versions.get(name) != version:
             out[name] = value
     _, top = table.memo("top", aggregates["top"], PREPARED_SECONDS, versioned=False)
-    _, finished = table.memo("finished", aggregates["finished"], PREPARED_SECONDS, versioned=False)
+    _, active = table.memo("activity", aggregates["activity"], PREPARED_SECONDS, versioned=False)
     out["versions"] = current
     out["summary"] = {
-        **data.summary(table.sweep["counts"], finished, data.to_ms(now) or 0),
+        **data.summary(table.sweep["counts"], active, data.to_ms(now) or 0),
         "best": _best(top),
     }
     out["sweep"] = sweep_meta(table.sweep)
@@ -283,10 +282,10 @@ def sweep_summary(table: SweepTable, now: datetime) -> dict[str, Any]:
     """A sweep's counts, throughput, ETA and best: what the Sweeps page asks per sweep."""
     aggregates = aggregate_functions(table.sweep)
     _, top = table.memo("top", aggregates["top"], PREPARED_SECONDS, versioned=False)
-    _, finished = table.memo("finished", aggregates["finished"], PREPARED_SECONDS, versioned=False)
+    _, active = table.memo("activity", aggregates["activity"], PREPARED_SECONDS, versioned=False)
     return {
         **sweep_meta(table.sweep),
-        **data.summary(table.sweep["counts"], finished, data.to_ms(now) or 0),
+        **data.summary(table.sweep["counts"], active, data.to_ms(now) or 0),
         "best": _best(top),
         "best_known": True,
     }

@@ -25,7 +25,7 @@ from dashboard.payloads import (
 from dashboard.table import SweepTable
 
 #: Bump when what `sweep_payload` answers changes shape: stored snapshots then go stale.
-SNAPSHOT_FORMAT = 2
+SNAPSHOT_FORMAT = 3
 SNAPSHOT_NAME = "sweep_page"
 
 
@@ -69,9 +69,9 @@ def first_payload(
         kept = store.view_snapshot(sweep_id, SNAPSHOT_NAME) if version is not None else None
         if kept is not None and kept[0] == version:
             payload = json.loads(zlib.decompress(kept[1]))
-            finished = payload.pop("finished")
+            active = payload.pop("activity")
             payload["summary"] = {
-                **data.summary(sweep["counts"], finished, data.to_ms(now) or 0),
+                **data.summary(sweep["counts"], active, data.to_ms(now) or 0),
                 "best": payload["summary"]["best"],
             }
             return payload
@@ -79,7 +79,7 @@ def first_payload(
     prep, sweep, latest = table.prepared_sweep(PREPARED_SECONDS)
     payload = sweep_payload(state, store, table, now, param=param, mode=mode)
     if default and latest and table.prepared_sweep(PREPARED_SECONDS)[0] is prep:
-        _keep_snapshot(store, table, sweep, payload, now)
+        _keep_snapshot(store, table, sweep, payload)
     return payload
 
 
@@ -88,7 +88,6 @@ def _keep_snapshot(
     table: SweepTable,
     sweep: Mapping[str, Any],
     payload: Mapping[str, Any],
-    now: datetime,
 ) -> None:
     """Store the first payload of a finished sweep (made from the table's latest rows,
     read after `sweep`), unless a snapshot of this version is stored already."""
@@ -97,14 +96,12 @@ def _keep_snapshot(
         return
     kept = store.view_snapshot(table.sweep_id, SNAPSHOT_NAME)
     if kept is None or kept[0] != version:
-        # The summary's throughput is recomputed when served: keep the finish times it
-        # can need then (the first, and those of the last throughput window).
-        finished = table.memo(
-            "finished", aggregate_functions(sweep)["finished"], PREPARED_SECONDS, versioned=False
+        # The summary is recomputed when served (its ETA and active time move with the
+        # clock while trials are left): keep what it is computed from.
+        active = table.memo(
+            "activity", aggregate_functions(sweep)["activity"], PREPARED_SECONDS, versioned=False
         )[1]
-        window = (data.to_ms(now) or 0) - data.THROUGHPUT_MINUTES * 60_000
-        recent = finished[:1] + [t for t in finished[1:] if t >= window]
-        body = json.dumps({**payload, "finished": recent}, separators=(",", ":"), allow_nan=False)
+        body = json.dumps({**payload, "activity": active}, separators=(",", ":"), allow_nan=False)
         store.keep_view_snapshot(
             table.sweep_id, SNAPSHOT_NAME, version, zlib.compress(body.encode(), 1)
         )

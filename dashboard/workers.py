@@ -6,6 +6,11 @@ online now and what they run; the store says what each worker finished recently,
 which device, and when it was last heard of (claims, heartbeats, reports and finishes
 all move a trial's ``updated_at``). Without a broker (no sender), the page shows what
 the store saw, and says so.
+
+A worker is *online* only while it was heard from lately (`ONLINE_SECONDS`): it answered
+the inspect just now, or one of its trials moved in the store (a training trial beats
+every few seconds). One that was heard from longer ago is shown as offline with when it
+was last seen, never as "online" beside "last seen 3 min ago".
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ log = logging.getLogger(__name__)
 #: Trial fields the Workers page reads of recent changes.
 WORKER_FIELDS = ("state", "worker.name", "worker.host", "device", "finished_at")
 _FINISHED = frozenset(s.value for s in FINISH_STATES)
+#: A worker heard from within this many seconds is online (trials beat every 10 s).
+ONLINE_SECONDS = 60
 _TRIAL_ID = re.compile(r"[0-9a-f]{12}-[0-9a-f]{16}")
 
 
@@ -98,8 +105,10 @@ def worker_rows(
 ) -> list[dict[str, Any]]:
     """One row per worker, online ones first: current trials, device, trials per minute.
 
-    `inspected` is `inspect_workers`' ``workers`` (None: unknown who is online). A worker
-    only the store knows of is listed with ``online`` False (or None without a broker).
+    `inspected` is `inspect_workers`' ``workers`` (None: no broker to ask). ``answered``:
+    whether the worker answered it (None without a broker); ``last_activity``: the last
+    change of one of its trials (ms); ``last_seen``: now if it answered, else its last
+    activity; ``online``: whether it was last seen within `ONLINE_SECONDS`.
     """
     activity = list(activity)
     since = now_ms - minutes * 60_000
@@ -115,16 +124,20 @@ def worker_rows(
         running = [r["id"] for r in mine if r["state"] == RUNNING]
         devices = [r["device"] for r in finished if r["device"]]
         seen = [r["updated_at"] for r in mine if r["updated_at"]]
+        active = max(seen) if seen else None
+        last_seen = now_ms if live is not None else active
         rows.append({
             "name": name,
             "host": next((r["host"] for r in mine if r["host"]), name.partition("@")[2] or None),
-            "online": None if inspected is None else live is not None,
+            "online": last_seen is not None and now_ms - last_seen <= ONLINE_SECONDS * 1000,
+            "answered": None if inspected is None else live is not None,
             "current": live["trials"] if live is not None else running,
             "concurrency": live["concurrency"] if live is not None else None,
             "device": devices[-1] if devices else None,
             "finished": len(finished),
             "per_minute": round(len(finished) / minutes, 2),
-            "last_seen": max(seen) if seen else None,
+            "last_seen": last_seen,
+            "last_activity": active,
         })
-    rows.sort(key=lambda r: (r["online"] is not True, r["name"]))
+    rows.sort(key=lambda r: (not r["online"], r["name"]))
     return rows

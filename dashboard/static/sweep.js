@@ -8,8 +8,10 @@
   const POLL_MS = 2000;
   const S = {
     since: 0, versions: {}, sweep: null, params: [], param: null, mode: "best",
-    limits: {}, plotted: new Set(), best: null, par: null, curves: [], top: [],
-    failed: [], failedSeen: new Set(), summary: null,
+    limits: {}, plotted: new Set(), par: null, curves: [], top: [],
+    failed: [], failedSeen: new Set(), summary: null, history: null, historyFigs: null,
+    recent: [],
+    historyAxis: "trials",
   };
   const $ = (id) => document.getElementById(id);
   const better = (a, b) => (S.sweep.direction === "maximize" ? a > b : a < b);
@@ -25,11 +27,13 @@
     cards.push(SS.card("done", SS.num(summary.done) + " / " + SS.num(summary.total),
       pct.toFixed(1) + " %"));
     for (const state of SS.STATES) {
+      if (state === "pruned" && !prunes(sweep, counts)) continue;
       cards.push(SS.card(state, SS.num(counts[state] || 0),
         state === "pruned" ? prunedNote(sweep) : null, state));
     }
     cards.push(SS.card("throughput", SS.num(summary.per_minute, 3) + " / min",
-      "finished, last 10 min"));
+      summary.active_seconds === null ? "nothing finished yet"
+        : "over " + SS.seconds(summary.active_seconds) + (summary.left ? " so far" : " active")));
     const eta = summary.eta_seconds === null ? "–"
       : summary.eta_seconds === 0 ? "done" : SS.seconds(summary.eta_seconds);
     cards.push(SS.card("ETA", eta, summary.left ? SS.num(summary.left) + " left" : null));
@@ -42,7 +46,13 @@
     }
     cards.push(bestCard);
     $("summary").replaceChildren(...cards);
+    $("pruned-panel").hidden = !prunes(sweep, counts);
     SS.progressBar(counts, summary.total, $("progress"));
+  }
+
+  // The pruned card is shown only where pruning happens: a pruner, or pruned trials.
+  function prunes(sweep, counts) {
+    return (sweep.pruning && sweep.pruning.algorithm !== "none") || (counts.pruned || 0) > 0;
   }
 
   // The pruned card's note: the pruner, and the epochs saved so far when known.
@@ -125,11 +135,18 @@
     }
   }
 
-  // Both history figures, and what the pruned card says of them.
+  // The history figures (best so far against trials or time, and against epochs), and
+  // what the pruned card says of them.
   async function plotHistory(history) {
+    S.historyFigs = history;
     S.history = history.epochs.layout.meta;
-    await plot("fig-history-trials", history.trials);
+    await plot("fig-history-trials", history[S.historyAxis]);
     await plot("fig-history-epochs", history.epochs);
+  }
+
+  async function plotTiming(timing) {
+    await plot("fig-depth", timing.depth);
+    await plot("fig-size", timing.params);
   }
 
   function renderReasons(reasons) {
@@ -200,23 +217,6 @@
     await Plotly.relayout(gd, update);
   }
 
-  async function extendBest(done) {
-    const fresh = done.filter((r) => r.finished_at !== null)
-      .sort((a, b) => a.finished_at - b.finished_at || a.index - b.index);
-    const steps = { x: [], y: [], customdata: [] };
-    for (const r of fresh) {
-      if (S.best === null || better(r.objective, S.best.value)) {
-        const t = S.best === null ? r.finished_at : Math.max(r.finished_at, S.best.t);
-        S.best = { value: r.objective, t: t, index: r.index };
-        steps.x.push(t); steps.y.push(r.objective); steps.customdata.push(r.index);
-      }
-    }
-    if (!steps.x.length) return;
-    await Plotly.extendTraces($("fig-best"),
-      { x: [steps.x], y: [steps.y], customdata: [steps.customdata] }, [0]);
-    await clearEmptyNote("fig-best");
-  }
-
   // Parallel coordinates: where a value sits on an axis, as `figures.normalise` computes it.
   function normalise(value, dim) {
     if (dim.kind === "category") {
@@ -241,7 +241,8 @@
     const meta = figure.layout.meta;
     const kept = new Map();
     for (const [index, objective, t] of meta.kept) kept.set(index, { objective, t });
-    S.par = { meta, kept, rev: 0 };
+    S.par = { meta, kept, rev: 0, added: 0, outOfRange: false, fetching: false,
+      fetchedAt: Date.now() };
     parallelCaption();
   }
 
@@ -300,78 +301,54 @@
       normalise(i < dims.length - 1 ? row.params[dim.path] : row.objective, dim)), row.index);
   }
 
-  // Round numbers for an axis from `low` to `high`, as `figures._ticks` chooses them.
-  function niceTicks(low, high) {
-    if (high <= low) return [low];
-    const raw = (high - low) / 5;
-    const magnitude = 10 ** Math.floor(Math.log10(raw));
-    const step = [1, 2, 5, 10].map((m) => m * magnitude).find((v) => v >= raw);
-    const out = [];
-    for (let v = Math.ceil(low / step) * step; v <= high + step * 1e-9; v += step) {
-      out.push(Number(v.toPrecision(12)));
-    }
-    return out;
-  }
-
-  // A new objective outside the objective axis: widen the axis and its colour bands, and
-  // place every line drawn so far again (from the segments and objectives held here).
-  function widenParallel(gd, low, high) {
-    const meta = S.par.meta;
-    const bands = meta.bands;
-    const width = meta.dims.length;
-    const last = width - 1;
-    const segments = [];
-    for (const trace of gd.data.slice(0, bands.count)) {
-      for (let i = 0; i < trace.x.length; i += width) {
-        if (trace.customdata[i] === null) continue;
-        const ys = trace.y.slice(i, i + width);
-        if (trace.x[i] !== 0) ys.reverse();
-        segments.push({ ys: ys, index: trace.customdata[i] });
-      }
-      trace.x = []; trace.y = []; trace.customdata = [];
-    }
-    bands.low = low; bands.high = high;
-    Object.assign(meta.dims[last], { low: low, high: high });
-    for (const seg of segments) {
-      const objective = S.par.kept.get(seg.index).objective;
-      seg.ys[last] = normalise(objective, meta.dims[last]);
-      snake(bandTrace(gd, objective), seg.ys, seg.index);
-    }
-    for (let band = 0; band < bands.count; band++) {
-      const a = low + ((high - low) * band) / bands.count;
-      const b = low + ((high - low) * (band + 1)) / bands.count;
-      gd.data[bands.order.indexOf(band)].name = SS.num(a, 4) + " to " + SS.num(b, 4);
-    }
-    const ticks = gd.data.find((t) => t.name === "ticks");
-    const kept = ticks.x.map((x, i) => i).filter((i) => ticks.x[i] !== last);
-    const fresh = niceTicks(low, high);
-    ticks.x = kept.map((i) => ticks.x[i]).concat(fresh.map(() => last));
-    ticks.y = kept.map((i) => ticks.y[i]).concat(fresh.map((v) => normalise(v, meta.dims[last])));
-    ticks.text = kept.map((i) => ticks.text[i]).concat(fresh.map((v) => SS.num(v, 3)));
-  }
-
+  // The band trace an objective goes in: the quantile band of `parcoords.band_of`.
   function bandTrace(gd, objective) {
     const bands = S.par.meta.bands;
-    let band = bands.high <= bands.low ? bands.count - 1
-      : Math.floor(((objective - bands.low) / (bands.high - bands.low)) * bands.count);
-    band = Math.min(bands.count - 1, Math.max(0, band));
+    let band = 0;
+    while (band < bands.count - 1 && objective >= bands.edges[band + 1]) band++;
     return gd.data[bands.order.indexOf(band)];
   }
 
-  async function extendParallel(done) {
+  // The bands are quantiles of the lines the server drew. Once a new objective falls off
+  // the objective axis, or the lines added here since are a quarter of those, the server
+  // draws the figure again (one request at a time, at most every few seconds); the rows
+  // of the last polls are placed again on it, as its snapshot may be older than them.
+  const REFRESH_MS = 3000;
+  const RECENT_MS = 15000;
+
+  function staleParallel() {
+    const p = S.par;
+    return p.outOfRange || p.added > Math.max(4, p.meta.kept.length / 4);
+  }
+
+  async function refreshParallel() {
+    const p = S.par;
+    if (p.fetching || Date.now() - p.fetchedAt < REFRESH_MS || !staleParallel()) return;
+    p.fetching = true;
+    try {
+      const answer = await SS.getJSON(cfg.parallelUrl + "?mode=" + S.mode);
+      if (S.par !== p || answer.mode !== S.mode) return;
+      await plot("fig-parallel", answer.figure);
+      setParallel(answer.figure);
+      S.par.fetchedAt = Date.now();
+      await extendParallel(S.recent.map((r) => r.row), false);
+    } finally {
+      p.fetching = false;
+    }
+  }
+
+  function remember(done) {
+    const now = Date.now();
+    for (const row of done) S.recent.push({ at: now, row: row });
+    while (S.recent.length && now - S.recent[0].at > RECENT_MS) S.recent.shift();
+  }
+
+  async function extendParallel(done, refresh = true) {
     if (!S.par) return;
     const gd = $("fig-parallel");
     const cap = S.par.meta.cap;
-    let changed = false;
-    const fresh = done.filter((r) => !S.par.kept.has(r.index)).map((r) => r.objective);
     const bands = S.par.meta.bands;
-    if (fresh.length && (Math.min(...fresh) < bands.low || Math.max(...fresh) > bands.high)) {
-      const objectives = S.par.kept.size ? fresh : fresh.slice(1);
-      const low = S.par.kept.size ? bands.low : fresh[0];
-      const high = S.par.kept.size ? bands.high : fresh[0];
-      widenParallel(gd, Math.min(low, ...objectives), Math.max(high, ...objectives));
-      changed = true;
-    }
+    let changed = false;
     for (const row of done) {
       if (S.par.kept.has(row.index)) continue;
       const entry = { index: row.index, objective: row.objective, t: row.finished_at || 0 };
@@ -387,15 +364,19 @@
       }
       S.par.kept.set(row.index, { objective: entry.objective, t: entry.t });
       addSegment(gd, row);
+      S.par.added += 1;
+      if (row.objective < bands.low || row.objective > bands.high) S.par.outOfRange = true;
       changed = true;
     }
     parallelCaption();
-    if (!changed) return;
-    gd.layout.datarevision = ++S.par.rev;
-    if (gd.layout.annotations && S.par.kept.size === 1) {
-      gd.layout.annotations = gd.layout.annotations.filter((a) => a.xref !== "paper");
+    if (changed) {
+      gd.layout.datarevision = ++S.par.rev;
+      if (gd.layout.annotations && S.par.kept.size === 1) {
+        gd.layout.annotations = gd.layout.annotations.filter((a) => a.xref !== "paper");
+      }
+      await Plotly.react(gd, gd.data, gd.layout, SS.PLOT_CONFIG);
     }
-    await Plotly.react(gd, gd.data, gd.layout, SS.PLOT_CONFIG);
+    if (refresh && staleParallel()) await refreshParallel();
   }
 
   // The curves of one group of traces ("top" or "pruned") made to show `rows`.
@@ -438,22 +419,21 @@
     S.failed = payload.failed.slice(); S.failedSeen = new Set(S.failed.map((r) => r.index));
     const figs = payload.figures;
     S.plotted = new Set(figs.scatter.data[0].customdata);
-    const steps = figs.best.data[0];
-    S.best = steps.x.length ? { value: steps.y[steps.y.length - 1],
-      t: steps.x[steps.x.length - 1], index: steps.customdata[steps.customdata.length - 1] }
-      : null;
+    S.recent = [];
     renderSummary(payload.summary, payload.sweep);
     fillParamSelect();
     setParallel(figs.parallel);
     $("loading").hidden = true;
     // The WebGL scatter first: the GPU process renders it while the rest are drawn.
-    for (const [id, fig] of [["fig-scatter", figs.scatter], ["fig-best", figs.best],
-      ["fig-width", figs.width], ["fig-depth", figs.depth], ["fig-parallel", figs.parallel],
-      ["fig-curves", figs.curves]]) {
+    for (const [id, fig] of [["fig-scatter", figs.scatter], ["fig-width", figs.width],
+      ["fig-parallel", figs.parallel], ["fig-curves", figs.curves]]) {
       await plot(id, fig);
       performance.mark(id);
     }
     await plotHistory(figs.history);
+    performance.mark("fig-history");
+    await plotTiming(figs.timing);
+    performance.mark("fig-timing");
     renderSummary(payload.summary, payload.sweep);
     // Tables last: each figure measures text, which lays out the page; a shorter page is
     // laid out faster.
@@ -469,16 +449,17 @@
     S.since = d.since; S.versions = d.versions; S.sweep = d.sweep;
     renderSummary(d.summary, d.sweep);
     const done = d.rows.filter((r) => r.state === "complete" && r.objective !== null);
+    remember(done);
     if (done.length) {
       await extendScatter(done);
-      await extendBest(done);
       await extendParallel(done);
     } else {
       parallelCaption();
+      if (S.par && staleParallel()) await refreshParallel();
     }
     addFailed(d.rows);
     if (d.width) await plot("fig-width", d.width);
-    if (d.depth) await plot("fig-depth", d.depth);
+    if (d.timing) await plotTiming(d.timing);
     if (d.reasons) renderReasons(d.reasons);
     if (d.top) { renderTop(d.top); await updateCurves(d.top, "top", S.limits.curves); }
     if (d.history) { await plotHistory(d.history); renderSummary(d.summary, d.sweep); }
@@ -506,11 +487,23 @@
     const answer = await replaceFigure(cfg.parallelUrl + "?mode=" + S.mode, "fig-parallel");
     setParallel(answer.figure);
   });
+  $("history-axis").addEventListener("change", async (event) => {
+    S.historyAxis = event.target.value;
+    if (S.historyFigs) await plot("fig-history-trials", S.historyFigs[S.historyAxis]);
+  });
 
   function openTrial(event) {
     const point = event.points && event.points[0];
     if (point && typeof point.customdata === "number") {
       window.location.href = cfg.trialUrl + point.customdata;
+    }
+  }
+
+  // A point of the time figures holds [trial index, its depth or size].
+  function openTimed(event) {
+    const point = event.points && event.points[0];
+    if (point && Array.isArray(point.customdata)) {
+      window.location.href = cfg.trialUrl + point.customdata[0];
     }
   }
 
@@ -529,8 +522,9 @@
     await drawAll(payload);
     await SS.painted();
     SS.drawn();
-    for (const id of ["fig-scatter", "fig-best", "fig-parallel", "fig-history-trials",
+    for (const id of ["fig-scatter", "fig-parallel", "fig-history-trials",
       "fig-history-epochs"]) $(id).on("plotly_click", openTrial);
+    for (const id of ["fig-depth", "fig-size"]) $(id).on("plotly_click", openTimed);
     SS.setLive(true, "live");
     SS.poll(step, POLL_MS);
   }

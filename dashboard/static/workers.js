@@ -5,10 +5,22 @@
   const cfg = JSON.parse(document.getElementById("workers-config").textContent);
   const body = document.querySelector("#workers-table tbody");
 
-  function status(w) {
-    if (w.online === true) return SS.el("span", { class: "badge complete", text: "online" });
-    if (w.online === false) return SS.el("span", { class: "badge failed", text: "not answering" });
-    return SS.el("span", { class: "badge queued", text: "seen in store" });
+  // "online" only for a worker heard from lately (see `dashboard.workers`); others say
+  // when they were last seen.
+  function status(w, now) {
+    if (w.online) return SS.el("span", { class: "badge complete", text: "online" });
+    const seen = w.last_seen ? "last seen " + SS.ago(w.last_seen, now) : "not seen";
+    return [SS.el("span", { class: "badge offline", text: "offline" }), " ",
+      SS.el("span", { class: "muted seen", text: seen })];
+  }
+
+  function current(w, now) {
+    if (w.current.length) {
+      return w.current.map((id, i) => [i ? ", " : "",
+        SS.el("a", { href: cfg.trialsUrl + id, class: "mono", text: id })]);
+    }
+    return w.last_activity ? "idle · last trial activity " + SS.ago(w.last_activity, now)
+      : "idle";
   }
 
   function render(d) {
@@ -22,13 +34,13 @@
       note.textContent = d.workers.filter((w) => w.online).length + " online; activity over the " +
         "last " + d.minutes + " minutes.";
     }
-    body.replaceChildren(...d.workers.map((w) => SS.el("tr", { "data-name": w.name },
-      SS.el("td", {}, status(w)),
+    body.replaceChildren(...d.workers.map((w) => SS.el("tr", { "data-name": w.name,
+      class: w.online ? "online" : "offline" },
+      SS.el("td", {}, status(w, d.now)),
       SS.el("td", { class: "mono", text: w.name }),
       SS.el("td", { text: w.host || "–" }),
       SS.el("td", { text: w.device || "–" }),
-      SS.el("td", {}, w.current.length ? w.current.map((id, i) => [i ? ", " : "",
-        SS.el("a", { href: cfg.trialsUrl + id, class: "mono", text: id })]) : "idle"),
+      SS.el("td", {}, current(w, d.now)),
       SS.el("td", { class: "num", text: SS.num(w.per_minute, 3) }),
       SS.el("td", { class: "num", text: SS.num(w.finished) }),
       SS.el("td", { text: w.last_seen ? SS.time(w.last_seen) + " (" + SS.ago(w.last_seen, d.now) + ")" : "–" }))));

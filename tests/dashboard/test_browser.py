@@ -21,7 +21,9 @@ from core.spec import load_spec
 from core.states import TrialState
 from core.store import Store
 from dashboard import params
-from dashboard.data import FIELDS, best_so_far, objective_by_width, time_by_depth, trial_row
+from dashboard.data import FIELDS, objective_by_width, trial_row
+from dashboard.history import best_history
+from dashboard.timing import POINTS_CAP, timing_rows
 from scheduler.enqueue import sender_app
 from tests.core import make_sweep, trial_ids
 from tests.dashboard.browser import (
@@ -45,6 +47,8 @@ from tests.dashboard.seeding import Seeded, mcleod_spec, seed_sweep
 from tests.integration.stack import ROOT, Stack
 
 SCREENSHOTS = ROOT / "test-output" / "screenshots"
+#: The sweep page as the README shows it (copied to ``docs/sweep-page.png`` by hand).
+SWEEP_PAGE_PNG = ROOT / "test-output" / "sweep-page.png"
 FLOWER = "http://127.0.0.1:5555/"
 WORKER = {"host": "browser-test", "pid": 4321, "name": "celery@browser-test"}
 
@@ -131,6 +135,27 @@ def test_every_page_draws_without_console_errors(
         page.close()
 
 
+#: Per tick label of the parallel coordinates: the pixels between its right end and its
+#: axis line (plotly's own scale, `c2p`, and the text's drawn box).
+_TICK_GAPS = """(id) => {
+  const gd = document.getElementById(id);
+  const xa = gd._fullLayout.xaxis;
+  const left = gd.getBoundingClientRect().left + gd._fullLayout._size.l;
+  const layer = gd.querySelectorAll(".scatterlayer .trace")[
+    gd.data.findIndex((t) => t.name === "ticks")];
+  return Array.from(layer.querySelectorAll(".textpoint text")).map((t) =>
+    left + xa.c2p(t.parentNode.__data__.x) - t.getBoundingClientRect().right);
+}"""
+#: The stroke colour and opacity each band of the parallel coordinates is drawn in.
+_BAND_STROKES = """(id) => {
+  const gd = document.getElementById(id);
+  const count = gd.layout.meta.bands.count;
+  return Array.from(gd.querySelectorAll(".scatterlayer .trace")).slice(0, count)
+    .map((g) => { const line = g.querySelector("path.js-line").style;
+      return line.stroke + " " + line.strokeOpacity; });
+}"""
+
+
 def test_sweep_figures_hold_every_point(
     context: BrowserContext, base_url: str, mcleod: Seeded, live_store: Store
 ) -> None:
@@ -138,12 +163,9 @@ def test_sweep_figures_hold_every_point(
     complete = mcleod.count("complete")
     page, console = open_drawn(context, f"{base_url}/sweeps/{mcleod.sweep_id}")
     assert trace_lengths(page, "fig-scatter") == [complete]
-    assert trace_lengths(page, "fig-best") == [len(best_so_far(rows, "maximize"))]
     cells = objective_by_width(rows, "maximize")
     width = trace_lengths(page, "fig-width")
     assert len(width) == len({c["layers"] for c in cells}) and sum(width) == len(cells)
-    depths = time_by_depth(rows)
-    assert len(figure(page, "fig-depth")["data"]) == len(depths) + 1  # boxes and the means
     parallel = figure(page, "fig-parallel")
     meta = parallel["layout"]["meta"]
     assert len(meta["kept"]) == complete and meta["total"] == complete
@@ -155,6 +177,43 @@ def test_sweep_figures_hold_every_point(
         "activation",
         "val_accuracy",
     ]
+    # Issue 18's charts. Parallel coordinates: quantile bands, the best trial's band drawn
+    # last in Viridis' darkest colour, and every tick label clear of its axis line.
+    bands = meta["bands"]
+    assert bands["count"] == 8 and len(bands["edges"]) == 9
+    best = max(mcleod.objectives, key=mcleod.objectives.__getitem__)
+    assert best in parallel["data"][bands["count"] - 1]["customdata"]
+    strokes = page.evaluate(_BAND_STROKES, "fig-parallel")
+    assert strokes[-1] == "rgb(68, 1, 84) 0.9" and len(set(strokes)) == bands["count"]
+    gaps = page.evaluate(_TICK_GAPS, "fig-parallel")
+    assert gaps and min(gaps) >= 3, gaps
+    outline = page.evaluate("(() => { const s = getComputedStyle(document.querySelector("
+                            "'#fig-parallel .textpoint text'));"
+                            " return [s.stroke, s.paintOrder]; })()")
+    assert outline[0] == "rgb(255, 255, 255)" and outline[1].startswith("stroke"), outline
+    # Best so far against trials finished, carried on to the last finished trial.
+    history = best_history(rows, "maximize")
+    by_trials = figure(page, "fig-history-trials")
+    assert by_trials["layout"]["xaxis"]["title"]["text"] == "trials finished"
+    assert by_trials["data"][0]["x"][-1] == history["trials"] == complete + mcleod.count("failed")
+    assert by_trials["data"][1]["x"] == [s["trials"] for s in history["steps"]]
+    assert by_trials["data"][0]["y"][-1] == max(mcleod.objectives.values())
+    # Training time against depth and size: a point per complete trial, the fit in the legend.
+    timing = timing_rows(rows)
+    for element, points, unit in (("fig-depth", timing["depth"], "per layer"),
+                                  ("fig-size", timing["params"], "parameters")):
+        drawn = figure(page, element)
+        assert len(drawn["data"][0]["x"]) == min(complete, POINTS_CAP)
+        assert drawn["layout"]["meta"]["n"] == len(points["x"]) == complete
+        fit = drawn["layout"]["meta"]["fit"]
+        assert fit["slope"] == pytest.approx(points["fit"]["slope"]) and fit["n"] == complete
+        legend = page.locator(f"#{element} .legendtext").all_text_contents()
+        assert any(unit in t and "R²" in t for t in legend), legend
+    # The summary: no PRUNED card (no pruner, nothing pruned); throughput over active time.
+    cards = page.locator("#summary").inner_text().lower()
+    assert "pruned" not in cards and "running" in cards
+    assert page.locator("#pruned-panel").is_hidden()
+    assert "so far" in page.locator("#summary .card", has_text="throughput").inner_text()
     assert len(figure(page, "fig-curves")["data"]) == 10
     assert page.locator("#top-table tbody tr").count() == 20
     assert page.locator("#failed-table tbody tr").count() == mcleod.count("failed")
@@ -162,6 +221,13 @@ def test_sweep_figures_hold_every_point(
     cap = page.locator("#parallel-cap").inner_text()
     assert f"all {complete} complete trials" in cap
     assert console.errors() == []
+    SWEEP_PAGE_PNG.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SWEEP_PAGE_PNG), full_page=True)
+    page.select_option("#history-axis", "time")
+    page.wait_for_function("document.getElementById('fig-history-trials').layout.xaxis"
+                           ".title.text.startsWith('time since the first trial started')")
+    assert figure(page, "fig-history-trials")["data"][0]["x"][-1] == pytest.approx(
+        history["seconds"] / 60 if history["seconds"] > 120 else history["seconds"], rel=1e-3)
     page.select_option("#parallel-mode", "recent")
     page.wait_for_function("document.getElementById('fig-parallel').layout.meta.mode === 'recent'")
     page.select_option("#scatter-param", "model.activation")
@@ -225,7 +291,9 @@ def test_a_trial_that_finishes_shows_up_without_a_reload(
         10,
         "the new best's learning curve",
     )
-    best = figure(page, "fig-best")["data"][0]
+    wait_until(lambda: figure(page, "fig-history-trials")["data"][0]["x"][-1] == 6, 10,
+               "the best-so-far line to reach the 6th finish (5 complete, 1 failed)")
+    best = figure(page, "fig-history-trials")["data"][1]
     assert best["y"][-1] == 0.99 and best["customdata"][-1] == 9
     parallel = figure(page, "fig-parallel")["layout"]["meta"]
     assert parallel is not None
@@ -254,10 +322,17 @@ def test_the_first_result_of_an_empty_sweep_draws_every_figure(
     wait_until(lambda: trace_lengths(page, "fig-scatter") == [1], 15, "the first point")
     wait_until(lambda: len(figure(page, "fig-curves")["data"]) == 1, 10, "its curve")
     wait_until(lambda: sum(trace_lengths(page, "fig-width")) == 1, 10, "the width figure")
-    assert trace_lengths(page, "fig-best") == [1]
-    parallel = figure(page, "fig-parallel")
-    bands = parallel["layout"]["meta"]["bands"]
-    lines = {i for t in parallel["data"][: bands["count"]] for i in t["customdata"] if i}
+    wait_until(lambda: trace_lengths(page, "fig-history-trials") == [1, 1], 10, "best so far")
+
+    def parallel_lines() -> tuple[set[int], dict[str, Any]]:
+        parallel = figure(page, "fig-parallel")
+        bands = parallel["layout"]["meta"]["bands"]
+        return {i for t in parallel["data"][: bands["count"]] for i in t["customdata"]
+                if i is not None}, bands
+
+    # Off the empty figure's objective axis: the page asks for the figure again.
+    wait_until(lambda: parallel_lines()[1]["high"] == 0.7, 15, "the redrawn parallel axes")
+    lines, bands = parallel_lines()
     assert lines == {5} and bands["low"] == bands["high"] == 0.7
     assert page.locator("#top-table tbody tr").count() == 1
     shoot(page, "sweep-first-result")

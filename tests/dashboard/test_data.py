@@ -15,7 +15,8 @@ from core.states import TrialState
 from core.store import Store
 from dashboard import data, figures, params
 from dashboard.detail import epoch_series, timings, trial_detail
-from dashboard.workers import inspect_workers, recent_activity, worker_rows
+from dashboard.timing import timing_rows
+from dashboard.workers import ONLINE_SECONDS, inspect_workers, recent_activity, worker_rows
 from tests.core import FakeClock, make_sweep, trial_ids
 from tests.dashboard.conftest import Sweep
 
@@ -64,25 +65,21 @@ def test_summary_counts_throughput_and_eta(scenario: Sweep) -> None:
     counts = scenario.store.counts(scenario.sweep_id)
     now = data.to_ms(scenario.clock.now)
     assert now is not None
-    out = data.summary(counts, data.finish_times(rows), now)
+    active = data.activity(rows)
+    assert active["finished"] == 14 and active["last_finish"] == now
+    out = data.summary(counts, active, now)
     assert out["counts"]["complete"] == 11 and out["counts"]["failed"] == 3
     assert (out["total"], out["done"], out["left"]) == (16, 14, 2)
-    # 14 finishes since the first, 104 s ago (less than the 10-minute window).
-    assert out["per_minute"] == pytest.approx(14 / (104 / 60), abs=1e-3)
-    assert out["eta_seconds"] == pytest.approx(2 / (14 / (104 / 60)) * 60, abs=0.1)
-    later = now + 3600_000
-    assert data.summary(counts, data.finish_times(rows), later)["eta_seconds"] is None
+    # 14 finishes in the 105 s since the first trial started (1 + 2 + ... + 14 s).
+    assert out["active_seconds"] == 105 and out["per_minute"] == pytest.approx(8.0)
+    assert out["eta_seconds"] == pytest.approx(2 / 8.0 * 60, abs=0.1)
+    # While trials are left, the active time runs on to now.
+    later = data.summary(counts, active, now + 105_000)
+    assert later["active_seconds"] == 210 and later["per_minute"] == pytest.approx(4.0)
     done = {**counts, "queued": 0, "running": 0}
-    assert data.summary(done, [], now)["eta_seconds"] == 0
-
-
-def test_best_so_far_steps_at_each_improvement(scenario: Sweep) -> None:
-    rows = rows_of(scenario.store, scenario.sweep_id)
-    steps = data.best_so_far(rows, "maximize")
-    assert [(s["index"], s["best"]) for s in steps] == [
-        (0, 0.80), (1, 0.82), (2, 0.85), (4, 0.90), (6, 0.91), (7, 0.93)]
-    assert [s["t"] for s in steps] == sorted(s["t"] for s in steps)
-    assert [s["index"] for s in data.best_so_far(rows, "minimize")] == [0, 3, 8, 10]
+    assert data.summary(done, active, now)["eta_seconds"] == 0
+    nothing = data.summary(counts, data.activity([]), now)
+    assert nothing["per_minute"] == 0 and nothing["eta_seconds"] is None
 
 
 def test_objective_by_width_picks_the_best_setting_and_its_spread_over_seeds(
@@ -103,12 +100,16 @@ def test_objective_by_width_picks_the_best_setting_and_its_spread_over_seeds(
     assert worst[(1, 32)]["setting"] == {"model.activation": "tanh"}
 
 
-def test_time_by_depth_summarises_training_seconds(scenario: Sweep) -> None:
+def test_timing_rows_hold_each_complete_trial_and_a_fit(scenario: Sweep) -> None:
     rows = rows_of(scenario.store, scenario.sweep_id)
-    one, two = data.time_by_depth(rows)
-    assert (one["layers"], one["n"], one["min"], one["max"]) == (1, 8, 1, 8)
-    assert (one["q1"], one["median"], one["q3"], one["mean"]) == (2.75, 4.5, 6.25, 4.5)
-    assert (two["layers"], two["n"], two["median"], two["mean"]) == (2, 3, 10, 10)
+    timing = timing_rows(rows)
+    depth = timing["depth"]
+    assert depth["index"] == sorted(OBJECTIVES)  # complete only: no failed, running, queued
+    assert depth["y"] == [i + 1 for i in sorted(OBJECTIVES)]  # trial i took i + 1 s
+    assert depth["x"] == [scenario.points[i].config["model"]["hidden_layers"]
+                          for i in sorted(OBJECTIVES)]
+    assert depth["fit"]["n"] == 11 and depth["fit"]["slope"] > 0
+    assert timing["params"]["x"] == [] and timing["complete"] == 11  # no param_count here
 
 
 def test_scatter_scatterby_number_category_and_index(scenario: Sweep) -> None:
@@ -177,13 +178,20 @@ def test_worker_rows_from_the_store_and_from_inspect(scenario: Sweep) -> None:
     rows = {r["name"]: r for r in worker_rows(None, activity, now)}
     one, two = rows["celery@w1"], rows["celery@w2"]
     assert (one["finished"], one["per_minute"], one["device"]) == (14, 1.4, "cpu")
-    assert one["online"] is None and one["current"] == []
+    assert one["current"] == [] and one["answered"] is None
+    # Both were heard of just now (a finish, a claim): without a broker, the store says.
+    assert one["online"] is True and one["last_seen"] == one["last_activity"] == now
     assert two["current"] == [scenario.ids[14]] and two["finished"] == 0
+    later = worker_rows(None, activity, now + ONLINE_SECONDS * 1000 + 1)
+    assert [r["online"] for r in later] == [False, False]  # a minute of silence: offline
+    assert {r["last_seen"] for r in later} == {now}
     inspected = {"celery@w2": {"trials": [scenario.ids[14]], "pid": 8, "concurrency": 1},
                  "celery@w3": {"trials": [], "pid": 9, "concurrency": 2}}
-    online = worker_rows(inspected, activity, now)
-    assert [(r["name"], r["online"]) for r in online] == [
-        ("celery@w2", True), ("celery@w3", True), ("celery@w1", False)]
+    online = worker_rows(inspected, activity, now + 600_000)
+    assert [(r["name"], r["online"], r["answered"]) for r in online] == [
+        ("celery@w2", True, True), ("celery@w3", True, True), ("celery@w1", False, False)]
+    # w2 answered now: seen now, though its trial last moved minutes ago.
+    assert online[0]["last_seen"] == now + 600_000 and online[0]["last_activity"] == now
     assert inspect_workers(None) == {"workers": None, "error": None}
     later = recent_activity(scenario.store, scenario.clock.now.replace(year=2031))
     assert later == []

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dashboard import figures, params, parcoords
+from dashboard.timing import timing_figures, timing_rows
 
 MAXIMIZE = "maximize"
 
@@ -87,7 +88,7 @@ def test_scatter_figure_axes_follow_the_parameter() -> None:
     assert "6 complete trials" in figure["layout"]["title"]["text"]
 
 
-def test_width_and_depth_figures() -> None:
+def test_width_figure_draws_a_line_per_depth() -> None:
     cells = [{"layers": layers, "units": units, "mean": 0.8, "low": 0.7, "high": 0.9, "n": 3,
               "trials": 6, "setting": {"model.activation": "relu"}}
              for layers in (1, 2) for units in (32, 64)]
@@ -96,21 +97,18 @@ def test_width_and_depth_figures() -> None:
     assert width["data"][0]["error_y"]["array"] == pytest.approx([0.1, 0.1])
     assert width["data"][0]["customdata"][0] == [32, 3, "activation=relu"]
     assert width["data"][0]["line"]["color"] != width["data"][1]["line"]["color"]
-    boxes = [{"layers": d, "n": 4, "min": 1, "q1": 2, "median": 3, "q3": 4, "max": 5,
-              "mean": 3} for d in (1, 2, 3)]
-    depth = as_json(figures.depth_figure(boxes))
-    assert [t["type"] for t in depth["data"]] == ["box", "box", "box", "scatter"]
-    assert depth["layout"]["yaxis"]["title"]["text"] == "training time per trial (s)"
-    colours = figures.depth_colours([1, 2, 3])
-    assert [b["marker"]["color"] for b in depth["data"][:3]] == [colours[1], colours[2],
-                                                                 colours[3]]
 
 
 def test_empty_figures_say_so() -> None:
-    for figure in (figures.best_figure([], "acc"), figures.width_figure([], "acc"),
-                   figures.depth_figure([]), figures.curves_figure([], "acc", 10)):
+    timing = timing_figures(timing_rows([]))
+    for figure in (figures.width_figure([], "acc"), timing["depth"], timing["params"],
+                   figures.curves_figure([], "acc", 10)):
         texts = [a["text"] for a in as_json(figure)["layout"].get("annotations", [])]
         assert texts and "yet" in texts[0]
+    counted = timing_figures(timing_rows([row(0, 0.5, layers=1)]))["params"]
+    assert counted["layout"]["annotations"][0]["text"] == "no parameter counts recorded"
+    shapeless = timing_figures(timing_rows([{**row(0, 0.5), "layers": None}]))["depth"]
+    assert shapeless["layout"]["annotations"][0]["text"].startswith("no trial has a depth")
 
 
 def test_epoch_figures_span_the_planned_epochs() -> None:

@@ -34,9 +34,9 @@ ROWS = [
 def test_best_history_counts_every_finish_and_only_what_pruned_trials_trained() -> None:
     history = best_history(ROWS, "maximize")
     assert history["steps"] == [
-        {"trials": 1, "epochs": 10, "best": 0.5, "index": 0},
-        {"trials": 3, "epochs": 22, "best": 0.7, "index": 1},
-    ]
+        {"trials": 1, "epochs": 10, "seconds": 0.0, "best": 0.5, "index": 0},
+        {"trials": 3, "epochs": 22, "seconds": 2.0, "best": 0.7, "index": 1},
+    ]  # no start times in these rows: seconds count from the first finish
     assert history["trials"] == 6 and history["pruned"] == 2
     assert history["epochs"] == 10 + 2 + 10 + 4 + 10 + 3
     assert history["planned_epochs"] == 60 and history["best"] == 0.7
@@ -48,7 +48,8 @@ def test_best_history_follows_finish_order_and_direction() -> None:
     low = best_history(ROWS, "minimize")
     assert [s["index"] for s in low["steps"]] == [0]
     assert best_history([], "maximize") == {"steps": [], "trials": 0, "epochs": 0,
-                                            "planned_epochs": 0, "pruned": 0, "best": None}
+                                            "seconds": 0.0, "planned_epochs": 0, "pruned": 0,
+                                            "best": None}
 
 
 def test_the_lines_run_on_to_the_last_finished_trial() -> None:
@@ -63,6 +64,25 @@ def test_the_lines_run_on_to_the_last_finished_trial() -> None:
     assert "39 epochs trained of 60 planned (65 %)" in subtitle
     assert figs["epochs"]["layout"]["meta"]["planned"] == 60
     assert "2 of them pruned" in figs["trials"]["layout"]["title"]["subtitle"]["text"]
+    assert figs["trials"]["layout"]["xaxis"]["title"]["text"] == "trials finished"
+
+
+def test_best_so_far_against_time_counts_from_the_first_start() -> None:
+    """The time choice: seconds (or minutes, hours) since the first trial started, never
+    dates, and the line carried to the last finish."""
+    started = [{**r, "started_at": 400} for r in ROWS]
+    figs = history_figures(best_history(started, "maximize"), "val_accuracy")
+    line, marks = figs["time"]["data"]
+    assert line["x"] == [0.6, 2.6, 5.6] and line["y"] == [0.5, 0.7, 0.7]
+    assert marks["x"] == [0.6, 2.6] and "date" not in str(figs["time"]["layout"]["xaxis"])
+    assert figs["time"]["layout"]["xaxis"]["title"]["text"] == (
+        "time since the first trial started (s)")
+    assert figs["time"]["layout"]["meta"]["unit"] == "s"
+    # A two-hour sweep reads in minutes: its last finish at 120 min.
+    long = [{**r, "finished_at": r["finished_at"] and r["finished_at"] * 1200 + 400,
+             "started_at": 400} for r in ROWS]
+    slow = history_figures(best_history(long, "maximize"), "val_accuracy")["time"]
+    assert slow["layout"]["meta"]["unit"] == "min" and slow["data"][0]["x"][-1] == 120
 
 
 def test_empty_history_says_why() -> None:

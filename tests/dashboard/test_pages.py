@@ -61,6 +61,9 @@ def test_pages_load_only_files_of_this_server(client: FlaskClient, sweep: Sweep)
 def test_unknown_things_are_404_in_html_and_json(client: FlaskClient) -> None:
     page = client.get("/sweeps/abcdef012345")
     assert page.status_code == 404 and "not found" in page.get_data(as_text=True)
+    # The error page does not poll: its header does not say it is connecting.
+    assert "connecting…" not in page.get_data(as_text=True)
+    assert "connecting…" in client.get("/workers").get_data(as_text=True)
     assert client.get("/trials/abcdef012345-0000000000000000").status_code == 404
     body = get_json(client, "/dashboard/data/sweeps/abcdef012345", 404)
     assert body["code"] == "not_found" and "abcdef012345" in body["message"]
@@ -97,8 +100,11 @@ def test_sweep_data_then_only_what_changed(client: FlaskClient, sweep: Sweep) ->
     first = get_json(client, base)
     assert first["summary"]["counts"]["complete"] == 3 and first["summary"]["best"]["index"] == 2
     assert first["param"] == "model.hidden_units" and first["params"][-1] == "index"
-    assert set(first["figures"]) == {"best", "width", "depth", "scatter", "parallel", "curves",
+    assert set(first["figures"]) == {"width", "timing", "scatter", "parallel", "curves",
                                      "history"}
+    assert set(first["figures"]["history"]) == {"trials", "time", "epochs"}
+    assert set(first["figures"]["timing"]) == {"depth", "params"}
+    assert first["summary"]["active_seconds"] > 0
     assert len(first["figures"]["scatter"]["data"][0]["x"]) == 3
     assert len(first["figures"]["curves"]["data"]) == 3
     assert [r["index"] for r in first["top"]] == [2, 1, 0]
@@ -172,8 +178,9 @@ def test_workers_data_without_a_broker(client: FlaskClient, sweep: Sweep) -> Non
     sweep.finish(0, objective=0.5, worker="celery@w9")
     body = get_json(client, "/dashboard/data/workers")
     assert body["broker"] is False and body["error"] is None and body["flower_url"] is None
-    assert [(w["name"], w["online"], w["finished"]) for w in body["workers"]] == [
-        ("celery@w9", None, 1)]
+    assert [(w["name"], w["answered"], w["finished"]) for w in body["workers"]] == [
+        ("celery@w9", None, 1)]  # no broker to ask: online only by what the store saw
+    assert body["workers"][0]["last_seen"] == body["workers"][0]["last_activity"]
 
 
 def test_dashboard_command_needs_a_store() -> None:
