@@ -200,17 +200,29 @@ def _ls_table(docs: list[dict[str, Any]], entries: list[dict[str, Any]], title: 
     help="The newest this many sweeps.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object a sweep.")
-def ls(data_dir: str | None, limit: int, as_json: bool) -> None:
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Print only the sweep ids, one a line (for scripts: $(sweepstack ls -q --limit 1)).",
+)
+def ls(data_dir: str | None, limit: int, as_json: bool, quiet: bool) -> None:
     """List the sweeps of a data folder (or of SWEEPSTACK_MONGO_URL), newest first."""
+    if as_json and quiet:
+        raise click.UsageError("--json and --quiet each choose the output; give one")
     settings = with_data_dir(_settings(), data_dir)
     try:
         store = _store(settings)
     except NoResults as exc:  # nothing stored there yet: an empty list, and why
         if as_json:
             click.echo("[]")
-        click.echo(f"note: {exc}", err=as_json)  # stdout stays JSON
+        click.echo(f"note: {exc}", err=as_json or quiet)  # stdout stays JSON, or ids only
         return
     docs, more = store.list_sweeps(limit=limit)
+    if quiet:
+        for doc in docs:
+            click.echo(doc["_id"])
+        return
     entries = [_sweep_entry(store, doc) for doc in docs]
     if as_json:
         click.echo(json.dumps(entries))
