@@ -29,7 +29,7 @@ from core.records import flatten_params, sweep_status
 from core.states import TERMINAL_STATES, TrialState
 from core.store import Store
 from scheduler.commands import LOCAL_KEY, _settings, _store
-from scheduler.local import NoResults, Reached, data_option, with_data_dir
+from scheduler.local import NoResults, Reached, data_option, program, with_data_dir
 
 STATE_COLOURS = {
     "queued": "grey62",
@@ -53,7 +53,7 @@ def _sweep(store: Store, sweep_id: str) -> dict[str, Any]:
         reached = _reached()
         where = f" in {reached.folder}" if reached else ""
         raise click.ClickException(
-            f"no sweep {sweep_id}{where}; `sweepstack ls` lists the sweeps there"
+            f"no sweep {sweep_id}{where}; `{program()} ls` lists the sweeps there"
         ) from exc
 
 
@@ -117,7 +117,7 @@ def status(
         # Its store was started for this command: nothing is running that could move it.
         click.echo(
             f"note: nothing is running on {reached.folder}, so there is nothing to watch; "
-            f"`sweepstack run --resume {sweep_id}` finishes the sweep",
+            f"`{program()} run --resume {sweep_id}` finishes the sweep",
             err=True,
         )
         watch = False
