@@ -24,7 +24,8 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,8 @@ MARKER = re.compile(r"^\s*<!--\s*readme-test:\s*(?P<body>.*?)\s*-->\s*$")
 SKIP = re.compile(r"^skip\s+(?P<reason>[a-z]+)(\s*:\s*(?P<why>.+))?$")
 #: A user's PATH on a Debian machine: the virtualenv is not on it.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-BLOCK_TIMEOUT = 300
+#: Below pytest-timeout's 300 s, so a hung block fails here, naming itself.
+BLOCK_TIMEOUT = 240
 
 
 @dataclass(frozen=True)
@@ -239,14 +241,49 @@ def _copy_checkout(to: Path) -> None:
             shutil.copy2(source, target)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Sandbox:
+    """The user's checkout after `make demo`, and what each block run in it did."""
+
     checkout: Path
     env: dict[str, str]
+    ran: dict[int, tuple[int, str, float]] = field(default_factory=dict)  # line: code, out, s
+
+    def run(self, block: Block) -> tuple[int, str, float]:
+        """Run `block` with ``bash -e``, once; its exit status, output and seconds. What it
+        left running in its process group is killed after it."""
+        if block.line in self.ran:
+            return self.ran[block.line]
+        script = self.checkout.parent / f"block-{block.line}.sh"
+        script.write_text(block.text)
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            ["bash", "-e", str(script)],
+            cwd=self.checkout,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            output, _ = proc.communicate(timeout=BLOCK_TIMEOUT)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            code = -1
+            output += f"\n(killed after {BLOCK_TIMEOUT} s)"
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # nothing of it is left
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.ran[block.line] = (code, output, time.monotonic() - started)
+        return self.ran[block.line]
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     base = tmp_path_factory.mktemp("readme")
     checkout, home = base / "checkout", base / "home"
     home.mkdir()
@@ -267,50 +304,49 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
         cwd=checkout, env=env, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert imported.startswith(str(checkout)), f"the sandbox imports {imported}"
-    return Sandbox(checkout, env)
+    box = Sandbox(checkout, env)
+    yield box
+    print("\nREADME blocks run:")
+    for line, (code, _, seconds) in sorted(box.ran.items()):
+        print(f"{seconds:6.1f} s  exit {code}  README.md:{line}")
 
 
-def _run(block: Block, sandbox: Sandbox) -> tuple[int, str, float]:
-    """Run one block with ``bash -e``; its exit status, output and seconds. Whatever it
-    left running in its process group is killed after it."""
-    script = sandbox.checkout.parent / f"block-{block.line}.sh"
-    script.write_text(block.text)
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        ["bash", "-e", str(script)],
-        cwd=sandbox.checkout,
-        env=sandbox.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=BLOCK_TIMEOUT)
-        code = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        code = -1
-        output += f"\n(killed after {BLOCK_TIMEOUT} s)"
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # nothing of it is left
-            os.killpg(proc.pid, signal.SIGKILL)
-    return code, output, time.monotonic() - started
+def _runnable_now() -> list[Block]:
+    """The blocks to run, read when the tests are collected (a README the parser refuses
+    fails `test_every_bash_block_is_run_or_marked_with_a_known_reason`)."""
+    blocks, _ = parse(README.read_text())
+    return runnable(blocks)
 
 
-def test_every_runnable_block_runs_as_written(readme: list[Block], sandbox: Sandbox) -> None:
-    failures: list[str] = []
-    timings: list[str] = []
-    for block in runnable(readme):
-        code, output, seconds = _run(block, sandbox)
-        timings.append(f"{seconds:6.1f} s  {block.where}")
-        if code != 0:
-            tail = "\n".join(output.splitlines()[-25:])
-            failures.append(f"{block.where}: exit {code}\n{block.text}--- output (tail):\n{tail}")
-    print("README blocks run:\n" + "\n".join(timings))
-    assert not failures, "\n\n".join(failures)
-    # What the blocks promise to leave behind, so an empty success cannot pass.
+def _slug(block: Block) -> str:
+    words = re.findall(r"[a-z0-9]+", block.heading.lower())
+    return f"L{block.line}-" + "-".join(words[:5])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("block", _runnable_now(), ids=_slug)
+def test_the_block_runs_as_written(block: Block, sandbox: Sandbox) -> None:
+    """Each block after the ones above it, as a user reading down the page runs them: a
+    block selected alone (``-k``) first runs those, so it finds what they leave."""
+    earlier = [b for b in _runnable_now() if b.line < block.line]
+    for before in earlier:
+        sandbox.run(before)
+    failed_before = [b.where for b in earlier if sandbox.ran[b.line][0] != 0]
+    code, output, _ = sandbox.run(block)
+    if code != 0:
+        tail = "\n".join(output.splitlines()[-30:])
+        note = f" (earlier blocks failed too: {', '.join(failed_before)})" if failed_before else ""
+        pytest.fail(
+            f"{block.where}: exit {code}{note}\n{block.text}--- output (tail):\n{tail}",
+            pytrace=False,
+        )
+
+
+@pytest.mark.integration
+def test_the_blocks_left_what_they_promise(sandbox: Sandbox) -> None:
+    """A check that the runs above did their work, so an empty success cannot pass: the
+    data folder of `run` and the CSV `export` writes."""
+    for block in _runnable_now():
+        sandbox.run(block)
+    assert (Path(sandbox.env["HOME"]) / ".sweepstack" / "db").is_dir()
     assert (sandbox.checkout / "trials.csv").read_text().startswith("id,")
-    assert (Path(sandbox.env["HOME"]) / ".sweepstack").is_dir()
