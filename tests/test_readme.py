@@ -47,7 +47,7 @@ LANGUAGES = {"bash", "yaml", "toml", "python", "json", ""}
 #: A first line that reads as a command: such a block must be a ``bash`` one.
 COMMAND_START = re.compile(r"^(\.venv/bin/|sweepstack |python3? |docker |make |curl |export )")
 #: What keeps running after a block ends or never ends; such a block needs a marker.
-LINGERS = re.compile(r"(\bsweepstack\s+open\b|--hold\b|--watch\b|&\s*(#.*)?$)", re.MULTILINE)
+LINGERS = re.compile(r"(\bsweepstack\s+open\b|--hold\b|--watch\b|(?<!&)&\s*(#.*)?$)", re.MULTILINE)
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<lang>[^`\s]*)\s*$")
 MARKER = re.compile(r"^\s*<!--\s*readme-test:\s*(?P<body>.*?)\s*-->\s*$")
 SKIP = re.compile(r"^skip\s+(?P<reason>[a-z]+)(\s*:\s*(?P<why>.+))?$")
@@ -193,7 +193,8 @@ def test_the_checker_catches_what_would_escape_it() -> None:
             "<!-- readme-test: skip long -->",
             "",
             "```bash",
-            "true",
+            "true &&",
+            "  true",
             "```",
         ]
     )
