@@ -179,10 +179,13 @@ def sort_field(sort: Any) -> str:
             return "result." + check_name("sort", sort.removeprefix("result."))
         if is_param(sort):
             return f"params.{sort}"
+    # A bare metric name is the likeliest slip (`sort=val_loss`): say how to write it.
+    bare = isinstance(sort, str) and _NAME.match(sort) is not None
+    hint = f"; a metric is written result.{sort}" if bare else ""
     raise InvalidQuery(
         "sort",
         f"must be one of {', '.join(TOP_LEVEL_SORTS)}, result.<metric> or a parameter "
-        f"(section.key, section.sub.key or params.key), got {_show(sort)}",
+        f"(section.key, section.sub.key or params.key), got {_show(sort)}{hint}",
     )
 
 

@@ -22,7 +22,7 @@ from scheduler import embedded
 from scheduler.cli_results import _reached, _sweep
 from scheduler.commands import _settings, _store
 from scheduler.datafolder import pid_alive
-from scheduler.local import dashboard_port, data_option, with_data_dir
+from scheduler.local import dashboard_port, data_option, program, with_data_dir
 
 #: How long the dashboard may take to listen, and how often the hold checks on it.
 START_TIMEOUT = 60.0
@@ -76,7 +76,7 @@ def open_command(sweep_id: str | None, data_dir: str | None, port: int) -> None:
             if reached is not None and reached.holder and not pid_alive(reached.holder.pid):
                 raise click.ClickException(
                     f"the store of {reached.holder.describe()} is gone: stopping; "
-                    "`sweepstack open` again serves the folder on a store of its own"
+                    f"`{program()} open` again serves the folder on a store of its own"
                 )
             time.sleep(CHECK_SECONDS)
     except KeyboardInterrupt:

@@ -29,7 +29,7 @@ from core.records import flatten_params, sweep_status
 from core.states import TERMINAL_STATES, TrialState
 from core.store import Store
 from scheduler.commands import LOCAL_KEY, _settings, _store
-from scheduler.local import NoResults, Reached, data_option, with_data_dir
+from scheduler.local import NoResults, Reached, data_option, program, with_data_dir
 
 STATE_COLOURS = {
     "queued": "grey62",
@@ -53,7 +53,7 @@ def _sweep(store: Store, sweep_id: str) -> dict[str, Any]:
         reached = _reached()
         where = f" in {reached.folder}" if reached else ""
         raise click.ClickException(
-            f"no sweep {sweep_id}{where}; `sweepstack ls` lists the sweeps there"
+            f"no sweep {sweep_id}{where}; `{program()} ls` lists the sweeps there"
         ) from exc
 
 
@@ -117,7 +117,7 @@ def status(
         # Its store was started for this command: nothing is running that could move it.
         click.echo(
             f"note: nothing is running on {reached.folder}, so there is nothing to watch; "
-            f"`sweepstack run --resume {sweep_id}` finishes the sweep",
+            f"`{program()} run --resume {sweep_id}` finishes the sweep",
             err=True,
         )
         watch = False
@@ -200,17 +200,29 @@ def _ls_table(docs: list[dict[str, Any]], entries: list[dict[str, Any]], title: 
     help="The newest this many sweeps.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list, one object a sweep.")
-def ls(data_dir: str | None, limit: int, as_json: bool) -> None:
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Print only the sweep ids, one a line (for scripts: $(sweepstack ls -q --limit 1)).",
+)
+def ls(data_dir: str | None, limit: int, as_json: bool, quiet: bool) -> None:
     """List the sweeps of a data folder (or of SWEEPSTACK_MONGO_URL), newest first."""
+    if as_json and quiet:
+        raise click.UsageError("--json and --quiet each choose the output; give one")
     settings = with_data_dir(_settings(), data_dir)
     try:
         store = _store(settings)
     except NoResults as exc:  # nothing stored there yet: an empty list, and why
         if as_json:
             click.echo("[]")
-        click.echo(f"note: {exc}", err=as_json)  # stdout stays JSON
+        click.echo(f"note: {exc}", err=as_json or quiet)  # stdout stays JSON, or ids only
         return
     docs, more = store.list_sweeps(limit=limit)
+    if quiet:
+        for doc in docs:
+            click.echo(doc["_id"])
+        return
     entries = [_sweep_entry(store, doc) for doc in docs]
     if as_json:
         click.echo(json.dumps(entries))

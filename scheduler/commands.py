@@ -87,7 +87,9 @@ def submit(spec: str, as_json: bool) -> None:
         click.echo(json.dumps({"sweep_id": sweep_id, "trials": count}))
     else:
         click.echo(f"submitted sweep {sweep_id}: {count:,} trials queued")
-        click.echo(f"follow it with: sweepstack status {sweep_id} --watch")
+        from scheduler.local import program  # scheduler.local imports this module's users
+
+        click.echo(f"follow it with: {program()} status {sweep_id} --watch")
 
 
 def _gpu_list(gpus: str) -> list[str]:

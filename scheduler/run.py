@@ -44,7 +44,7 @@ from core.webcontext import local_open_note
 from scheduler import datafolder, embedded
 from scheduler.datafolder import FolderInUse, FolderLock
 from scheduler.embedded_broker import ORDERED_TRANSPORT
-from scheduler.local import dashboard_port
+from scheduler.local import dashboard_port, program
 from scheduler.run_follow import follow, results_note, top_table
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ def run(
     if hold and (no_dashboard or not sys.stdin.isatty()):
         why = "there is no dashboard" if no_dashboard else "standard input is not a terminal"
         err.print(
-            f"note: --hold is ignored: {why}; after the run, `sweepstack open SWEEP` serves "
+            f"note: --hold is ignored: {why}; after the run, `{program()} open SWEEP` serves "
             "the dashboard on its results",
             soft_wrap=True,
         )

@@ -116,6 +116,11 @@ def follow(
             time.sleep(POLL_SECONDS)
 
 
+def _count(value: Any) -> str:
+    """A parameter count, or "-" where there is none (a trainable's model is its own)."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else "-"
+
+
 def top_table(store: Store, sweep: dict[str, Any], k: int = 10) -> Table:
     objective = sweep["objective"]
     table = Table(
@@ -143,7 +148,7 @@ def top_table(store: Store, sweep: dict[str, Any], k: int = 10) -> Table:
             str(rank),
             f"{value:.4f}" if isinstance(value, float) else "-",
             *(str(params.get(c, "-")) for c in columns),
-            f"{doc.get('param_count', 0):,}",
+            _count(doc.get("param_count")),
             f"{doc.get('train_seconds') or 0:.1f}",
             doc["_id"],
         )

@@ -99,6 +99,17 @@ def test_operators_and_bad_parameters_are_400_naming_the_parameter(
     assert body["code"] == "invalid_parameter" and body["details"]["parameter"] == parameter
 
 
+def test_a_metric_sorts_as_result_metric_and_a_bare_name_says_so(client: FlaskClient) -> None:
+    """What the README's routes table says: metrics sort as result.<metric>; a bare metric
+    name is a 400 that names the way to write it."""
+    sweep_id = submit(client)
+    base = f"/api/v1/sweeps/{sweep_id}/trials"
+    assert client.get(f"{base}?sort=result.val_loss", headers=ALICE).status_code == 200
+    response = client.get(f"{base}?sort=val_loss", headers=ALICE)
+    assert response.status_code == 400 and response.json["details"]["parameter"] == "sort"
+    assert "a metric is written result.val_loss" in response.json["message"]
+
+
 def test_a_cursor_only_works_for_its_own_query(client: FlaskClient) -> None:
     sweep_id = submit(client, WIDE)
     base = f"/api/v1/sweeps/{sweep_id}/trials"

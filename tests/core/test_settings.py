@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -7,7 +9,12 @@ import pytest
 from core.errors import ConfigError
 from core.settings import Settings
 
-ENV_EXAMPLE = Path(__file__).resolve().parents[2] / "configs" / ".env.example"
+ROOT = Path(__file__).resolve().parents[2]
+ENV_EXAMPLE = ROOT / "configs" / ".env.example"
+#: The platform's code: every SWEEPSTACK_ name it reads is a setting a user may put in .env.
+PLATFORM = ("core/", "api/", "scheduler/", "workers/", "web/", "dashboard/", "docker/")
+#: A whole variable name (a name followed by `_*` or `{...}` is a prefix, not a variable).
+VARIABLE = re.compile(r"\bSWEEPSTACK_[A-Z0-9_]*[A-Z0-9]\b")
 
 
 def test_defaults_without_environment() -> None:
@@ -65,3 +72,41 @@ def test_env_example_lists_every_setting() -> None:
     text = ENV_EXAMPLE.read_text()
     for field in Settings.__dataclass_fields__:
         assert f"SWEEPSTACK_{field.upper()}=" in text
+
+
+def _variables_by_file() -> dict[str, set[str]]:
+    """The SWEEPSTACK_ names in each tracked file of code (not the docs, not test bodies)."""
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    out: dict[str, set[str]] = {}
+    for name in listed:
+        path = Path(name)
+        code = path.suffix in (".py", ".sh", ".yml", ".js") or path.name.startswith(
+            ("Dockerfile", "Makefile")
+        )
+        if not code or path.name.startswith("test_") or not (ROOT / path).is_file():
+            continue
+        found = set(VARIABLE.findall((ROOT / path).read_text(errors="replace")))
+        if found:
+            out[name] = found
+    return out
+
+
+def test_env_example_lists_every_variable_the_code_reads() -> None:
+    """Platform variables as settings (`NAME=default`), the tests' and benchmarks' own at
+    least commented out (`# NAME=`), so .env.example is the one list of them all."""
+    text = ENV_EXAMPLE.read_text()
+    settings = set(re.findall(r"^(SWEEPSTACK_[A-Z0-9_]+)=", text, re.MULTILINE))
+    commented = set(re.findall(r"^# (SWEEPSTACK_[A-Z0-9_]+)=", text, re.MULTILINE))
+    by_file = _variables_by_file()
+    platform = {
+        n
+        for f, names in by_file.items()
+        if f.startswith(PLATFORM) or f == "docker-compose.yml"
+        for n in names
+    }
+    everything = set().union(*by_file.values())
+    assert {"SWEEPSTACK_HEALTHCHECK_TIMEOUT", "SWEEPSTACK_TORCH_THREADS"} <= platform
+    assert sorted(platform - settings) == [], "read by the platform, not set in .env.example"
+    assert sorted(everything - settings - commented) == [], "not in .env.example at all"

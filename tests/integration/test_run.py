@@ -202,6 +202,9 @@ def test_ls_status_and_export_read_the_folder_after_the_run(
     assert f"sweeps in {data}" in table.stdout
     row = rf"{sweep_id} .* quickstart .* finished .* 12 .* {best['objective']:.4f}"
     assert re.search(row, table.stdout), table.stdout
+    ids_only = quickstart.invoke("ls", "-q", "--limit", "1")
+    assert (ids_only.exit_code, ids_only.stdout) == (0, f"{sweep_id}\n"), ids_only.output
+    assert quickstart.invoke("ls", "-q", "--json").exit_code == 2
 
     status = quickstart.invoke("status", sweep_id, "--json")
     assert status.exit_code == 0, status.output

@@ -1,0 +1,353 @@
+"""The README's commands, run as a user types them after `make demo`.
+
+Every fenced ```bash block of README.md is either run here, as written, or marked in the
+README itself, on the line right before its fence, with ``<!-- readme-test: skip REASON -->``
+(optionally ``: why``), REASON one of `SKIP_REASONS`. A block with neither runs, so a new
+command block cannot slip past: it passes here or it says in the README why it cannot.
+
+The blocks run in README order, each in its own ``bash -e``, in one sandbox that stands for
+a user's checkout after `make demo`: a copy of the checkout's tracked files with ``.venv``
+linked to the project's virtualenv, ``HOME`` a fresh folder (so ``~/.sweepstack`` is new), no
+``SWEEPSTACK_*`` variable, and a system ``PATH`` without the virtualenv, so a bare
+``sweepstack`` or ``python -m`` line fails here as it fails for the user. What one block
+leaves (the data folder, files it wrote) the next one finds, as in a terminal; shell
+variables do not carry over, so a block that needs a sweep's id sets it itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+
+#: Why a block may be left out, and nothing else: each names something this test cannot have.
+SKIP_REASONS = {
+    "docker": "needs a Docker engine",
+    "gpu": "needs a GPU",
+    "hosts": "needs a second machine, or runs on one you reach over the network",
+    "bench": "a benchmark: minutes of work that prints figures",
+    "long": "runs for minutes, or until Ctrl-C",
+    "services": "needs your RabbitMQ and MongoDB at the addresses it exports",
+}
+#: Fence languages; commands go in ``bash`` blocks, so no other shell name is allowed.
+LANGUAGES = {"bash", "yaml", "toml", "python", "json", ""}
+#: A first line that reads as a command: such a block must be a ``bash`` one.
+COMMAND_START = re.compile(r"^(\.venv/bin/|sweepstack |python3? |docker |make |curl |export )")
+#: What keeps running after a block ends or never ends; such a block needs a marker.
+LINGERS = re.compile(r"(\bsweepstack\s+open\b|--hold\b|--watch\b|(?<!&)&\s*(#.*)?$)", re.MULTILINE)
+FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<lang>[^`\s]*)\s*$")
+MARKER = re.compile(r"^\s*<!--\s*readme-test:\s*(?P<body>.*?)\s*-->\s*$")
+SKIP = re.compile(r"^skip\s+(?P<reason>[a-z]+)(\s*:\s*(?P<why>.+))?$")
+#: A user's PATH on a Debian machine: the virtualenv is not on it.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Below pytest-timeout's 300 s, so a hung block fails here, naming itself.
+BLOCK_TIMEOUT = 240
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block of the README."""
+
+    line: int  # of its opening fence, from 1
+    lang: str
+    text: str
+    heading: str
+    marker: str | None  # the readme-test comment's body right before the fence
+
+    @property
+    def where(self) -> str:
+        return f"README.md:{self.line} ({self.heading})"
+
+    @property
+    def skip_reason(self) -> str | None:
+        if self.marker is None:
+            return None
+        match = SKIP.match(self.marker)
+        return match["reason"] if match else None
+
+
+def parse(text: str) -> tuple[list[Block], list[str]]:
+    """The fenced blocks of a Markdown text, and the problems with its readme-test markers."""
+    lines = text.splitlines()
+    blocks: list[Block] = []
+    problems: list[str] = []
+    heading = "top"
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        fence = FENCE.match(line)
+        if fence is None:
+            if line.startswith("#"):
+                heading = line.lstrip("#").strip()
+            marker = MARKER.match(line)
+            if marker is not None:
+                after = FENCE.match(lines[i + 1]) if i + 1 < len(lines) else None
+                if after is None or after["lang"] != "bash":
+                    problems.append(
+                        f"README.md:{i + 1}: a readme-test marker must be the line right "
+                        "before a ```bash fence"
+                    )
+            i += 1
+            continue
+        indent, close = fence["indent"], fence["fence"]
+        body: list[str] = []
+        j = i + 1
+        while j < len(lines) and not (
+            lines[j].strip().startswith(close) and lines[j].strip().strip(close[0]) == ""
+        ):
+            body.append(lines[j][len(indent) :] if lines[j].startswith(indent) else lines[j])
+            j += 1
+        if j == len(lines):
+            problems.append(f"README.md:{i + 1}: a fence that is never closed")
+        previous = MARKER.match(lines[i - 1]) if i > 0 else None
+        blocks.append(
+            Block(
+                line=i + 1,
+                lang=fence["lang"],
+                text="\n".join(body) + "\n",
+                heading=heading,
+                marker=previous["body"] if previous else None,
+            )
+        )
+        i = j + 1
+    return blocks, problems
+
+
+def check(blocks: list[Block]) -> list[str]:
+    """Why any block is neither run as it stands nor validly marked."""
+    problems: list[str] = []
+    for block in blocks:
+        if block.lang not in LANGUAGES:
+            problems.append(
+                f"{block.where}: ```{block.lang} block; write commands as ```bash so this "
+                f"test runs them (languages: {', '.join(sorted(LANGUAGES - {''}))})"
+            )
+        first = block.text.lstrip().splitlines()[0] if block.text.strip() else ""
+        if block.lang != "bash" and COMMAND_START.match(first):
+            problems.append(f"{block.where}: reads as commands; make it a ```bash block")
+        if block.marker is not None and block.skip_reason not in SKIP_REASONS:
+            problems.append(
+                f"{block.where}: marker {block.marker!r}: must be `skip REASON` or "
+                f"`skip REASON: why`, REASON one of {', '.join(SKIP_REASONS)}"
+            )
+        if block.lang == "bash" and block.marker is None and LINGERS.search(block.text):
+            problems.append(
+                f"{block.where}: starts something that keeps running (open, --hold, --watch, "
+                "a trailing &); mark it <!-- readme-test: skip long --> or split it off"
+            )
+    return problems
+
+
+def runnable(blocks: list[Block]) -> list[Block]:
+    return [b for b in blocks if b.lang == "bash" and b.marker is None]
+
+
+@pytest.fixture(scope="module")
+def readme() -> list[Block]:
+    blocks, problems = parse(README.read_text())
+    assert not problems, "\n".join(problems)
+    return blocks
+
+
+def test_every_bash_block_is_run_or_marked_with_a_known_reason(readme: list[Block]) -> None:
+    problems = check(readme)
+    assert not problems, "\n".join(problems)
+    assert runnable(readme), "no block of README.md would run"
+
+
+def test_the_checker_catches_what_would_escape_it() -> None:
+    """The rules above, on a README that breaks each of them once."""
+    text = "\n".join(
+        [
+            "# A",
+            "<!-- readme-test: skip docker -->",
+            "```bash",
+            "docker compose up -d",
+            "```",
+            "<!-- readme-test: skip because -->",
+            "```bash",
+            "make demo",
+            "```",
+            "```sh",
+            ".venv/bin/sweepstack ls",
+            "```",
+            "```",
+            ".venv/bin/sweepstack ls",
+            "```",
+            "```bash",
+            ".venv/bin/sweepstack open ID",
+            "```",
+            "<!-- readme-test: skip long -->",
+            "",
+            "```bash",
+            "true &&",
+            "  true",
+            "```",
+        ]
+    )
+    blocks, problems = parse(text)
+    assert [b.line for b in blocks] == [3, 7, 10, 13, 16, 21]
+    assert blocks[0].skip_reason == "docker" and blocks[0].heading == "A"
+    assert problems == [
+        "README.md:19: a readme-test marker must be the line right before a ```bash fence"
+    ]
+    found = check(blocks)
+    assert len(found) == 5, found
+    assert "marker 'skip because'" in found[0] and "```sh block" in found[1]
+    assert "reads as commands" in found[2] and "reads as commands" in found[3]
+    assert "keeps running" in found[4]
+    assert [b.line for b in runnable(blocks)] == [16, 21]
+
+
+# --- running them ---------------------------------------------------------------------------
+
+
+def _venv() -> Path:
+    """The project's virtualenv, the one `make demo` made (this test's own interpreter)."""
+    prefix = Path(sys.prefix)
+    venv = prefix if (prefix / "bin" / "sweepstack").exists() else ROOT / ".venv"
+    if not (venv / "bin" / "sweepstack").exists():
+        pytest.fail(f"no virtualenv with sweepstack at {venv}; run `make venv`", pytrace=False)
+    return venv
+
+
+def _copy_checkout(to: Path) -> None:
+    """The checkout's tracked files, as they are in the working tree."""
+    names = (
+        subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
+    for name in filter(None, names):
+        source, target = ROOT / name, to / name
+        if not source.exists() and not source.is_symlink():
+            continue  # deleted in the working tree, not yet committed
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            target.symlink_to(os.readlink(source))
+        else:
+            shutil.copy2(source, target)
+
+
+@dataclass
+class Sandbox:
+    """The user's checkout after `make demo`, and what each block run in it did."""
+
+    checkout: Path
+    env: dict[str, str]
+    ran: dict[int, tuple[int, str, float]] = field(default_factory=dict)  # line: code, out, s
+
+    def run(self, block: Block) -> tuple[int, str, float]:
+        """Run `block` with ``bash -e``, once; its exit status, output and seconds. What it
+        left running in its process group is killed after it."""
+        if block.line in self.ran:
+            return self.ran[block.line]
+        script = self.checkout.parent / f"block-{block.line}.sh"
+        script.write_text(block.text)
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            ["bash", "-e", str(script)],
+            cwd=self.checkout,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            output, _ = proc.communicate(timeout=BLOCK_TIMEOUT)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            code = -1
+            output += f"\n(killed after {BLOCK_TIMEOUT} s)"
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # nothing of it is left
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.ran[block.line] = (code, output, time.monotonic() - started)
+        return self.ran[block.line]
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    base = tmp_path_factory.mktemp("readme")
+    checkout, home = base / "checkout", base / "home"
+    home.mkdir()
+    _copy_checkout(checkout)
+    (checkout / ".venv").symlink_to(_venv(), target_is_directory=True)
+    env = {
+        "PATH": SYSTEM_PATH,
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "TMPDIR": str(base),
+        # What the editable install of `make demo` does for the user's own checkout: the
+        # copy's code is what `.venv/bin/sweepstack` imports.
+        "PYTHONPATH": str(checkout),
+    }
+    assert shutil.which("sweepstack", path=SYSTEM_PATH) is None, "sweepstack is on the system PATH"
+    imported = subprocess.run(
+        [".venv/bin/python", "-c", "import scheduler; print(scheduler.__file__)"],
+        cwd=checkout, env=env, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert imported.startswith(str(checkout)), f"the sandbox imports {imported}"
+    box = Sandbox(checkout, env)
+    yield box
+    print("\nREADME blocks run:")
+    for line, (code, _, seconds) in sorted(box.ran.items()):
+        print(f"{seconds:6.1f} s  exit {code}  README.md:{line}")
+
+
+def _runnable_now() -> list[Block]:
+    """The blocks to run, read when the tests are collected (a README the parser refuses
+    fails `test_every_bash_block_is_run_or_marked_with_a_known_reason`)."""
+    blocks, _ = parse(README.read_text())
+    return runnable(blocks)
+
+
+def _slug(block: Block) -> str:
+    words = re.findall(r"[a-z0-9]+", block.heading.lower())
+    return f"L{block.line}-" + "-".join(words[:5])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("block", _runnable_now(), ids=_slug)
+def test_the_block_runs_as_written(block: Block, sandbox: Sandbox) -> None:
+    """Each block after the ones above it, as a user reading down the page runs them: a
+    block selected alone (``-k``) first runs those, so it finds what they leave."""
+    earlier = [b for b in _runnable_now() if b.line < block.line]
+    for before in earlier:
+        sandbox.run(before)
+    failed_before = [b.where for b in earlier if sandbox.ran[b.line][0] != 0]
+    code, output, _ = sandbox.run(block)
+    if code != 0:
+        tail = "\n".join(output.splitlines()[-30:])
+        note = f" (earlier blocks failed too: {', '.join(failed_before)})" if failed_before else ""
+        pytest.fail(
+            f"{block.where}: exit {code}{note}\n{block.text}--- output (tail):\n{tail}",
+            pytrace=False,
+        )
+
+
+@pytest.mark.integration
+def test_the_blocks_left_what_they_promise(sandbox: Sandbox) -> None:
+    """A check that the runs above did their work, so an empty success cannot pass: the
+    data folder of `run` and the CSV `export` writes."""
+    for block in _runnable_now():
+        sandbox.run(block)
+    assert (Path(sandbox.env["HOME"]) / ".sweepstack" / "db").is_dir()
+    assert (sandbox.checkout / "trials.csv").read_text().startswith("id,")
