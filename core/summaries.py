@@ -78,6 +78,8 @@ ROW_FIELDS = (
     "pruned_epoch",
     "progress.epoch",
     "config.training.epochs",
+    # The dashboard's trials table sorts by it.
+    "param_count",
 )
 _TIMES = ("finished_at", "started_at", "updated_at")
 #: An error keeps this many characters in the log (pages show its first line).

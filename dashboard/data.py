@@ -161,6 +161,7 @@ def trial_row(doc: Mapping[str, Any]) -> dict[str, Any]:
         "pruned_epoch": _count(doc.get("pruned_epoch")),
         "epochs": epochs_trained(doc, planned),
         "planned_epochs": planned,
+        "param_count": _count(doc.get("param_count")),
     }
 
 
