@@ -57,6 +57,15 @@ def trials_blueprint(
     sweep, `state` is the dashboard's, `retry` the scheduler's (None: retry answers 503)."""
     bp = Blueprint("trials", __name__)
 
+    @bp.app_context_processor
+    def limits() -> dict[str, Any]:
+        """The table's limits, for the sweep page's template (`trials_panel.html`)."""
+        return {"trials_limits": {
+            "page_sizes": list(trials.PAGE_SIZES), "page_size": trials.DEFAULT_PAGE_SIZE,
+            "max_page_size": trials.MAX_PAGE_SIZE, "compare_min": compare.MIN_TRIALS,
+            "compare_max": compare.MAX_TRIALS,
+        }}
+
     def table_of(sweep_id: str) -> SweepTable:
         own_sweep(sweep_id)
         return state().tables.get(context().store, sweep_id)
@@ -66,6 +75,7 @@ def trials_blueprint(
         store = context().store
         table = state().tables.get(store, sweep_id)
         table.sync(store, min_interval=0)
+        table.prepared(0)  # the next page shows the change, not a snapshot from before
         return dict(table.sweep.get("counts") or {})
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/table")
