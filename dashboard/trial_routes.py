@@ -39,6 +39,9 @@ from dashboard.table import SweepTable
 #: `scheduler.retry.retry_sweep`: (store, sender, settings, sweep id) -> counts.
 RetrySweep = Callable[[Store, Celery, Settings, str], dict[str, int]]
 FORMATS = {"csv": "text/csv", "jsonl": "application/x-ndjson"}
+#: The query of the table's first page, which the sweep page asks for before its scripts
+#: run (`trials.js` builds the same).
+FIRST_QUERY = f"sort=index&order=asc&page=1&size={trials.DEFAULT_PAGE_SIZE}"
 
 
 def _json(payload: Any) -> Response:
@@ -63,7 +66,7 @@ def trials_blueprint(
         return {"trials_limits": {
             "page_sizes": list(trials.PAGE_SIZES), "page_size": trials.DEFAULT_PAGE_SIZE,
             "max_page_size": trials.MAX_PAGE_SIZE, "compare_min": compare.MIN_TRIALS,
-            "compare_max": compare.MAX_TRIALS,
+            "compare_max": compare.MAX_TRIALS, "first_query": FIRST_QUERY,
         }}
 
     def table_of(sweep_id: str) -> SweepTable:

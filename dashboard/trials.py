@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,18 @@ PARAMETERS = ("sort", "order", "state", "filter", "page", "size")
 STATE_ORDER = {state.value: n for n, state in enumerate(ALL_STATES)}
 #: How long a snapshot of a busy sweep's rows may serve the table (as the figures).
 SNAPSHOT_SECONDS = 2.0
+#: Filtered selections kept per table (the latest used), and where.
+KEPT_SELECTIONS = 16
+_SELECTIONS = "trials:selections"
+
+
+_NUMBERS = (int, float)
+_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "lt": lambda have, want: have < want,
+    "le": lambda have, want: have <= want,
+    "gt": lambda have, want: have > want,
+    "ge": lambda have, want: have >= want,
+}
 
 
 @dataclass(frozen=True)
@@ -63,20 +76,22 @@ class Filter:
     value: Any
 
     def holds(self, row: Mapping[str, Any]) -> bool:
-        have = cell(row, self.column)
-        if self.op == "eq":
-            return same(have, self.value)
-        if self.op == "ne":
-            return not same(have, self.value)
-        if not _is_number(have):
-            return False
-        if self.op == "lt":
-            return have < self.value
-        if self.op == "le":
-            return have <= self.value
-        if self.op == "gt":
-            return have > self.value
-        return have >= self.value
+        return self.test()(cell(row, self.column))
+
+    def test(self) -> Callable[[Any], bool]:
+        """The condition on a cell's value, made once per request (it runs on every row:
+        types are tested exactly, a boolean is no number)."""
+        want = self.value
+        if self.op in _COMPARE:
+            compare = _COMPARE[self.op]
+            return lambda have: type(have) in _NUMBERS and compare(have, want)
+        if type(want) is str:
+            equal: Callable[[Any], bool] = lambda have: type(have) is str and have == want  # noqa: E731
+        elif type(want) in _NUMBERS:
+            equal = lambda have: type(have) in _NUMBERS and have == want  # noqa: E731
+        else:
+            equal = lambda have: same(have, want)  # noqa: E731
+        return equal if self.op == "eq" else lambda have: not equal(have)
 
 
 @dataclass(frozen=True)
@@ -92,9 +107,28 @@ class TableQuery:
     columns: tuple[str, ...] = field(default=FIXED_COLUMNS, compare=False)
 
     def matches(self, row: Mapping[str, Any]) -> bool:
-        if self.states and row["state"] not in self.states:
-            return False
-        return all(f.holds(row) for f in self.filters)
+        return self.predicate()(row)
+
+    def key(self) -> str:
+        """What the rows it selects depend on (not the page): a cache key."""
+        filters = ";".join(f"{f.column}:{f.op}:{json.dumps(f.value)}" for f in self.filters)
+        order = "desc" if self.descending else "asc"
+        return f"trials:{self.sort}:{order}:{','.join(sorted(self.states))}:{filters}"
+
+    def predicate(self) -> Callable[[Mapping[str, Any]], bool]:
+        """Whether a row matches: the state first, then each filter on its cell."""
+        states = self.states
+        checks = [(f.column, f.column in FIXED_COLUMNS, f.test()) for f in self.filters]
+
+        def matches(row: Mapping[str, Any]) -> bool:
+            if states and row["state"] not in states:
+                return False
+            for column, fixed, test in checks:
+                if not test(row.get(column) if fixed else row["params"].get(column)):
+                    return False
+            return True
+
+        return matches
 
 
 def _is_number(value: Any) -> bool:
@@ -231,16 +265,32 @@ def sorted_rows(rows: Sequence[Mapping[str, Any]], column: str, descending: bool
 
 
 def select(table: SweepTable, query: TableQuery) -> tuple[Prepared, list[Mapping[str, Any]]]:
-    """The table's snapshot, and its rows that match `query`, in its order."""
-    name = f"trials:{query.sort}:{'desc' if query.descending else 'asc'}"
+    """The table's snapshot, and its rows that match `query`, in its order. The sorted rows
+    are kept with the snapshot, and the latest `KEPT_SELECTIONS` selections made from them,
+    so paging through one, or polling it, sorts and filters nothing again."""
+    unfiltered = TableQuery(query.sort, query.descending)
     _, ordered = table.memo(
-        name, lambda prep: sorted_rows(prep.rows, query.sort, query.descending),
+        unfiltered.key(), lambda prep: sorted_rows(prep.rows, query.sort, query.descending),
         SNAPSHOT_SECONDS, versioned=False,
     )
     prep = table.prepared(SNAPSHOT_SECONDS)
     if not query.states and not query.filters:
         return prep, ordered
-    return prep, [row for row in ordered if query.matches(row)]
+    kept: OrderedDict[str, tuple[list, list]] | None = table.memo_get(_SELECTIONS)
+    if kept is None:
+        kept = OrderedDict()
+        table.memo_set(_SELECTIONS, kept)
+    key = query.key()
+    found = kept.get(key)
+    if found is not None and found[0] is ordered:  # made from this snapshot's order
+        kept.move_to_end(key)
+        return prep, found[1]
+    matches = query.predicate()
+    chosen = [row for row in ordered if matches(row)]
+    kept[key] = (ordered, chosen)
+    while len(kept) > KEPT_SELECTIONS:
+        kept.popitem(last=False)
+    return prep, chosen
 
 
 def _shown(row: Mapping[str, Any]) -> dict[str, Any]:

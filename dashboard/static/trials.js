@@ -43,11 +43,22 @@
     }
   }
 
+  // The first page, asked for by the page before this script ran, when that is the query.
+  async function first(url) {
+    const early = window.trialsFirst;
+    window.trialsFirst = null;
+    if (!early || url !== cfg.tableUrl + "?" + cfg.limits.first_query) return SS.getJSON(url);
+    const response = await early;
+    if (!response.ok) return SS.getJSON(url);  // the usual error handling, once more
+    return response.json();
+  }
+
+  // One request at a time; a change made meanwhile is loaded right after.
   async function load() {
-    if (T.busy) return;
+    if (T.busy) { T.pending = true; return; }
     T.busy = true;
     try {
-      const data = await SS.getJSON(cfg.tableUrl + "?" + query(true));
+      const data = await first(cfg.tableUrl + "?" + query(true));
       T.data = data; T.page = data.page;
       render(data);
       note("", false, "table");
@@ -55,6 +66,7 @@
       note("The table could not be loaded: " + error.message, true, "table");
     } finally {
       T.busy = false;
+      if (T.pending) { T.pending = false; load(); }
     }
   }
 
@@ -80,7 +92,7 @@
     const active = T.sort === column;
     const arrow = active ? (T.order === "asc" ? " ▲" : " ▼") : "";
     return SS.el("th", { class: "sortable" + (active ? " sorted" : ""), "data-column": column,
-      title: "sort by " + label, "aria-sort": active ? (T.order === "asc" ? "ascending" : "descending") : null },
+      title: "sort by " + column, "aria-sort": active ? (T.order === "asc" ? "ascending" : "descending") : null },
     label + arrow);
   }
 
