@@ -49,7 +49,7 @@ QUERIES = {
     "by a parameter (hidden_units desc)": "sort=model.hidden_units&order=desc",
     "failed only": "state=failed&sort=objective",
     "relu, objective 0.9-0.95": "filter=model.activation:eq:relu&filter=objective:ge:0.9"
-                                "&filter=objective:le:0.95&sort=train_seconds",
+    "&filter=objective:le:0.95&sort=train_seconds",
     "500 rows, page 40": "size=500&page=40&sort=param_count",
 }
 _PROBE = """() => ({
@@ -68,8 +68,9 @@ def _seed(store: Store, seeds: int) -> tuple[str, int]:
     seeded = seed_sweep(store, spec, failed=125 * seeds, curves=20, spacing=0.05)
     store.rebuild_summaries(seeded.sweep_id)
     n = len(seeded.points)
-    print(f"seeded {n:,} finished trials and their summaries in "
-          f"{time.perf_counter() - start:.1f} s")
+    print(
+        f"seeded {n:,} finished trials and their summaries in {time.perf_counter() - start:.1f} s"
+    )
     return seeded.sweep_id, n
 
 
@@ -98,9 +99,11 @@ def _time_route(url: str, db_name: str, sweep_id: str) -> None:
             times = [get(query)[0] for _ in range(ROUTE_REPEAT)]
             median = statistics.median(times) * 1000
             verdict = "within" if median <= ROUTE_BUDGET_MS else "OVER"
-            print(f"  {label:<36} {median:6.1f} ms ({verdict} {ROUTE_BUDGET_MS} ms; first "
-                  f"{new_order * 1000:5.0f} ms) {body['total']:>6,} match, "
-                  f"{len(body['rows'])} rows")
+            print(
+                f"  {label:<36} {median:6.1f} ms ({verdict} {ROUTE_BUDGET_MS} ms; first "
+                f"{new_order * 1000:5.0f} ms) {body['total']:>6,} match, "
+                f"{len(body['rows'])} rows"
+            )
     finally:
         store.close()
 
@@ -108,9 +111,14 @@ def _time_route(url: str, db_name: str, sweep_id: str) -> None:
 def _time_page(url: str, db_name: str, sweep_id: str, n: int) -> None:
     from playwright.sync_api import sync_playwright
 
-    env = {**os.environ, "SWEEPSTACK_MONGO_URL": url, "SWEEPSTACK_MONGO_DB": db_name,
-           "SWEEPSTACK_LOG_LEVEL": "WARNING", "PYTHONPATH": str(ROOT),
-           "SWEEPSTACK_BIND_HOST": "127.0.0.1"}
+    env = {
+        **os.environ,
+        "SWEEPSTACK_MONGO_URL": url,
+        "SWEEPSTACK_MONGO_DB": db_name,
+        "SWEEPSTACK_LOG_LEVEL": "WARNING",
+        "PYTHONPATH": str(ROOT),
+        "SWEEPSTACK_BIND_HOST": "127.0.0.1",
+    }
     for name in ("SWEEPSTACK_BROKER_URL", "SWEEPSTACK_API_TOKENS"):
         env.pop(name, None)
     port = free_port()
@@ -135,12 +143,14 @@ def _time_page(url: str, db_name: str, sweep_id: str, n: int) -> None:
     last = runs[-1]
     print(f"sweep page, {n:,} trials, returning browser (median of {REPEAT}):")
     print(f"  figures alone (the table's route blocked)  {figures_alone / 1000:5.2f} s")
-    print(f"  figures and the table's first page         {both / 1000:5.2f} s ({verdict} the "
-          f"{BUDGET_MS / 1000:.0f} s budget) [figures "
-          f"{statistics.median(r['drawn'] for r in runs) / 1000:.2f} s, table "
-          f"{statistics.median(r['table'] for r in runs) / 1000:.2f} s; {last['rows']} rows "
-          f"shown of {last['count']}; console errors: "
-          f"{sorted({e for r in runs for e in r['errors']}) or 'none'}]")
+    print(
+        f"  figures and the table's first page         {both / 1000:5.2f} s ({verdict} the "
+        f"{BUDGET_MS / 1000:.0f} s budget) [figures "
+        f"{statistics.median(r['drawn'] for r in runs) / 1000:.2f} s, table "
+        f"{statistics.median(r['table'] for r in runs) / 1000:.2f} s; {last['rows']} rows "
+        f"shown of {last['count']}; console errors: "
+        f"{sorted({e for r in runs for e in r['errors']}) or 'none'}]"
+    )
 
 
 def _visit(context: Any, page_url: str, *, table: bool) -> dict[str, Any]:
@@ -150,8 +160,7 @@ def _visit(context: Any, page_url: str, *, table: bool) -> dict[str, Any]:
     try:
         page, console = open_drawn(context, page_url, timeout_s=180)
         if table:
-            page.wait_for_function("window.__dashboard.tableAt !== undefined",
-                                   timeout=60_000)
+            page.wait_for_function("window.__dashboard.tableAt !== undefined", timeout=60_000)
         probe = page.evaluate(_PROBE)
         probe["errors"] = [] if not table else console.errors()
         page.close()
@@ -178,8 +187,12 @@ def run(url: str, seeds: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("SWEEPSTACK_BENCH_MONGO_URL"))
-    parser.add_argument("--seeds", type=int, default=10,
-                        help="seeds per setting: 5,000 trials each (default 10: 50,000)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=10,
+        help="seeds per setting: 5,000 trials each (default 10: 50,000)",
+    )
     args = parser.parse_args()
     if args.url:
         run(args.url, args.seeds)

@@ -63,6 +63,8 @@ ROW_FIELDS = (
     "params",
     "objective",
     "train_seconds",
+    # For the dashboard's training time against model size (absent from older entries).
+    "param_count",
     "finished_at",
     "started_at",
     "updated_at",
@@ -78,8 +80,6 @@ ROW_FIELDS = (
     "pruned_epoch",
     "progress.epoch",
     "config.training.epochs",
-    # The dashboard's trials table sorts by it.
-    "param_count",
 )
 _TIMES = ("finished_at", "started_at", "updated_at")
 #: An error keeps this many characters in the log (pages show its first line).

@@ -28,11 +28,13 @@ def parse_indexes(raw: str) -> list[int]:
     try:
         indexes = list(dict.fromkeys(int(part) for part in raw.split(",") if part.strip()))
     except ValueError:
-        raise InvalidQuery("indexes", f"must be trial indexes, comma-separated, got "
-                           f"{raw[:60]!r}") from None
+        raise InvalidQuery(
+            "indexes", f"must be trial indexes, comma-separated, got {raw[:60]!r}"
+        ) from None
     if not MIN_TRIALS <= len(indexes) <= MAX_TRIALS:
-        raise InvalidQuery("indexes", f"a comparison takes {MIN_TRIALS} to {MAX_TRIALS} "
-                           f"trials, got {len(indexes)}")
+        raise InvalidQuery(
+            "indexes", f"a comparison takes {MIN_TRIALS} to {MAX_TRIALS} trials, got {len(indexes)}"
+        )
     return indexes
 
 
@@ -58,8 +60,7 @@ def param_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One entry per parameter path any of the trials sets: its value in each trial (None
     where not set) and whether they differ; differing ones first."""
     paths = list(dict.fromkeys(path for row in rows for path in row["params"]))
-    table = [{"path": path, "values": [row["params"].get(path) for row in rows]}
-             for path in paths]
+    table = [{"path": path, "values": [row["params"].get(path) for row in rows]} for path in paths]
     for entry in table:
         entry["differs"] = _differs(entry["values"])
     return sorted(table, key=lambda e: not e["differs"])
@@ -74,8 +75,9 @@ def metric_names(rows: Sequence[Mapping[str, Any]], objective: str) -> list[str]
     return ordered
 
 
-def compare_figures(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]
-                    ) -> dict[str, dict[str, Any]]:
+def compare_figures(
+    rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]
+) -> dict[str, dict[str, Any]]:
     """metric -> a figure of that metric by epoch, one line per trial (colour by its place
     in the comparison, the same in every figure)."""
     figures = {}
@@ -86,16 +88,22 @@ def compare_figures(rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]
             values = series["values"].get(metric)
             if not values:
                 continue
-            traces.append({
-                "type": "scatter", "mode": "lines+markers", "name": f"#{row['index']}",
-                "x": series["epochs"], "y": values,
-                "line": {"color": PALETTE[n % len(PALETTE)], "width": 2},
-                "marker": {"size": 5},
-                "hovertemplate": f"trial #{row['index']}<br>epoch %{{x}}: {metric} %{{y:.4g}}"
-                                 "<extra></extra>",
-            })
-        layout = base_layout(f"{metric} by epoch", "epoch", metric,
-                             legend={"title": {"text": "trial"}})
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "name": f"#{row['index']}",
+                    "x": series["epochs"],
+                    "y": values,
+                    "line": {"color": PALETTE[n % len(PALETTE)], "width": 2},
+                    "marker": {"size": 5},
+                    "hovertemplate": f"trial #{row['index']}<br>epoch %{{x}}: {metric} %{{y:.4g}}"
+                    "<extra></extra>",
+                }
+            )
+        layout = base_layout(
+            f"{metric} by epoch", "epoch", metric, legend={"title": {"text": "trial"}}
+        )
         figures[metric] = {"data": traces, "layout": layout}
     return figures
 

@@ -149,6 +149,7 @@ def trial_row(doc: Mapping[str, Any]) -> dict[str, Any]:
         "params": params,
         "objective": _number(doc.get("objective")),
         "train_seconds": _number(doc.get("train_seconds")),
+        "param_count": _count(doc.get("param_count")),
         "finished_at": to_ms(doc.get("finished_at")),
         "started_at": to_ms(doc.get("started_at")),
         "layers": layers if isinstance(layers, int) else None,
@@ -161,7 +162,6 @@ def trial_row(doc: Mapping[str, Any]) -> dict[str, Any]:
         "pruned_epoch": _count(doc.get("pruned_epoch")),
         "epochs": epochs_trained(doc, planned),
         "planned_epochs": planned,
-        "param_count": _count(doc.get("param_count")),
     }
 
 

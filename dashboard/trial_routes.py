@@ -63,11 +63,16 @@ def trials_blueprint(
     @bp.app_context_processor
     def limits() -> dict[str, Any]:
         """The table's limits, for the sweep page's template (`trials_panel.html`)."""
-        return {"trials_limits": {
-            "page_sizes": list(trials.PAGE_SIZES), "page_size": trials.DEFAULT_PAGE_SIZE,
-            "max_page_size": trials.MAX_PAGE_SIZE, "compare_min": compare.MIN_TRIALS,
-            "compare_max": compare.MAX_TRIALS, "first_query": FIRST_QUERY,
-        }}
+        return {
+            "trials_limits": {
+                "page_sizes": list(trials.PAGE_SIZES),
+                "page_size": trials.DEFAULT_PAGE_SIZE,
+                "max_page_size": trials.MAX_PAGE_SIZE,
+                "compare_min": compare.MIN_TRIALS,
+                "compare_max": compare.MAX_TRIALS,
+                "first_query": FIRST_QUERY,
+            }
+        }
 
     def table_of(sweep_id: str) -> SweepTable:
         own_sweep(sweep_id)
@@ -95,9 +100,12 @@ def trials_blueprint(
     def download(sweep_id: str) -> Response:
         fmt = request.args.get("format", "csv")
         if fmt not in FORMATS:
-            return error_response(400, "invalid_parameter",
-                                  f"format: must be csv or jsonl, got {fmt[:20]!r}",
-                                  {"parameter": "format"})
+            return error_response(
+                400,
+                "invalid_parameter",
+                f"format: must be csv or jsonl, got {fmt[:20]!r}",
+                {"parameter": "format"},
+            )
         sweep_table = table_of(sweep_id)
         ids = trials.selected_ids(sweep_table, request.args, extra=("format",))
         store = context().store
@@ -106,8 +114,10 @@ def trials_blueprint(
         else:
             body = export.jsonl(store, sweep_id, ids)
         name = f"sweep-{sweep_id}{'' if ids is None else '-filtered'}.{fmt}"
-        headers = {"Content-Disposition": f'attachment; filename="{name}"',
-                   "Cache-Control": "no-store"}
+        headers = {
+            "Content-Disposition": f'attachment; filename="{name}"',
+            "Cache-Control": "no-store",
+        }
         return Response(body, mimetype=FORMATS[fmt], headers=headers)
 
     @bp.post("/dashboard/data/sweeps/<sweep_id>/cancel")
@@ -121,9 +131,11 @@ def trials_blueprint(
         own_sweep(sweep_id)
         services = context()
         if retry is None or services.sender is None:
-            return error_response(503, "broker_unavailable",
-                                  "retrying needs the broker: this dashboard has no "
-                                  "SWEEPSTACK_BROKER_URL")
+            return error_response(
+                503,
+                "broker_unavailable",
+                "retrying needs the broker: this dashboard has no SWEEPSTACK_BROKER_URL",
+            )
         counts = retry(services.store, services.sender, services.settings, sweep_id)
         return _json({**counts, "counts": fresh(sweep_id)})
 

@@ -45,8 +45,15 @@ MAX_PAGE_SIZE = 500
 #: Filters one request may hold.
 MAX_FILTERS = 20
 #: Columns every sweep has (besides its parameters), and whether they hold numbers.
-FIXED_COLUMNS = ("index", "state", "objective", "train_seconds", "param_count", "epochs",
-                 "finished_at")
+FIXED_COLUMNS = (
+    "index",
+    "state",
+    "objective",
+    "train_seconds",
+    "param_count",
+    "epochs",
+    "finished_at",
+)
 NUMERIC_COLUMNS = frozenset(FIXED_COLUMNS) - {"state"}
 OPERATORS = ("eq", "ne", "lt", "le", "gt", "ge")
 PARAMETERS = ("sort", "order", "state", "filter", "page", "size")
@@ -179,8 +186,9 @@ def _int(name: str, raw: str | None, default: int, low: int, high: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise InvalidQuery(name, f"must be an integer from {low} to {high}, got {raw[:40]!r}"
-                           ) from None
+        raise InvalidQuery(
+            name, f"must be an integer from {low} to {high}, got {raw[:40]!r}"
+        ) from None
     if not low <= value <= high:
         raise InvalidQuery(name, f"must be an integer from {low} to {high}, got {value}")
     return value
@@ -207,16 +215,19 @@ def parse_filter(text: str, columns: Sequence[str]) -> Filter:
     column, op, raw = parts
     _column("filter", column, columns)
     if op not in OPERATORS:
-        raise InvalidQuery("filter", f"unknown operator {op[:20]!r} for {column} "
-                           f"(operators: {', '.join(OPERATORS)})")
+        raise InvalidQuery(
+            "filter",
+            f"unknown operator {op[:20]!r} for {column} (operators: {', '.join(OPERATORS)})",
+        )
     value = _value(raw)
     if op not in ("eq", "ne") and not _is_number(value):
         raise InvalidQuery("filter", f"{column}:{op} needs a number, got {raw[:40]!r}")
     return Filter(column, op, value)
 
 
-def parse_query(args: MultiDict, columns: Sequence[str], *, paged: bool = True,
-                extra: Sequence[str] = ()) -> TableQuery:
+def parse_query(
+    args: MultiDict, columns: Sequence[str], *, paged: bool = True, extra: Sequence[str] = ()
+) -> TableQuery:
     """The table a request's query parameters ask for (`InvalidQuery` naming the first
     parameter that is wrong). `paged` False: a download, which takes every row; `extra`:
     the caller's own parameters, left to it."""
@@ -232,8 +243,9 @@ def parse_query(args: MultiDict, columns: Sequence[str], *, paged: bool = True,
     for item in args.getlist("state"):
         for state in filter(None, item.split(",")):
             if state not in STATE_ORDER:
-                raise InvalidQuery("state", f"unknown state {state[:40]!r} "
-                                   f"(states: {', '.join(STATE_ORDER)})")
+                raise InvalidQuery(
+                    "state", f"unknown state {state[:40]!r} (states: {', '.join(STATE_ORDER)})"
+                )
             states.add(state)
     texts = args.getlist("filter")
     if len(texts) > MAX_FILTERS:
@@ -241,8 +253,7 @@ def parse_query(args: MultiDict, columns: Sequence[str], *, paged: bool = True,
     filters = tuple(parse_filter(text, columns) for text in texts)
     page = _int("page", _one(args, "page"), 1, 1, 10**9) if paged else 1
     size = _int("size", _one(args, "size"), DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
-    return TableQuery(sort, order == "desc", frozenset(states), filters, page, size,
-                      tuple(columns))
+    return TableQuery(sort, order == "desc", frozenset(states), filters, page, size, tuple(columns))
 
 
 def _sort_value(column: str) -> Callable[[Mapping[str, Any]], Any]:
@@ -253,8 +264,9 @@ def _sort_value(column: str) -> Callable[[Mapping[str, Any]], Any]:
     return lambda row: sort_key(row["params"].get(column))
 
 
-def sorted_rows(rows: Sequence[Mapping[str, Any]], column: str, descending: bool
-                ) -> list[Mapping[str, Any]]:
+def sorted_rows(
+    rows: Sequence[Mapping[str, Any]], column: str, descending: bool
+) -> list[Mapping[str, Any]]:
     """`rows` by `column` (ties: by index; rows without a value last, by index)."""
     by_index = sorted(rows, key=lambda row: row["index"])
     have = [row for row in by_index if cell(row, column) is not None]
@@ -270,8 +282,10 @@ def select(table: SweepTable, query: TableQuery) -> tuple[Prepared, list[Mapping
     so paging through one, or polling it, sorts and filters nothing again."""
     unfiltered = TableQuery(query.sort, query.descending)
     _, ordered = table.memo(
-        unfiltered.key(), lambda prep: sorted_rows(prep.rows, query.sort, query.descending),
-        SNAPSHOT_SECONDS, versioned=False,
+        unfiltered.key(),
+        lambda prep: sorted_rows(prep.rows, query.sort, query.descending),
+        SNAPSHOT_SECONDS,
+        versioned=False,
     )
     prep = table.prepared(SNAPSHOT_SECONDS)
     if not query.states and not query.filters:
@@ -326,13 +340,13 @@ def table_payload(table: SweepTable, args: MultiDict) -> dict[str, Any]:
     }
 
 
-def selected_ids(table: SweepTable, args: MultiDict, extra: Sequence[str] = ()
-                 ) -> list[str] | None:
+def selected_ids(table: SweepTable, args: MultiDict, extra: Sequence[str] = ()) -> list[str] | None:
     """The ids of the trials a download of `args` holds, in index order; None when it
     asks for no filter (every trial of the sweep). Sort and page are accepted and left
     aside, so a page can send its table's query as it is."""
-    query = parse_query(args, columns_of(table.prepared(SNAPSHOT_SECONDS)), paged=False,
-                        extra=extra)
+    query = parse_query(
+        args, columns_of(table.prepared(SNAPSHOT_SECONDS)), paged=False, extra=extra
+    )
     if not query.states and not query.filters:
         return None
     _, rows = select(table, query)

@@ -30,8 +30,7 @@ def broker_reachable(sender: Celery, timeout: float) -> None:
         conn.ensure_connection(max_retries=0)
 
 
-def retry_sweep(store: Store, sender: Celery, settings: Settings, sweep_id: str
-                ) -> dict[str, int]:
+def retry_sweep(store: Store, sender: Celery, settings: Settings, sweep_id: str) -> dict[str, int]:
     """Queue the sweep's failed trials again and its stale running ones (heartbeat older
     than ``stale_after_seconds``), and enqueue them all; ``{"retried", "requeued_stale"}``.
 
@@ -45,6 +44,7 @@ def retry_sweep(store: Store, sender: Celery, settings: Settings, sweep_id: str
     )
     enqueue_ids(store, sender, failed + stale)
     if failed or stale:
-        log.info("sweep %s: retried %d failed and %d stale trials", sweep_id, len(failed),
-                 len(stale))
+        log.info(
+            "sweep %s: retried %d failed and %d stale trials", sweep_id, len(failed), len(stale)
+        )
     return {"retried": len(failed), "requeued_stale": len(stale)}

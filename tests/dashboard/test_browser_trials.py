@@ -33,22 +33,31 @@ from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
 
 @pytest.fixture
 def settings(secantus_url: str, db_name: str, broker_url: str) -> Iterator[Settings]:
-    settings = dashboard_settings(secantus_url, db_name, broker_url=broker_url,
-                                  queue=f"sweepstack.test.{uuid.uuid4().hex[:10]}")
+    settings = dashboard_settings(
+        secantus_url,
+        db_name,
+        broker_url=broker_url,
+        queue=f"sweepstack.test.{uuid.uuid4().hex[:10]}",
+    )
     yield settings
     remove_queue(settings)
 
 
 def indexes(page: Page) -> list[int]:
-    return [int(i) for i in page.eval_on_selector_all(
-        "#trials-table tbody tr[data-index]", "rows => rows.map((r) => r.dataset.index)")]
+    return [
+        int(i)
+        for i in page.eval_on_selector_all(
+            "#trials-table tbody tr[data-index]", "rows => rows.map((r) => r.dataset.index)"
+        )
+    ]
 
 
 def column(page: Page, n: int) -> list[str]:
     """The text of the `n`-th cell (from 1: the checkbox) of every row shown."""
     return page.eval_on_selector_all(
         f"#trials-table tbody tr[data-index] td:nth-child({n})",
-        "cells => cells.map((c) => c.textContent)")
+        "cells => cells.map((c) => c.textContent)",
+    )
 
 
 def redraws(page: Page, act: Callable[[], Any]) -> None:
@@ -65,7 +74,9 @@ def downloaded(page: Page, link: str) -> str:
 
 
 def test_sort_filter_page_download_compare_retry_and_cancel_in_the_browser(
-    context: BrowserContext, live_store: Store, settings: Settings  # noqa: F811
+    context: BrowserContext,  # noqa: F811
+    live_store: Store,  # noqa: F811
+    settings: Settings,
 ) -> None:
     seeded: Seeded = seed_sweep(live_store, mcleod_spec(str(ROOT)), failed=8, queued=40)
     objectives = seeded.objectives
@@ -98,8 +109,7 @@ def test_sort_filter_page_download_compare_retry_and_cancel_in_the_browser(
 
         # filtering: a state, then a parameter and an objective range
         redraws(page, lambda: page.check("#trials-filters input[value=failed]"))
-        assert sorted(indexes(page)) == sorted(i for i, s in seeded.states.items()
-                                               if s == "failed")
+        assert sorted(indexes(page)) == sorted(i for i, s in seeded.states.items() if s == "failed")
         assert set(column(page, 3)) == {"failed"}
         redraws(page, lambda: page.uncheck("#trials-filters input[value=failed]"))
         page.select_option("#filter-param", "model.activation")
@@ -154,8 +164,11 @@ def test_sort_filter_page_download_compare_retry_and_cancel_in_the_browser(
         assert live_store.get_sweep(seeded.sweep_id).get("cancelled_at") is None
         page.click("#cancel-sweep")
         redraws(page, lambda: page.click("#confirm-yes"))
-        assert page.locator("#trials-note").inner_text().startswith(
-            "Sweep cancelled: 48 queued trials cancelled")
+        assert (
+            page.locator("#trials-note")
+            .inner_text()
+            .startswith("Sweep cancelled: 48 queued trials cancelled")
+        )
         assert live_store.get_sweep(seeded.sweep_id)["cancelled_at"] is not None
         assert page.locator("#cancel-sweep").is_disabled()
         shoot(page, "trials-table")

@@ -79,8 +79,9 @@ def test_rows_sort_with_missing_values_last_and_ties_by_index() -> None:
     assert order("objective", False) == [1, 3, 2, 0]
     assert order("a.b", False) == [3, 1, 0, 2]  # numbers before text, as MongoDB orders
     assert order("state", False) == [3, 1, 2, 0]  # queued, complete, failed
-    query = trials.parse_query(MultiDict([("filter", "a.b:ge:1"), ("filter", "a.b:lt:2")]),
-                               ("index", "objective", "a.b"))
+    query = trials.parse_query(
+        MultiDict([("filter", "a.b:ge:1"), ("filter", "a.b:lt:2")]), ("index", "objective", "a.b")
+    )
     assert [r["index"] for r in rows if query.matches(r)] == [3]
     assert trials.same(True, True) and not trials.same(1, True) and trials.same(64, 64.0)
     assert trials.same([64, 32], [64, 32]) and not trials.same("64", 64)
@@ -91,9 +92,13 @@ def test_rows_sort_with_missing_values_last_and_ties_by_index() -> None:
 
 @pytest.fixture
 def settings(secantus_url: str, db_name: str, broker_url: str) -> Iterator[Settings]:
-    settings = dashboard_settings(secantus_url, db_name, broker_url=broker_url,
-                                  queue=f"sweepstack.test.{uuid.uuid4().hex[:10]}",
-                                  api_timeout_seconds=2.0)
+    settings = dashboard_settings(
+        secantus_url,
+        db_name,
+        broker_url=broker_url,
+        queue=f"sweepstack.test.{uuid.uuid4().hex[:10]}",
+        api_timeout_seconds=2.0,
+    )
     yield settings
     remove_queue(settings)
 
@@ -105,8 +110,7 @@ def seeded(store: Store, clock: FakeClock) -> Seeded:
 
 
 @pytest.fixture
-def app(settings: Settings, store: Store, seeded: Seeded, monkeypatch: pytest.MonkeyPatch
-        ) -> Flask:
+def app(settings: Settings, store: Store, seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> Flask:
     monkeypatch.setattr(payloads, "PREPARED_SECONDS", 0)
     monkeypatch.setattr(trials, "SNAPSHOT_SECONDS", 0)
     app = dashboard_app(settings, store, sender_app(settings))
@@ -126,8 +130,7 @@ def table(client: FlaskClient, sweep_id: str, query: str = "") -> dict[str, Any]
     return answer.json
 
 
-def test_the_table_sorts_filters_and_pages_every_trial(client: FlaskClient, seeded: Seeded
-                                                       ) -> None:
+def test_the_table_sorts_filters_and_pages_every_trial(client: FlaskClient, seeded: Seeded) -> None:
     sid = seeded.sweep_id
     first = table(client, sid)
     assert (first["total"], first["all"], first["pages"]) == (16, 16, 1)
@@ -149,18 +152,24 @@ def test_the_table_sorts_filters_and_pages_every_trial(client: FlaskClient, seed
     relu = table(client, sid, "filter=model.activation:eq:relu&filter=model.hidden_units:eq:64")
     assert relu["total"] == 4 and all(
         r["params"]["model.activation"] == "relu" and r["params"]["model.hidden_units"] == 64
-        for r in relu["rows"])
+        for r in relu["rows"]
+    )
     low, high = sorted(seeded.objectives.values())[2], sorted(seeded.objectives.values())[7]
     ranged = table(client, sid, f"filter=objective:ge:{low}&filter=objective:le:{high}")
     assert ranged["total"] == 6 and all(low <= r["objective"] <= high for r in ranged["rows"])
-    for query, parameter in [("sort=val_loss", "sort"), ("filter=objective:near:1", "filter"),
-                             ("size=1000", "size"), ("cursor=x", "cursor")]:
+    for query, parameter in [
+        ("sort=val_loss", "sort"),
+        ("filter=objective:near:1", "filter"),
+        ("size=1000", "size"),
+        ("cursor=x", "cursor"),
+    ]:
         answer = client.get(f"/dashboard/data/sweeps/{sid}/table?{query}")
         assert answer.status_code == 400 and answer.json["details"]["parameter"] == parameter
 
 
-def test_two_to_five_trials_compare_and_more_are_refused(client: FlaskClient, seeded: Seeded
-                                                         ) -> None:
+def test_two_to_five_trials_compare_and_more_are_refused(
+    client: FlaskClient, seeded: Seeded
+) -> None:
     sid = seeded.sweep_id
     pair = sorted(seeded.objectives)[:2]
     answer = client.get(f"/dashboard/data/sweeps/{sid}/compare?indexes={pair[0]},{pair[1]}")
@@ -173,8 +182,11 @@ def test_two_to_five_trials_compare_and_more_are_refused(client: FlaskClient, se
     assert [t["name"] for t in curves] == [f"#{i}" for i in pair] and len(curves[0]["x"]) == 3
     differs = {p["path"] for p in data["params"] if p["differs"]}
     assert differs and data["params"][0]["differs"]  # differing parameters first
-    for indexes, message in [("0,1,2,3,4,5", "2 to 5 trials, got 6"), ("3", "got 1"),
-                             ("a,b", "comma-separated")]:
+    for indexes, message in [
+        ("0,1,2,3,4,5", "2 to 5 trials, got 6"),
+        ("3", "got 1"),
+        ("a,b", "comma-separated"),
+    ]:
         refused = client.get(f"/dashboard/data/sweeps/{sid}/compare?indexes={indexes}")
         assert refused.status_code == 400 and message in refused.json["message"], indexes
     assert client.get(f"/dashboard/data/sweeps/{sid}/compare?indexes=1,99").status_code == 404
@@ -182,13 +194,18 @@ def test_two_to_five_trials_compare_and_more_are_refused(client: FlaskClient, se
 
 def test_downloads_hold_the_filtered_trials(client: FlaskClient, seeded: Seeded) -> None:
     sid = seeded.sweep_id
-    answer = client.get(f"/dashboard/data/sweeps/{sid}/download?format=csv&state=complete"
-                        "&filter=model.activation:eq:tanh&sort=objective&page=2")
+    answer = client.get(
+        f"/dashboard/data/sweeps/{sid}/download?format=csv&state=complete"
+        "&filter=model.activation:eq:tanh&sort=objective&page=2"
+    )
     assert answer.status_code == 200 and answer.mimetype == "text/csv"
     assert "filtered.csv" in answer.headers["Content-Disposition"]
     rows = list(csv.DictReader(io.StringIO(answer.get_data(as_text=True))))
-    expected = [p.index for p in seeded.points
-                if seeded.states[p.index] == "complete" and p.params["model.activation"] == "tanh"]
+    expected = [
+        p.index
+        for p in seeded.points
+        if seeded.states[p.index] == "complete" and p.params["model.activation"] == "tanh"
+    ]
     assert [int(r["index"]) for r in rows] == expected and expected
     assert {r["state"] for r in rows} == {"complete"}
     assert float(rows[0]["objective"]) == pytest.approx(seeded.objectives[expected[0]])
@@ -223,11 +240,15 @@ def test_cancel_and_retry_act_and_the_retried_trials_are_enqueued(
     assert again.status_code == 409 and "cancelled" in again.json["message"]
 
 
-def test_another_owner_gets_404_on_every_table_route(app: Flask, seeded: Seeded, store: Store
-                                                     ) -> None:
+def test_another_owner_gets_404_on_every_table_route(
+    app: Flask, seeded: Seeded, store: Store
+) -> None:
     sid = seeded.sweep_id
-    gets = [f"/dashboard/data/sweeps/{sid}/table", f"/dashboard/data/sweeps/{sid}/compare"
-            "?indexes=0,1", f"/dashboard/data/sweeps/{sid}/download?format=csv"]
+    gets = [
+        f"/dashboard/data/sweeps/{sid}/table",
+        f"/dashboard/data/sweeps/{sid}/compare?indexes=0,1",
+        f"/dashboard/data/sweeps/{sid}/download?format=csv",
+    ]
     posts = [f"/dashboard/data/sweeps/{sid}/cancel", f"/dashboard/data/sweeps/{sid}/retry"]
     with app.test_client() as anonymous:
         assert all(anonymous.get(url).status_code == 401 for url in gets)
@@ -247,8 +268,9 @@ def test_another_owner_gets_404_on_every_table_route(app: Flask, seeded: Seeded,
     assert sweep.get("cancelled_at") is None and sweep["counts"]["failed"] == 3
 
 
-def test_retry_without_a_broker_says_so(secantus_url: str, db_name: str, store: Store,
-                                        seeded: Seeded) -> None:
+def test_retry_without_a_broker_says_so(
+    secantus_url: str, db_name: str, store: Store, seeded: Seeded
+) -> None:
     settings = dataclasses.replace(dashboard_settings(secantus_url, db_name), broker_url=None)
     with dashboard_app(settings, store).test_client() as client:
         login(client, ALICE_TOKEN)
