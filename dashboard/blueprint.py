@@ -6,6 +6,8 @@ Pages: ``/`` (sweeps, a page at a time), ``/sweeps/<id>``, ``/trials/<id>``,
 ``/dashboard/plotly.min.js``, so pages need no network beyond this server. Each view
 parses its arguments, calls `payloads`, and answers; data errors get the one JSON shape
 of the API (``{"code", "message", "details"}``), pages an HTML page with the same status.
+The sweep page's trials table has its routes in a nested blueprint (`trial_routes`), under
+the same guard and error handlers.
 
 Who may see what (`_guard`, before every view but the static files): an anonymous
 request for a page is sent to ``/login``, one for data answered 401; a logged-in owner
