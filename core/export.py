@@ -6,8 +6,8 @@ final metrics (the last epoch's ``val_accuracy``, ``val_loss``, ``val_rmse``,
 ``train_loss``), the epochs run, the epoch a pruned trial stopped at, training seconds,
 parameter count, device and error.
 JSON Lines carries the same, with ``params`` and ``final`` as objects. Trials are read a
-page at a time in index order, so memory stays flat however large the sweep; given `ids`
-(a caller's selection, such as the dashboard's filtered table), only those, in that order.
+page at a time in index order, so memory stays flat however large the sweep; given
+`indexes` (a caller's selection, such as the dashboard's filtered table), only those.
 
 In core so that every entry point writes the same rows: the API's ``/export``, the
 dashboard's downloads and ``sweepstack export``.
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 PAGE = 1000
 HEAD = ("id", "index", "state", "attempt", "seed", "objective")
 TAIL = ("epochs", "pruned_epoch", "train_seconds", "param_count", "device", "error")
-#: The trial fields a row is made of (`row`), for reads by id.
+#: The trial fields a row is made of (`row`), for reads of a selection.
 FIELDS = ("index", "state", "attempt", "seed", "objective", "params", "result.final",
           "result.epochs", "pruned_epoch", "train_seconds", "param_count", "device", "error")
 
@@ -62,13 +62,12 @@ def param_columns(sweep: dict[str, Any]) -> list[str]:
         return []
 
 
-def _pages(store: Store, sweep_id: str, ids: Sequence[str] | None = None
+def _pages(store: Store, sweep_id: str, indexes: Sequence[int] | None = None
            ) -> Iterator[dict[str, Any]]:
-    if ids is not None:
-        for start in range(0, len(ids), PAGE):
-            chunk = ids[start : start + PAGE]
-            docs = store.trials_by_id(chunk, FIELDS)
-            yield from (docs[trial_id] for trial_id in chunk)
+    if indexes is not None:
+        chosen = sorted(set(indexes))
+        for start in range(0, len(chosen), PAGE):
+            yield from store.trials_at(sweep_id, chosen[start : start + PAGE], FIELDS)
         return
     cursor = None
     while True:
@@ -109,22 +108,23 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def jsonl(store: Store, sweep_id: str, ids: Sequence[str] | None = None) -> Iterator[str]:
-    """The export as JSON Lines (of the trials `ids` only, when given)."""
+def jsonl(store: Store, sweep_id: str, indexes: Sequence[int] | None = None
+          ) -> Iterator[str]:
+    """The export as JSON Lines (of the trials at `indexes` only, when given)."""
     try:
-        for doc in _pages(store, sweep_id, ids):
+        for doc in _pages(store, sweep_id, indexes):
             yield json.dumps(row(doc), allow_nan=False) + "\n"
     except SweepstackError as exc:  # the status is sent: all that is left is to stop
         log.error("export of sweep %s stopped: %s", sweep_id, exc)
 
 
-def csv_text(store: Store, sweep: dict[str, Any], ids: Sequence[str] | None = None
+def csv_text(store: Store, sweep: dict[str, Any], indexes: Sequence[int] | None = None
              ) -> Iterator[str]:
-    """The export as CSV, the header first (of the trials `ids` only, when given)."""
+    """The export as CSV, the header first (of the trials at `indexes` only, when given)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     columns = param_columns(sweep)
-    docs = _pages(store, sweep["_id"], ids)
+    docs = _pages(store, sweep["_id"], indexes)
     try:
         first = next(docs, None)
         for path in flatten_params((first or {}).get("params")):

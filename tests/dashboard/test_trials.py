@@ -18,6 +18,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.datastructures import MultiDict
 
+from core import export
 from core.errors import InvalidQuery
 from core.settings import Settings
 from core.store import Store
@@ -192,7 +193,9 @@ def test_two_to_five_trials_compare_and_more_are_refused(
     assert client.get(f"/dashboard/data/sweeps/{sid}/compare?indexes=1,99").status_code == 404
 
 
-def test_downloads_hold_the_filtered_trials(client: FlaskClient, seeded: Seeded) -> None:
+def test_downloads_hold_the_filtered_trials(
+    client: FlaskClient, seeded: Seeded, store: Store
+) -> None:
     sid = seeded.sweep_id
     answer = client.get(
         f"/dashboard/data/sweeps/{sid}/download?format=csv&state=complete"
@@ -210,6 +213,10 @@ def test_downloads_hold_the_filtered_trials(client: FlaskClient, seeded: Seeded)
     assert {r["state"] for r in rows} == {"complete"}
     assert float(rows[0]["objective"]) == pytest.approx(seeded.objectives[expected[0]])
     assert rows[0]["val_accuracy"] and rows[0]["param_count"] and rows[0]["model.hidden_units"]
+    every = client.get(f"/dashboard/data/sweeps/{sid}/download?format=csv")
+    assert every.headers["Content-Disposition"].endswith(f'"sweep-{sid}.csv"')
+    api = "".join(export.csv_text(store, store.get_sweep(sid)))  # what the API's export holds
+    assert every.get_data(as_text=True) == api and api.count("\n") == 17
     whole = client.get(f"/dashboard/data/sweeps/{sid}/download?format=jsonl")
     assert whole.mimetype == "application/x-ndjson"
     lines = [json.loads(line) for line in whole.get_data(as_text=True).splitlines()]
