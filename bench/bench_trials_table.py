@@ -11,11 +11,14 @@ summaries, then:
   app): the first call (the server reads the sweep into memory), then the median of
   repeats for each query below. A sort order is computed once per snapshot of the sweep
   and kept (`dashboard.trials`), so the first call of a new order is timed too;
+- times the downloads: the whole sweep and three filters' selections read by index, as
+  the dashboard reads them, against the API's paged export;
 - serves the dashboard with gunicorn as ``sweepstack dashboard`` does and opens the sweep
   page in Debian's Chromium with a profile that has opened it before (plotly.js in the
   code cache): the figure is the time from navigation start until both the figures
   (``__dashboard.drawnAt``) and the first page of the table (``__dashboard.tableAt``) are
-  drawn, against the 2 s budget of issue 18.
+  drawn, against the 2 s budget of issue 18, and with the table's route blocked (the
+  figures alone), in turns.
 
 Without --url (or SWEEPSTACK_BENCH_MONGO_URL) it starts its own SecantusDB.
 """
@@ -170,12 +173,52 @@ def _visit(context: Any, page_url: str, *, table: bool) -> dict[str, Any]:
             context.unroute("**/table?*")
 
 
+def _time_downloads(url: str, db_name: str, sweep_id: str) -> None:
+    """A download of the whole sweep and of a filter's selection, read by index as the
+    dashboard reads them (`core.views.Views.trials_at`), against the API's paged export."""
+    from werkzeug.datastructures import MultiDict
+
+    from core import export
+    from dashboard import trials
+    from dashboard.table import SweepTable
+
+    store = Store.connect(url, db_name)
+    try:
+        table = SweepTable(sweep_id)
+        table.sync(store, min_interval=0)
+        sweep = store.get_sweep(sweep_id)
+
+        def timed(indexes: list[int] | None) -> tuple[float, int]:
+            start = time.perf_counter()
+            size = sum(len(chunk) for chunk in export.csv_text(store, sweep, indexes))
+            return time.perf_counter() - start, size
+
+        paged, size = timed(None)
+        for label, query in (
+            ("every trial", []),
+            ("complete only", [("state", "complete")]),
+            ("relu only", [("filter", "model.activation:eq:relu")]),
+            ("failed only", [("state", "failed")]),
+        ):
+            indexes, _ = trials.selected_indexes(table, MultiDict(query))
+            seconds, got = timed(indexes)
+            print(
+                f"  CSV of {label:<14} {len(indexes):>6,} trials {seconds:6.1f} s "
+                f"({got / 1e6:4.1f} MB)"
+            )
+        print(f"  (the API's paged export of every trial: {paged:.1f} s, {size / 1e6:.1f} MB)")
+    finally:
+        store.close()
+
+
 def run(url: str, seeds: int) -> None:
     db_name = f"bench_trials_{uuid.uuid4().hex[:8]}"
     store = Store.connect(url, db_name)
     try:
         sweep_id, n = _seed(store, seeds)
         _time_route(url, db_name, sweep_id)
+        print("downloads (CSV, in-process):")
+        _time_downloads(url, db_name, sweep_id)
         _time_page(url, db_name, sweep_id, n)
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"({os.cpu_count()} CPUs, load average {load})")
