@@ -15,6 +15,7 @@ dashboard's downloads and ``sweepstack export``.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import json
@@ -64,10 +65,13 @@ def param_columns(sweep: dict[str, Any]) -> list[str]:
 
 def _pages(store: Store, sweep_id: str, indexes: Sequence[int] | None = None
            ) -> Iterator[dict[str, Any]]:
-    if indexes is not None:
+    if indexes is not None:  # a window of PAGE indexes at a time: a short range, or a few
         chosen = sorted(set(indexes))
-        for start in range(0, len(chosen), PAGE):
-            yield from store.trials_at(sweep_id, chosen[start : start + PAGE], FIELDS)
+        start = 0
+        while start < len(chosen):
+            stop = bisect.bisect_left(chosen, chosen[start] + PAGE, lo=start)
+            yield from store.trials_at(sweep_id, chosen[start:stop], FIELDS)
+            start = stop
         return
     cursor = None
     while True:

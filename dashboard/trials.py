@@ -26,7 +26,7 @@ import json
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from werkzeug.datastructures import MultiDict
@@ -82,9 +82,6 @@ class Filter:
     op: str
     value: Any
 
-    def holds(self, row: Mapping[str, Any]) -> bool:
-        return self.test()(cell(row, self.column))
-
     def test(self) -> Callable[[Any], bool]:
         """The condition on a cell's value, made once per request (it runs on every row:
         types are tested exactly, a boolean is no number)."""
@@ -111,7 +108,6 @@ class TableQuery:
     filters: tuple[Filter, ...] = ()
     page: int = 1
     size: int = DEFAULT_PAGE_SIZE
-    columns: tuple[str, ...] = field(default=FIXED_COLUMNS, compare=False)
 
     def matches(self, row: Mapping[str, Any]) -> bool:
         return self.predicate()(row)
@@ -253,7 +249,7 @@ def parse_query(
     filters = tuple(parse_filter(text, columns) for text in texts)
     page = _int("page", _one(args, "page"), 1, 1, 10**9) if paged else 1
     size = _int("size", _one(args, "size"), DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
-    return TableQuery(sort, order == "desc", frozenset(states), filters, page, size, tuple(columns))
+    return TableQuery(sort, order == "desc", frozenset(states), filters, page, size)
 
 
 def _sort_value(column: str) -> Callable[[Mapping[str, Any]], Any]:

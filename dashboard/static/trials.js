@@ -307,9 +307,14 @@
   $("trials-filters").addEventListener("submit", (event) => {
     event.preventDefault();
     const v = $("filter-value").value.trim();
+    const op = $("filter-op").value;
     if (v === "") { note("Type a value to filter on.", true, "filter"); return; }
+    if (op !== "eq" && op !== "ne" && !Number.isFinite(Number(v))) {
+      note("≥, ≤, > and < compare numbers: " + JSON.stringify(v) + " is not one.", true, "filter");
+      return;
+    }
     note("", false, "filter");
-    T.filters.push({ column: $("filter-param").value, op: $("filter-op").value, value: v });
+    T.filters.push({ column: $("filter-param").value, op: op, value: v });
     $("filter-value").value = "";
     renderChips();
     again(1);

@@ -298,7 +298,7 @@ def test_trials_at_reads_the_indexes_asked_for_by_range_or_one_by_one(store: Sto
         assert [d["index"] for d in docs] == sorted(set(wanted))
         assert [d["_id"] for d in docs] == [ids[i] for i in sorted(set(wanted))]
         assert set(docs[0]) == {"_id", "index", "state", "params"}
-    assert store.trials_at(sweep_id, [34, 99], ["state"])[0]["index"] == 34  # 99: none
+    assert store.trials_at(sweep_id, [34, 999], ["state"])[0]["index"] == 34  # 99: none
     assert store.trials_at(sweep_id, [], ["state"]) == []
     with pytest.raises(InvalidQuery, match="indexes"):
         store.trials_at(sweep_id, [1, -2], ["state"])
