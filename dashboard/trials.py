@@ -341,8 +341,7 @@ def selected_indexes(
 ) -> tuple[list[int], bool]:
     """The indexes of the trials a download of `args` holds, in order, and whether a filter
     chose them (else they are every trial). Sort and page are accepted and left aside, so a
-    page can send its table's query as it is. Reading by index is also the fastest way to
-    read a whole sweep (`core.views.Views.trials_at`)."""
+    page can send its table's query as it is."""
     query = parse_query(
         args, columns_of(table.prepared(SNAPSHOT_SECONDS)), paged=False, extra=extra
     )
