@@ -58,8 +58,10 @@
     if (T.busy) { T.pending = true; return; }
     T.busy = true;
     try {
-      const data = await first(cfg.tableUrl + "?" + query(true));
+      const asked = query(true).toString();
+      const data = await first(cfg.tableUrl + "?" + asked);
       T.data = data; T.page = data.page;
+      window.__dashboard.tableQuery = asked;
       render(data);
       note("", false, "table");
     } catch (error) {

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import BrowserContext, Page
+from playwright.sync_api import BrowserContext, Page, expect
 
 from core.settings import Settings
 from core.store import Store
@@ -61,10 +61,16 @@ def column(page: Page, n: int) -> list[str]:
 
 
 def redraws(page: Page, act: Callable[[], Any]) -> None:
-    """Do `act` and wait until the table has been drawn again."""
-    before = page.evaluate("window.__dashboard.table || 0")
+    """Do `act`, which changes the table's query, and wait until the table is drawn for it
+    (not merely drawn again: the page also reloads it every few seconds)."""
+    before = page.evaluate("[window.__dashboard.table || 0, window.__dashboard.tableQuery]")
     act()
-    page.wait_for_function(f"(window.__dashboard.table || 0) > {before}", timeout=20_000)
+    page.wait_for_function(
+        "([n, asked]) => (window.__dashboard.table || 0) > n"
+        " && window.__dashboard.tableQuery !== asked",
+        arg=before,
+        timeout=20_000,
+    )
 
 
 def downloaded(page: Page, link: str) -> str:
@@ -155,22 +161,20 @@ def test_sort_filter_page_download_compare_retry_and_cancel_in_the_browser(
         # the owner's actions, each after its confirmation
         page.click("#retry-failed")
         assert "8 failed trials" in page.locator("#confirm-text").inner_text()
-        redraws(page, lambda: page.click("#confirm-yes"))
-        assert page.locator("#trials-note").inner_text() == "Queued again: 8 failed trials."
+        page.click("#confirm-yes")
+        expect(page.locator("#trials-note")).to_have_text("Queued again: 8 failed trials.")
         assert sorted(enqueued_trials(settings)) == sorted(seeded.ids("failed"))
         assert live_store.get_sweep(seeded.sweep_id)["counts"]["failed"] == 0
         page.click("#cancel-sweep")
         page.click("#confirm-no")
         assert live_store.get_sweep(seeded.sweep_id).get("cancelled_at") is None
         page.click("#cancel-sweep")
-        redraws(page, lambda: page.click("#confirm-yes"))
-        assert (
-            page.locator("#trials-note")
-            .inner_text()
-            .startswith("Sweep cancelled: 48 queued trials cancelled")
+        page.click("#confirm-yes")
+        expect(page.locator("#trials-note")).to_contain_text(
+            "Sweep cancelled: 48 queued trials cancelled"
         )
         assert live_store.get_sweep(seeded.sweep_id)["cancelled_at"] is not None
-        assert page.locator("#cancel-sweep").is_disabled()
+        expect(page.locator("#cancel-sweep")).to_be_disabled()
         shoot(page, "trials-table")
         assert console.errors() == []
         page.close()
