@@ -6,11 +6,14 @@ final metrics (the last epoch's ``val_accuracy``, ``val_loss``, ``val_rmse``,
 ``train_loss``), the epochs run, the epoch a pruned trial stopped at, training seconds,
 parameter count, device and error.
 JSON Lines carries the same, with ``params`` and ``final`` as objects. Trials are read a
-page at a time in index order, so memory stays flat however large the sweep; given
-`indexes` (a caller's selection, such as the dashboard's filtered table), only those.
+page at a time in index order, so memory stays flat however large the sweep.
 
 In core so that every entry point writes the same rows: the API's ``/export``, the
 dashboard's downloads and ``sweepstack export``.
+
+Given `indexes` (a caller's selection, such as the dashboard's filtered table), only the
+trials at those indexes are written, read a window of `PAGE` indexes at a time
+(`core.views.Views.trials_at`).
 """
 
 from __future__ import annotations
