@@ -12,7 +12,8 @@ a message on the broker. Cancel first (queued trials end ``cancelled`` at once, 
 ones are asked to stop), then delete once the running ones have stopped.
 
 Retry queues the sweep's ``failed`` trials again and requeues its stale ``running`` ones
-(heartbeat older than ``SWEEPSTACK_STALE_AFTER_SECONDS``), then sends a message for each.
+(heartbeat older than ``SWEEPSTACK_STALE_AFTER_SECONDS``), then sends a message for each
+(`scheduler.retry.retry_sweep`, which the dashboard's retry button runs too).
 Should the broker fail between those two steps, the answer is 503 and those trials stay
 queued without a message; nothing resends them yet (a known gap).
 """
@@ -31,7 +32,8 @@ from api.params import states as state_filter
 from api.serialize import PREFIX, sweep_detail, sweep_links, sweep_view, trial_view
 from api.submission import read_spec
 from core import export
-from scheduler.submit import enqueue_ids, submit_sweep
+from scheduler.retry import broker_reachable, retry_sweep
+from scheduler.submit import submit_sweep
 
 blueprint = Blueprint("sweeps", __name__, url_prefix=f"{PREFIX}/sweeps")
 blueprint.before_request(require_token)
@@ -48,9 +50,7 @@ def page(items: list[dict[str, Any]], next_cursor: str | None) -> dict[str, Any]
 
 def _broker_reachable(ctx: ApiContext) -> None:
     """503 now, rather than after storing every trial, if the broker does not answer."""
-    timeout = ctx.settings.api_timeout_seconds
-    with ctx.sender.connection_for_write(connect_timeout=timeout) as conn:
-        conn.ensure_connection(max_retries=0)
+    broker_reachable(ctx.sender, ctx.settings.api_timeout_seconds)
 
 
 @blueprint.post("")
@@ -103,13 +103,7 @@ def retry(sweep_id: str) -> dict[str, Any]:
     accept(())
     ctx = context()
     ctx.store.get_sweep(sweep_id, owner=owner())
-    _broker_reachable(ctx)
-    failed = ctx.store.retry_failed(sweep_id)
-    stale = ctx.store.requeue_stale(
-        ctx.settings.stale_after_seconds, sweep_id=sweep_id, max_attempts=ctx.settings.max_attempts
-    )
-    enqueue_ids(ctx.store, ctx.sender, failed + stale)
-    body = {"retried": len(failed), "requeued_stale": len(stale)}
+    body = retry_sweep(ctx.store, ctx.sender, ctx.settings, sweep_id)
     return {**body, "sweep": sweep_view(ctx.store.get_sweep(sweep_id))}
 
 

@@ -11,17 +11,22 @@ CLI's ``--format parquet``) has the CSV's columns, each with its own type.
 
 In core so that every entry point writes the same rows: the API's ``/export``, the
 dashboard's downloads and ``sweepstack export``.
+
+Given `indexes` (a caller's selection, such as the dashboard's filtered table), only the
+trials at those indexes are written, read a window of `PAGE` indexes at a time
+(`core.views.Views.trials_at`).
 """
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import itertools
 import json
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,6 +39,9 @@ log = logging.getLogger(__name__)
 PAGE = 1000
 HEAD = ("id", "index", "state", "attempt", "seed", "objective")
 TAIL = ("epochs", "pruned_epoch", "train_seconds", "param_count", "device", "error")
+#: The trial fields a row is made of (`row`), for reads of a selection.
+FIELDS = ("index", "state", "attempt", "seed", "objective", "params", "result.final",
+          "result.epochs", "pruned_epoch", "train_seconds", "param_count", "device", "error")
 
 
 def plain(value: Any) -> Any:
@@ -60,7 +68,16 @@ def param_columns(sweep: dict[str, Any]) -> list[str]:
         return []
 
 
-def _pages(store: Store, sweep_id: str) -> Iterator[dict[str, Any]]:
+def _pages(store: Store, sweep_id: str, indexes: Sequence[int] | None = None
+           ) -> Iterator[dict[str, Any]]:
+    if indexes is not None:  # a window of PAGE indexes at a time: a short range, or a few
+        chosen = sorted(set(indexes))
+        start = 0
+        while start < len(chosen):
+            stop = bisect.bisect_left(chosen, chosen[start] + PAGE, lo=start)
+            yield from store.trials_at(sweep_id, chosen[start:stop], FIELDS)
+            start = stop
+        return
     cursor = None
     while True:
         docs, cursor = store.trials(sweep_id, limit=PAGE, cursor=cursor)
@@ -100,20 +117,22 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def jsonl(store: Store, sweep_id: str) -> Iterator[str]:
-    """The export as JSON Lines."""
+def jsonl(store: Store, sweep_id: str, indexes: Sequence[int] | None = None
+          ) -> Iterator[str]:
+    """The export as JSON Lines (of the trials at `indexes` only, when given)."""
     try:
-        for doc in _pages(store, sweep_id):
+        for doc in _pages(store, sweep_id, indexes):
             yield json.dumps(row(doc), allow_nan=False) + "\n"
     except SweepstackError as exc:  # the status is sent: all that is left is to stop
         log.error("export of sweep %s stopped: %s", sweep_id, exc)
 
 
-def csv_text(store: Store, sweep: dict[str, Any]) -> Iterator[str]:
-    """The export as CSV, the header first."""
+def csv_text(store: Store, sweep: dict[str, Any], indexes: Sequence[int] | None = None
+             ) -> Iterator[str]:
+    """The export as CSV, the header first (of the trials at `indexes` only, when given)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    docs = _pages(store, sweep["_id"])
+    docs = _pages(store, sweep["_id"], indexes)
     try:
         first = next(docs, None)
         columns = _columns(sweep, first)

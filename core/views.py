@@ -404,6 +404,40 @@ class Views:
                 raise NotFound("trial", trial_id)
         return out
 
+    #: On SecantusDB a range of indexes reads ~0.3 ms a trial, an ``$in`` of them ~2 ms a
+    #: value (of ids, ~2.5 ms), so `trials_at` reads a range when it spans at most this many
+    #: times the indexes asked for.
+    RANGE_SPAN = 6
+
+    @available
+    def trials_at(
+        self, sweep_id: str, indexes: Iterable[int], fields: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """`fields` (dotted paths; ``_id`` and ``index`` always) of the sweep's trials at
+        these indexes (at most `MAX_LIMIT`), by index; an index it does not have is left
+        out. One read: the range from the first index to the last when it is short enough
+        (`RANGE_SPAN`), else the indexes themselves."""
+        check_id("sweep_id", sweep_id)
+        wanted = sorted(set(indexes))
+        for index in wanted:
+            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+                raise InvalidQuery("indexes", f"must be trial indexes, got {index!r}")
+        if not wanted:
+            return []
+        check_limit(len(wanted), "indexes")
+        for path in fields:
+            for part in path.split("."):
+                check_name("fields", part)
+        low, high = wanted[0], wanted[-1]
+        if high - low + 1 <= len(wanted) * self.RANGE_SPAN:
+            where: dict[str, Any] = {"$gte": low, "$lte": high}
+        else:
+            where = {"$in": wanted}
+        keep = set(wanted)
+        projection = {**dict.fromkeys(fields, 1), "index": 1}
+        docs = self._trials.find({"sweep_id": sweep_id, "index": where}, projection)
+        return sorted((d for d in docs if d["index"] in keep), key=lambda d: d["index"])
+
     @available
     def get_trial(self, trial_id: str, *, with_metrics: bool = True) -> dict[str, Any]:
         """A trial; with ``metrics``: its reports sorted by attempt and epoch."""

@@ -6,6 +6,8 @@ Pages: ``/`` (sweeps, a page at a time), ``/sweeps/<id>``, ``/trials/<id>``,
 ``/dashboard/plotly.min.js``, so pages need no network beyond this server. Each view
 parses its arguments, calls `payloads`, and answers; data errors get the one JSON shape
 of the API (``{"code", "message", "details"}``), pages an HTML page with the same status.
+The sweep page's trials table has its routes in a nested blueprint (`trial_routes`), under
+the same guard and error handlers.
 
 Who may see what (`_guard`, before every view but the static files): an anonymous
 request for a page is sent to ``/login``, one for data answered 401; a logged-in owner
@@ -42,6 +44,7 @@ from core.webcontext import AppContext, Identity, context, error_response, ident
 from dashboard import payloads, snapshots
 from dashboard.figures import STATE_COLOURS
 from dashboard.payloads import DashboardState
+from dashboard.trial_routes import RetrySweep, trials_blueprint
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +148,9 @@ def _setup(state: BlueprintSetupState) -> None:
     state.app.extensions.setdefault(STATE_KEY, DashboardState())
 
 
-def create_blueprint() -> Blueprint:
-    """The dashboard blueprint (pages at ``/``), ready for ``app.register_blueprint``."""
+def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
+    """The dashboard blueprint (pages at ``/``), ready for ``app.register_blueprint``;
+    `retry` is the scheduler's `retry_sweep`, for the trials table's retry button."""
     bp = Blueprint(
         "dashboard",
         __name__,
@@ -157,6 +161,7 @@ def create_blueprint() -> Blueprint:
     )
     bp.record_once(_setup)
     bp.before_request(_guard)
+    bp.register_blueprint(trials_blueprint(_own_sweep, _state, retry))
 
     @bp.errorhandler(NotFound)
     def not_found(exc: NotFound) -> Any:

@@ -21,6 +21,7 @@ from core.store import Store
 from core.webcontext import AppContext
 from dashboard.blueprint import create_blueprint
 from scheduler.enqueue import sender_app
+from scheduler.retry import retry_sweep
 from web.auth import init_auth
 
 
@@ -63,5 +64,7 @@ def create_app(
     if api:
         register_api(app, settings)
     if dashboard:
-        app.register_blueprint(create_blueprint(), url_prefix="/")
+        # The dashboard's retry button enqueues through the scheduler, which it may not
+        # import: the composition hands it in.
+        app.register_blueprint(create_blueprint(retry=retry_sweep), url_prefix="/")
     return app

@@ -18,8 +18,9 @@ in ``flask.g``:
 
 The REST API takes bearer tokens only (`api.auth.require_token`), never the cookie, so a
 page elsewhere cannot make a browser send an API write. Every other state-changing
-request (``POST`` to ``/login``, ``/logout``) must carry the session's CSRF token
-(form field ``csrf_token`` or header ``X-CSRF-Token``): 400 ``csrf_failed`` otherwise.
+request (``POST`` to ``/login``, ``/logout``, the dashboard's sweep cancel and retry) must
+carry the session's CSRF token (form field ``csrf_token`` or header ``X-CSRF-Token``): 400
+``csrf_failed`` otherwise.
 
 Throttling (Flask-Limiter's storage and strategy, in memory or at
 ``SWEEPSTACK_RATELIMIT_STORAGE_URL``): each failed authentication (a wrong bearer token or

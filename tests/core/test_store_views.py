@@ -290,6 +290,24 @@ def test_best_follows_the_objective_direction(store: Store) -> None:
         store.best(sweep_id, 0)
 
 
+def test_trials_at_reads_the_indexes_asked_for_by_range_or_one_by_one(store: Store) -> None:
+    sweep_id, points = make_sweep(store)  # 36 trials
+    ids = trial_ids(sweep_id, points)
+    for wanted in ([3, 4, 5, 7], [0, 35], [35, 2, 2, 17]):  # a short range, then by index
+        docs = store.trials_at(sweep_id, wanted, ["state", "params"])
+        assert [d["index"] for d in docs] == sorted(set(wanted))
+        assert [d["_id"] for d in docs] == [ids[i] for i in sorted(set(wanted))]
+        assert set(docs[0]) == {"_id", "index", "state", "params"}
+    assert store.trials_at(sweep_id, [34, 999], ["state"])[0]["index"] == 34  # 99: none
+    assert store.trials_at(sweep_id, [], ["state"]) == []
+    with pytest.raises(InvalidQuery, match="indexes"):
+        store.trials_at(sweep_id, [1, -2], ["state"])
+    with pytest.raises(InvalidQuery, match="indexes"):
+        store.trials_at(sweep_id, range(1001), ["state"])
+    with pytest.raises(InvalidQuery, match="fields"):
+        store.trials_at(sweep_id, [1], ["$where"])
+
+
 def test_get_trial_with_and_without_metrics(store: Store) -> None:
     sweep_id, points = make_sweep(store)
     tid = trial_ids(sweep_id, points)[0]

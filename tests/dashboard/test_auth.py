@@ -51,7 +51,7 @@ SHARED_ENDPOINTS = {
     "dashboard.workers_data",
 }
 #: Query arguments a data route requires.
-QUERIES = {"dashboard.sweep_changes": "?since=0"}
+QUERIES = {"dashboard.sweep_changes": "?since=0", "dashboard.trials.compare_trials": "?indexes=0,1"}
 
 
 @pytest.fixture
@@ -72,20 +72,24 @@ def client(app: Flask) -> Iterator[FlaskClient]:
         yield client
 
 
-def dashboard_urls(app: Flask, sweep: Sweep) -> list[tuple[str, str]]:
-    """(endpoint, URL) of every dashboard GET route, filled in with alice's sweep."""
+def dashboard_urls(app: Flask, sweep: Sweep, method: str = "GET") -> list[tuple[str, str]]:
+    """(endpoint, URL) of every dashboard route of `method` (GET or POST; every route is
+    one of them), filled in with alice's sweep."""
     values = {"sweep_id": sweep.sweep_id, "trial_id": sweep.ids[0], "index": 0}
     urls = []
     with app.test_request_context():
         for rule in app.url_map.iter_rules():
             if not rule.endpoint.startswith("dashboard.") or rule.endpoint in OPEN_ENDPOINTS:
                 continue
-            assert rule.methods is not None and "GET" in rule.methods, rule
+            assert rule.methods is not None and rule.methods & {"GET", "POST"}, rule
+            if method not in rule.methods:
+                continue
             args = {name: values[name] for name in rule.arguments}
             urls.append(
                 (rule.endpoint, url_for(rule.endpoint, **args) + QUERIES.get(rule.endpoint, ""))
             )
-    assert len(urls) >= 14, urls  # four pages, a redirect, nine data routes
+    if method == "GET":
+        assert len(urls) >= 17, urls  # four pages, a redirect, twelve data routes
     return urls
 
 
@@ -131,6 +135,32 @@ def test_another_owner_gets_404_and_no_data(app: Flask, client: FlaskClient, swe
             ),
             sweep,
         )
+
+
+def test_every_dashboard_write_needs_the_owner_and_the_csrf_token(
+    app: Flask, client: FlaskClient, sweep: Sweep
+) -> None:
+    posts = dashboard_urls(app, sweep, "POST")
+    assert {endpoint for endpoint, _ in posts} >= {"dashboard.trials.cancel",
+                                                   "dashboard.trials.retry_failed"}
+    counts = sweep.store.get_sweep(sweep.sweep_id)["counts"]
+    for endpoint, url in posts:
+        anonymous = client.post(url)
+        assert anonymous.status_code in (400, 401), (endpoint, anonymous.status_code)
+    page = login(client, BOB_TOKEN).get("/").get_data(as_text=True)
+    bobs = {"X-CSRF-Token": csrf_of(page)}
+    for endpoint, url in posts:
+        response = client.post(url, headers=bobs)
+        assert response.status_code == 404, (endpoint, response.get_data(as_text=True)[:300])
+        no_data(re.sub(r"no sweep [0-9a-f]+", "", response.get_data(as_text=True)), sweep)
+        bearer = client.post(url, headers={"Authorization": f"Bearer {BOB_TOKEN}"})
+        assert bearer.status_code == 404, endpoint
+    client.post("/logout", data={"csrf_token": csrf_of(page)})
+    login(client, ALICE_TOKEN)
+    for endpoint, url in posts:  # the owner's session without the page's token
+        assert client.post(url).json["code"] == "csrf_failed", endpoint
+    after = sweep.store.get_sweep(sweep.sweep_id)
+    assert after["counts"] == counts and after.get("cancelled_at") is None
 
 
 @pytest.mark.parametrize("token", [ALICE_TOKEN, ROOT_TOKEN], ids=["owner", "admin"])
