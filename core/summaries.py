@@ -63,6 +63,7 @@ ROW_FIELDS = (
     "params",
     "objective",
     "train_seconds",
+    "param_count",  # for the analysis's cost laws and front (`core.analysis`)
     "finished_at",
     "started_at",
     "updated_at",

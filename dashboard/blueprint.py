@@ -40,6 +40,7 @@ from flask.blueprints import BlueprintSetupState
 from core.errors import InvalidQuery, NotFound, StoreUnavailable
 from core.webcontext import AppContext, Identity, context, error_response, identity
 from dashboard import payloads, snapshots
+from dashboard.analysis import panel_payload
 from dashboard.figures import STATE_COLOURS
 from dashboard.payloads import DashboardState
 
@@ -252,6 +253,11 @@ def create_blueprint() -> Blueprint:
     @bp.get("/dashboard/data/sweeps/<sweep_id>/parallel")
     def sweep_parallel(sweep_id: str) -> Response:
         return _json(_partial(sweep_id, "parallel"))
+
+    @bp.get("/dashboard/data/sweeps/<sweep_id>/analysis")
+    def sweep_analysis(sweep_id: str) -> Response:
+        _own_sweep(sweep_id)
+        return _json(panel_payload(_services(), sweep_id, request.args.get("version")))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/curves")
     def sweep_curves(sweep_id: str) -> Response:

@@ -214,10 +214,11 @@ def _register() -> None:
     from scheduler import commands
     from scheduler.cli_api import api
     from scheduler.cli_dashboard import dashboard
+    from scheduler.cli_report import report
     from scheduler.run import run as run_command
 
     for command in (commands.submit, commands.status, commands.worker, commands.scheduler,
-                    run_command, api, dashboard):
+                    run_command, api, dashboard, report):
         main.add_command(command)
 
 

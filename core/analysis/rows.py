@@ -1,0 +1,223 @@
+"""A sweep's complete trials as columns, and what each parameter is (numeric, a seed...).
+
+The analysis reads the store only through `Store.sweep_rows` (the finish log, ~0.5 s for
+50,000 finished trials) projected to `FIELDS`, and keeps the complete trials with a finite
+objective: the only ones that say what a setting achieves. Failed and pruned trials are
+counted, not analysed.
+
+Depth and width come from the resolved config (``model.hidden_layers``,
+``model.hidden_units``; a list of widths is its mean width and its length the depth), so
+they are known whether or not the sweep varies them. The epochs a trial trained are its
+last reported epoch (``progress.epoch``), else the epochs planned. A parameter is a *seed*
+when its path ends in ``seed`` (as the dashboard decides): seeds are repeats, not
+settings, so they define which trials are the same configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core.errors import SpecError
+from core.records import finite_number, flatten_params
+from core.space import Categorical, Dimension, IntRange, Uniform
+from core.spec import load_spec
+from core.states import TrialState
+
+#: The trial fields the analysis reads; every one is in the finish log
+#: (`core.summaries.ROW_FIELDS`), so a finished sweep is read from the log.
+FIELDS = (
+    "state",
+    "params",
+    "objective",
+    "train_seconds",
+    "param_count",
+    "worker.name",
+    "progress.epoch",
+    "config.training.epochs",
+    "config.model.hidden_layers",
+    "config.model.hidden_units",
+)
+SEED_SUFFIX = "seed"
+_COMPLETE = TrialState.COMPLETE.value
+
+
+def is_seed(path: str) -> bool:
+    """Whether a parameter is a repeat of the same setting (``training.seed``)."""
+    return path.endswith(SEED_SUFFIX)
+
+
+def short(path: str) -> str:
+    """``model.hidden_units`` -> ``hidden_units``: how the findings name a parameter."""
+    return path.split(".", 1)[1] if "." in path else path
+
+
+@dataclass
+class Trials:
+    """The complete trials of a sweep, one entry per trial in each column (NaN: unknown)."""
+
+    index: np.ndarray
+    ids: list[str]
+    params: list[dict[str, Any]]
+    objective: np.ndarray
+    seconds: np.ndarray
+    param_count: np.ndarray
+    epochs: np.ndarray
+    depth: np.ndarray
+    width: np.ndarray
+    worker: list[str | None]
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def per_epoch(self) -> np.ndarray:
+        """Training seconds per epoch trained."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(self.epochs > 0, self.seconds / self.epochs, np.nan)
+
+
+def _number(value: Any) -> float:
+    number = finite_number(value)
+    return math.nan if number is None else float(number)
+
+
+def _shape(config: Any) -> tuple[float, float]:
+    """(depth, mean width) from a resolved config."""
+    model = config.get("model") if isinstance(config, Mapping) else None
+    if not isinstance(model, Mapping):
+        return math.nan, math.nan
+    units = model.get("hidden_units")
+    depth = _number(model.get("hidden_layers"))
+    if isinstance(units, list):
+        widths = [finite_number(u) for u in units]
+        if widths and all(w is not None for w in widths):
+            return float(len(widths)), float(sum(widths)) / len(widths)  # type: ignore[arg-type]
+        return depth, math.nan
+    return depth, _number(units)
+
+
+def _epochs(doc: Mapping[str, Any]) -> float:
+    progress = doc.get("progress")
+    if isinstance(progress, Mapping) and finite_number(progress.get("epoch")):
+        return float(progress["epoch"])
+    config = doc.get("config")
+    training = config.get("training") if isinstance(config, Mapping) else None
+    return _number(training.get("epochs")) if isinstance(training, Mapping) else math.nan
+
+
+def complete_trials(docs: Iterable[Mapping[str, Any]]) -> Trials:
+    """The complete trials with a finite objective of `docs` (rows of `FIELDS`), by index;
+    ``counts`` holds how many of `docs` are in each state."""
+    counts: dict[str, int] = {}
+    kept: list[Mapping[str, Any]] = []
+    for doc in docs:
+        state = str(doc.get("state"))
+        counts[state] = counts.get(state, 0) + 1
+        if state == _COMPLETE and finite_number(doc.get("objective")) is not None:
+            kept.append(doc)
+    kept.sort(key=lambda d: d["index"])
+    shapes = [_shape(d.get("config")) for d in kept]
+    workers = [d.get("worker") for d in kept]
+    return Trials(
+        index=np.array([int(d["index"]) for d in kept], dtype=np.int64),
+        ids=[str(d["_id"]) for d in kept],
+        params=[flatten_params(d.get("params")) for d in kept],
+        objective=np.array([float(d["objective"]) for d in kept], dtype=float),
+        seconds=np.array([_number(d.get("train_seconds")) for d in kept], dtype=float),
+        param_count=np.array([_number(d.get("param_count")) for d in kept], dtype=float),
+        epochs=np.array([_epochs(d) for d in kept], dtype=float),
+        depth=np.array([s[0] for s in shapes], dtype=float),
+        width=np.array([s[1] for s in shapes], dtype=float),
+        worker=[w.get("name") if isinstance(w, Mapping) else None for w in workers],
+        counts=counts,
+    )
+
+
+# -- parameters -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One parameter that varies: ``numeric`` (ordered numbers) or ``categorical``; `log`
+    when its values span two orders of magnitude or more (plotted and binned on a log
+    scale); `seed` for a repeat."""
+
+    path: str
+    kind: str
+    log: bool = False
+    seed: bool = False
+    dimension: Dimension | None = None
+
+
+def _numbers(values: Sequence[Any]) -> bool:
+    return bool(values) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    )
+
+
+def _spans_decades(values: Sequence[float]) -> bool:
+    low, high = min(values), max(values)
+    return low > 0 and high / low >= 100
+
+
+def dimensions(spec_document: Mapping[str, Any]) -> dict[str, Dimension]:
+    """The varying dimensions of a stored spec by path; none if it no longer loads (a
+    spec stored under older rules: the parameters then come from the trials)."""
+    try:
+        return {d.path: d for d in load_spec(dict(spec_document or {})).dimensions}
+    except SpecError:
+        return {}
+
+
+def parameters(trials: Trials, spec_document: Mapping[str, Any]) -> list[Parameter]:
+    """The parameters of the sweep that take more than one value among `trials`, in the
+    spec's order (then any the spec does not name), each with its kind."""
+    dims = dimensions(spec_document)
+    seen: dict[str, list[Any]] = {path: [] for path in dims}
+    for params in trials.params:
+        for path, value in params.items():
+            seen.setdefault(path, []).append(value)
+    out = []
+    for path, values in seen.items():
+        if len({json.dumps(v, sort_keys=True) for v in values}) < 2:
+            continue
+        dim = dims.get(path)
+        numeric = _numbers(values)
+        if isinstance(dim, Categorical) and not _numbers(list(dim.choices)):
+            numeric = False
+        log = numeric and _spans_decades(values)
+        if isinstance(dim, Uniform):
+            log = dim.log
+        elif isinstance(dim, IntRange):
+            log = dim.low > 0 and dim.high / dim.low >= 100
+        out.append(Parameter(path, "numeric" if numeric else "categorical", log, is_seed(path),
+                             dim))  # fmt: skip
+    return out
+
+
+def config_keys(trials: Trials, params: Sequence[Parameter]) -> np.ndarray:
+    """A number per trial, equal for trials of the same configuration (every parameter
+    but the seeds equal): the repeats that measure seed-to-seed noise."""
+    paths = [p.path for p in params if not p.seed]
+    ids: dict[str, int] = {}
+    keys = np.empty(len(trials), dtype=np.int64)
+    for i, flat in enumerate(trials.params):
+        key = json.dumps([flat.get(path) for path in paths])
+        keys[i] = ids.setdefault(key, len(ids))
+    return keys
+
+
+def label(value: Any) -> str:
+    """A parameter value as the findings write it (floats to 4 significant digits)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ",".join(label(v) for v in value) + "]"
+    return str(value)
