@@ -132,7 +132,7 @@ h1 { font-size: 22px; margin-bottom: 4px; } h2 { margin-top: 32px; font-size: 18
 .meta { color: #52606d; } .findings li { margin: 4px 0; }
 .grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(520px, 1fr));
         gap: 16px; }
-.fig { border: 1px solid #e6e9ee; border-radius: 6px; min-height: 340px; }
+.fig { border: 1px solid #e6e9ee; border-radius: 6px; min-height: 360px; }
 table { border-collapse: collapse; margin: 8px 0; } td, th { padding: 3px 10px;
         border-bottom: 1px solid #e6e9ee; text-align: left; }
 </style>

@@ -27,13 +27,13 @@ def _axis(title: str, **extra: Any) -> dict[str, Any]:
             "linecolor": "#9aa5b1", "ticks": "outside", **extra}  # fmt: skip
 
 
-def _layout(title: str, x: str, y: str, **extra: Any) -> dict[str, Any]:
+def _layout(title: str, x: str, y: str, title_size: int = 14, **extra: Any) -> dict[str, Any]:
     layout = {
-        "title": {"text": title, "x": 0.01, "xanchor": "left", "font": {"size": 14}},
-        "font": FONT, "margin": {"l": 70, "r": 20, "t": 46, "b": 56},
+        "title": {"text": title, "x": 0.01, "xanchor": "left", "font": {"size": title_size}},
+        "font": FONT, "margin": {"l": 70, "r": 20, "t": 46, "b": 84},
         "xaxis": _axis(x), "yaxis": _axis(y), "plot_bgcolor": "#ffffff",
-        "paper_bgcolor": "#ffffff", "hovermode": "closest", "height": 340,
-        "legend": {"orientation": "h", "y": -0.22, "font": {"size": 11}},
+        "paper_bgcolor": "#ffffff", "hovermode": "closest", "height": 360,
+        "legend": {"orientation": "h", "y": -0.3, "font": {"size": 11}},
     }  # fmt: skip
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(layout.get(key), dict):
@@ -103,7 +103,7 @@ def law_figure(law: Mapping[str, Any]) -> dict:
          "name": f"{law['chosen']} fit, R² {law['r2']:.2f}", "line": {"color": ORANGE}},
     ]  # fmt: skip
     return {"data": data, "layout": _layout(law["text"], name, f"{what} ({unit})",
-                                            title={"font": {"size": 12}})}  # fmt: skip
+                                            title_size=12)}  # fmt: skip
 
 
 def importance_figure(section: Mapping[str, Any]) -> dict:
