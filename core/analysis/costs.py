@@ -64,11 +64,7 @@ def worker_factors(trials: Trials, keys: np.ndarray) -> dict[str, Any]:
     out["reference"] = reference
 
     def medians(mask: np.ndarray) -> dict[int, float]:
-        groups: dict[int, list[float]] = {}
-        for key, seconds in zip(keys[mask].tolist(), trials.seconds[mask].tolist(),
-                                strict=True):  # fmt: skip
-            groups.setdefault(key, []).append(seconds)
-        return {k: float(np.median(v)) for k, v in groups.items()}
+        return group_medians(keys[mask], trials.seconds[mask])
 
     ref = medians(by_worker[reference])
     for name in names:
@@ -92,6 +88,18 @@ def worker_factors(trials: Trials, keys: np.ndarray) -> dict[str, Any]:
             entry["shared"] = len(ref)
         out["workers"].append(entry)
     return out
+
+
+def group_medians(keys: np.ndarray, values: np.ndarray) -> dict[int, float]:
+    """The median of `values` per key, vectorised (a sweep has thousands of keys)."""
+    if keys.size == 0:
+        return {}
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    ends = np.r_[starts[1:], k.size]
+    middle = (v[(starts + ends - 1) // 2] + v[(starts + ends) // 2]) / 2
+    return dict(zip(k[starts].tolist(), middle.tolist(), strict=True))
 
 
 def normalised_seconds(trials: Trials, factors: dict[str, Any]) -> np.ndarray:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from core.errors import SpecError
-from core.records import finite_number, flatten_params
+from core.records import flatten_params
 from core.space import Categorical, Dimension, IntRange, Uniform
 from core.spec import load_spec
 from core.states import TrialState
@@ -84,32 +84,59 @@ class Trials:
 
 
 def _number(value: Any) -> float:
-    number = finite_number(value)
-    return math.nan if number is None else float(number)
+    """A number of a row as a float; NaN for anything else (rows are JSON or BSON values:
+    types are tested exactly, as this runs several times per trial)."""
+    kind = type(value)
+    if kind is float:
+        return value
+    if kind is int:
+        return float(value)
+    return math.nan
+
+
+def _finite(values: list[float]) -> np.ndarray:
+    array = np.array(values, dtype=float)
+    array[~np.isfinite(array)] = np.nan
+    return array
 
 
 def _shape(config: Any) -> tuple[float, float]:
     """(depth, mean width) from a resolved config."""
-    model = config.get("model") if isinstance(config, Mapping) else None
-    if not isinstance(model, Mapping):
+    model = config.get("model") if type(config) is dict else None
+    if type(model) is not dict:
         return math.nan, math.nan
     units = model.get("hidden_units")
     depth = _number(model.get("hidden_layers"))
-    if isinstance(units, list):
-        widths = [finite_number(u) for u in units]
-        if widths and all(w is not None for w in widths):
-            return float(len(widths)), float(sum(widths)) / len(widths)  # type: ignore[arg-type]
+    if type(units) is list:
+        widths = [_number(u) for u in units]
+        if widths and all(math.isfinite(w) for w in widths):
+            return float(len(widths)), sum(widths) / len(widths)
         return depth, math.nan
     return depth, _number(units)
 
 
 def _epochs(doc: Mapping[str, Any]) -> float:
     progress = doc.get("progress")
-    if isinstance(progress, Mapping) and finite_number(progress.get("epoch")):
-        return float(progress["epoch"])
+    if type(progress) is dict:
+        epoch = _number(progress.get("epoch"))
+        if epoch > 0:
+            return epoch
     config = doc.get("config")
-    training = config.get("training") if isinstance(config, Mapping) else None
-    return _number(training.get("epochs")) if isinstance(training, Mapping) else math.nan
+    training = config.get("training") if type(config) is dict else None
+    return _number(training.get("epochs")) if type(training) is dict else math.nan
+
+
+def _flat(nested: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
+    """`core.records.flatten_params` for the dicts rows hold, in one pass (it runs on every
+    trial of a sweep)."""
+    if type(nested) is not dict:
+        return flatten_params(nested, prefix.rstrip(".")) if nested else out
+    for key, value in nested.items():
+        if type(value) is dict:
+            _flat(value, f"{prefix}{key}.", out)
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def complete_trials(docs: Iterable[Mapping[str, Any]]) -> Trials:
@@ -120,7 +147,7 @@ def complete_trials(docs: Iterable[Mapping[str, Any]]) -> Trials:
     for doc in docs:
         state = str(doc.get("state"))
         counts[state] = counts.get(state, 0) + 1
-        if state == _COMPLETE and finite_number(doc.get("objective")) is not None:
+        if state == _COMPLETE and math.isfinite(_number(doc.get("objective"))):
             kept.append(doc)
     kept.sort(key=lambda d: d["index"])
     shapes = [_shape(d.get("config")) for d in kept]
@@ -128,14 +155,14 @@ def complete_trials(docs: Iterable[Mapping[str, Any]]) -> Trials:
     return Trials(
         index=np.array([int(d["index"]) for d in kept], dtype=np.int64),
         ids=[str(d["_id"]) for d in kept],
-        params=[flatten_params(d.get("params")) for d in kept],
+        params=[_flat(d.get("params"), "", {}) for d in kept],
         objective=np.array([float(d["objective"]) for d in kept], dtype=float),
-        seconds=np.array([_number(d.get("train_seconds")) for d in kept], dtype=float),
-        param_count=np.array([_number(d.get("param_count")) for d in kept], dtype=float),
-        epochs=np.array([_epochs(d) for d in kept], dtype=float),
-        depth=np.array([s[0] for s in shapes], dtype=float),
-        width=np.array([s[1] for s in shapes], dtype=float),
-        worker=[w.get("name") if isinstance(w, Mapping) else None for w in workers],
+        seconds=_finite([_number(d.get("train_seconds")) for d in kept]),
+        param_count=_finite([_number(d.get("param_count")) for d in kept]),
+        epochs=_finite([_epochs(d) for d in kept]),
+        depth=_finite([s[0] for s in shapes]),
+        width=_finite([s[1] for s in shapes]),
+        worker=[w.get("name") if type(w) is dict else None for w in workers],
         counts=counts,
     )
 
@@ -156,10 +183,20 @@ class Parameter:
     dimension: Dimension | None = None
 
 
-def _numbers(values: Sequence[Any]) -> bool:
-    return bool(values) and all(
-        isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in values
-    )
+def hashable(value: Any) -> Any:
+    """A parameter value as a set member or dict key: scalars as they are (a bool tagged,
+    as True == 1), anything else (a list of widths) by its JSON text."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or value is None:
+        return value
+    if kind is bool:
+        return ("bool", value)
+    return ("json", json.dumps(value, sort_keys=True))
+
+
+def _numbers(values: Iterable[Any]) -> bool:
+    values = list(values)
+    return bool(values) and all(type(v) in (int, float) and math.isfinite(v) for v in values)
 
 
 def _spans_decades(values: Sequence[float]) -> bool:
@@ -180,17 +217,23 @@ def parameters(trials: Trials, spec_document: Mapping[str, Any]) -> list[Paramet
     """The parameters of the sweep that take more than one value among `trials`, in the
     spec's order (then any the spec does not name), each with its kind."""
     dims = dimensions(spec_document)
-    seen: dict[str, list[Any]] = {path: [] for path in dims}
+    seen: dict[str, dict[Any, Any]] = {path: {} for path in dims}
     for params in trials.params:
         for path, value in params.items():
-            seen.setdefault(path, []).append(value)
+            distinct = seen.get(path)
+            if distinct is None:
+                distinct = seen[path] = {}
+            key = hashable(value)
+            if key not in distinct:
+                distinct[key] = value
     out = []
-    for path, values in seen.items():
-        if len({json.dumps(v, sort_keys=True) for v in values}) < 2:
+    for path, distinct in seen.items():
+        if len(distinct) < 2:
             continue
+        values = list(distinct.values())
         dim = dims.get(path)
         numeric = _numbers(values)
-        if isinstance(dim, Categorical) and not _numbers(list(dim.choices)):
+        if isinstance(dim, Categorical) and not _numbers(dim.choices):
             numeric = False
         log = numeric and _spans_decades(values)
         if isinstance(dim, Uniform):
@@ -206,10 +249,10 @@ def config_keys(trials: Trials, params: Sequence[Parameter]) -> np.ndarray:
     """A number per trial, equal for trials of the same configuration (every parameter
     but the seeds equal): the repeats that measure seed-to-seed noise."""
     paths = [p.path for p in params if not p.seed]
-    ids: dict[str, int] = {}
+    ids: dict[tuple[Any, ...], int] = {}
     keys = np.empty(len(trials), dtype=np.int64)
     for i, flat in enumerate(trials.params):
-        key = json.dumps([flat.get(path) for path in paths])
+        key = tuple([hashable(flat.get(path)) for path in paths])
         keys[i] = ids.setdefault(key, len(ids))
     return keys
 

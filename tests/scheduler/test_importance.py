@@ -11,7 +11,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from core.analysis.rows import dimensions
 from scheduler import importance
-from scheduler.importance import distribution, param_importances, study_of
+from scheduler.importance import Known, known, param_importances, study_of
 
 SPEC: dict[str, Any] = {
     "name": "importance",
@@ -55,33 +55,46 @@ def test_a_parameter_that_does_nothing_comes_out_lowest() -> None:
         assert sum(shares.values()) == pytest.approx(1.0)
         ranked = sorted(shares, key=shares.get)
         assert ranked[0] == "training.seed", (name, shares)
-        assert ranked[-1] == "model.hidden_units", (name, shares)
+    # fANOVA (variance explained) puts width first; PED-ANOVA weighs what the best share
+    assert max(found["fanova"], key=found["fanova"].get) == "model.hidden_units"
 
 
-def test_distributions_follow_the_spec() -> None:
+def test_each_evaluator_gets_the_distributions_it_can_use() -> None:
     dims = dimensions(SPEC)
-    width = distribution(dims["model.hidden_units"], [16, 512, 64])
-    assert width == IntDistribution(16, 512)  # 32x: not two decades
-    assert distribution(None, [1, 100]) == IntDistribution(1, 100, log=True)
-    assert distribution(dims["training.lr"], [0.001, 0.01]) == FloatDistribution(
-        0.001, 0.01, log=True
+    widths, lr, activation = (dims[p] for p in ("model.hidden_units", "training.lr",
+                                                "model.activation"))  # fmt: skip
+    # PED-ANOVA: the spec's own, as the samplers ask them
+    assert known(widths, [16, 512, 64], "ped_anova") == Known(
+        CategoricalDistribution((16, 32, 64, 128, 256, 512))
     )
-    assert distribution(dims["model.activation"], ["tanh", "relu"]) == CategoricalDistribution(
-        ("relu", "tanh")
+    assert known(lr, [0.001, 0.01], "ped_anova") == Known(FloatDistribution(1e-4, 0.1, log=True))
+    # fANOVA: numbers ordered over the values taken (log past two decades), one column each
+    assert known(widths, [16, 512, 64], "fanova") == Known(IntDistribution(16, 512))
+    assert known(None, [1, 100, 7], "fanova") == Known(IntDistribution(1, 100, log=True))
+    assert known(activation, ["tanh", "relu"], "fanova") == Known(
+        CategoricalDistribution(("relu", "tanh"))
     )
-    assert distribution(dims["model.activation"], ["relu", "relu"]) is None
-    # a list value (per-layer widths) is a category by its JSON text, as the samplers do
-    layers = distribution(None, [[64, 32], [128]])
-    assert layers == CategoricalDistribution(("[128]", "[64, 32]"))
+    many = [f"c{i}" for i in range(13)]
+    assert known(None, many, "fanova") == Known(
+        IntDistribution(0, 12), codes={c: i for i, c in enumerate(sorted(many))}
+    )
+    assert known(activation, ["relu", "relu"], "fanova") is None
+    # not in the spec: a list value (per-layer widths) is a category by its JSON text
+    layers = known(None, [[64, 32], [128]], "ped_anova")
+    assert layers == Known(CategoricalDistribution(("[128]", "[64, 32]")), json_labels=True)
     study = study_of({}, [{"m.w": [64, 32]}, {"m.w": [128]}], [0.5, 0.6], "maximize")
     assert [t.params for t in study.trials] == [{"m.w": "[64, 32]"}, {"m.w": "[128]"}]
+    # a value outside the spec's distribution leaves its trial out
+    study = study_of(SPEC, [{"model.hidden_units": 16}, {"model.hidden_units": 48},
+                            {"model.hidden_units": 32}], [0.5, 0.6, 0.7], "maximize")  # fmt: skip
+    assert [t.value for t in study.trials] == [0.5, 0.7]
 
 
 def test_a_large_sweep_is_sampled_the_same_way_every_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(importance, "MAX_TRIALS", 100)
-    params, values = results(300, seed=1)
+    params, values = results(200, seed=1)
     first = param_importances(SPEC, params, values, "maximize")
     assert first["trials"] == 100 and first["sampled"]
     assert param_importances(SPEC, params, values, "maximize") == first
