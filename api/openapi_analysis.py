@@ -48,7 +48,7 @@ ANALYSIS = _obj(
         "noise": _obj({"std": _NUM_OR_NULL, "configs": _INT, "trials": _INT}),
         "states": {"type": "object", "additionalProperties": _INT},
         "returns": _array(_RETURNS),
-        "costs": _obj({"workers": _OBJ, "laws": _array(_LAW)}),
+        "costs": _obj({"workers": _OBJ, "laws": _array(_LAW), "fused": _INT}),
         "importance": _obj({"available": _BOOL, "fanova": _OBJ, "ped_anova": _OBJ,
                             "note": _STR}, required=["available"]),
         "front": _obj({"tolerance": _NUM, "text": _array(_STR)}),

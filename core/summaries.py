@@ -63,7 +63,10 @@ ROW_FIELDS = (
     "params",
     "objective",
     "train_seconds",
-    "param_count",  # for the analysis's cost laws and front (`core.analysis`)
+    # For the analysis's cost laws and front (`core.analysis`): a fused trial's time is
+    # its group's.
+    "param_count",
+    "fused",
     "finished_at",
     "started_at",
     "updated_at",

@@ -122,6 +122,9 @@ def findings(out: Mapping[str, Any], scale: Scale) -> list[str]:
     texts += _importance_text(out["importance"])
     texts += out["front"]["text"][:2]
     texts += _workers_text(out["costs"]["workers"])
+    if out["costs"]["fused"]:
+        texts.append(f"{out['costs']['fused']:,} trials trained fused in groups have no time of "
+                     "their own and are left out of the time laws and the time front")  # fmt: skip
     return texts
 
 
@@ -149,7 +152,8 @@ def analyse(
         "states": trials.counts,
     }  # fmt: skip
     if len(trials) == 0:
-        out.update(returns=[], costs={"workers": worker_factors(trials, keys), "laws": []},
+        out.update(returns=[], costs={"workers": worker_factors(trials, keys), "laws": [],
+                                      "fused": 0},
                    importance={"available": False, "note": "no complete trial yet"},
                    front={"tolerance": scale.min_gain, "text": []},
                    findings=["no complete trial yet: nothing to analyse"])  # fmt: skip
@@ -157,7 +161,7 @@ def analyse(
     out["returns"] = diminishing_returns(trials, params, keys, scale, noise["std"])
     factors = worker_factors(trials, keys)
     seconds = normalised_seconds(trials, factors)
-    out["costs"] = {"workers": factors, "laws": laws(trials, seconds)}
+    out["costs"] = {"workers": factors, "laws": laws(trials, seconds), "fused": trials.fused}
     out["importance"] = _importance(importance, sweep, trials, part["direction"])
     shown = [p.path for p in params if not p.seed]
     out["front"] = fronts(trials, seconds, scale, scale.min_gain, shown)

@@ -8,7 +8,10 @@ counted, not analysed.
 Depth and width come from the resolved config (``model.hidden_layers``,
 ``model.hidden_units``; a list of widths is its mean width and its length the depth), so
 they are known whether or not the sweep varies them. The epochs a trial trained are its
-last reported epoch (``progress.epoch``), else the epochs planned. A parameter is a *seed*
+last reported epoch (``progress.epoch``), else the epochs planned. A trial trained fused
+with others (``fused`` > 1, `workers.group_runner`) has no time of its own: its
+``train_seconds`` is its group's, so its ``seconds`` is unknown (NaN) here, and everything
+timed leaves it out (``fused`` counts them). A parameter is a *seed*
 when its path ends in ``seed`` (as the dashboard decides): seeds are repeats, not
 settings, so they define which trials are the same configuration.
 """
@@ -37,6 +40,7 @@ FIELDS = (
     "objective",
     "train_seconds",
     "param_count",
+    "fused",
     "worker.name",
     "progress.epoch",
     "config.training.epochs",
@@ -72,6 +76,7 @@ class Trials:
     width: np.ndarray
     worker: list[str | None]
     counts: dict[str, int] = field(default_factory=dict)
+    fused: int = 0
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -152,18 +157,22 @@ def complete_trials(docs: Iterable[Mapping[str, Any]]) -> Trials:
     kept.sort(key=lambda d: d["index"])
     shapes = [_shape(d.get("config")) for d in kept]
     workers = [d.get("worker") for d in kept]
+    alone = [not _number(d.get("fused")) > 1 for d in kept]
+    seconds = [_number(d.get("train_seconds")) if ok else math.nan
+               for d, ok in zip(kept, alone, strict=True)]  # fmt: skip
     return Trials(
         index=np.array([int(d["index"]) for d in kept], dtype=np.int64),
         ids=[str(d["_id"]) for d in kept],
         params=[_flat(d.get("params"), "", {}) for d in kept],
         objective=np.array([float(d["objective"]) for d in kept], dtype=float),
-        seconds=_finite([_number(d.get("train_seconds")) for d in kept]),
+        seconds=_finite(seconds),
         param_count=_finite([_number(d.get("param_count")) for d in kept]),
         epochs=_finite([_epochs(d) for d in kept]),
         depth=_finite([s[0] for s in shapes]),
         width=_finite([s[1] for s in shapes]),
         worker=[w.get("name") if type(w) is dict else None for w in workers],
         counts=counts,
+        fused=alone.count(False),
     )
 
 

@@ -180,6 +180,24 @@ def test_a_slow_worker_is_normalised_by_its_median_ratio() -> None:
     assert any("celery@slow 2.00x" in text for text in result["findings"])
 
 
+def test_trials_trained_fused_are_left_out_of_what_is_timed() -> None:
+    def seconds(layers: int, units: int, seed: int, rng: random.Random) -> float:
+        return 0.3 + 0.41 * layers
+
+    docs = trials(saturating, seconds)
+    for doc in docs:  # the narrow ones trained six at a time: their time is the group's
+        if doc["params"]["model"]["hidden_units"] <= 64:
+            doc.update(fused=6, train_seconds=9.0)
+    result = analyse(sweep_doc(), docs)
+    assert result["costs"]["fused"] == 45
+    law = next(x for x in result["costs"]["laws"]
+               if (x["target"], x["against"]) == ("train_seconds", "hidden_layers"))  # fmt: skip
+    assert law["trials"] == 60 and law["linear"]["slope"] == pytest.approx(0.41)
+    timed = result["front"]["train_seconds"]["trials"]
+    assert all(t["params"]["model.hidden_units"] > 64 for t in timed)
+    assert "45 trials trained fused in groups have no time of their own" in result["findings"][-1]
+
+
 def test_the_front_and_the_smallest_network_near_the_best() -> None:
     cost = np.array([1.0, 2.0, 3.0, 4.0, 2.5, np.nan])
     good = np.array([0.5, 0.7, 0.69, 0.9, 0.8, 1.0])
