@@ -33,6 +33,13 @@ def _value(analysis: dict[str, Any], x: Any) -> str:
     return f"{100 * x:.2f} %" if analysis["scale"]["fraction"] else f"{x:.4g}"
 
 
+def _gap(analysis: dict[str, Any], x: Any) -> str:
+    """A difference of the objective: percentage points for an accuracy."""
+    if not isinstance(x, int | float):
+        return "-"
+    return f"{100 * x:.2f} pp" if analysis["scale"]["fraction"] else f"{x:.4g}"
+
+
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
@@ -56,15 +63,16 @@ def markdown(analysis: dict[str, Any]) -> str:
            + (" The sweep is still running." if sweep["live"] else ""), "",
            "## Findings", "", *[f"- {text}" for text in analysis["findings"]], ""]  # fmt: skip
     noise = analysis["noise"]["std"]
+    measured = "±" + _gap(analysis, noise) if noise is not None else "unmeasured (no repeats)"
+    threshold = _gap(analysis, analysis["scale"]["min_gain"])
     out += ["## Diminishing returns", "",
-            f"Seed noise: {'±' + v(noise) if noise is not None else 'unmeasured (no repeats)'};"
-            f" a value gains nothing more when no later value improves the best configuration"
-            f" by the larger of that and {v(analysis['scale']['min_gain'])}.", ""]  # fmt: skip
+            f"Seed noise: {measured}; a value gains nothing more when no later value improves "
+            f"the best configuration by the larger of that and {threshold}.", ""]  # fmt: skip
     for entry in analysis["returns"]:
         out += [f"### {entry['name']}: {entry['status']}", "", entry["text"], ""]
         out += _table([entry["name"], "trials", "best", "mean", "std"],
                       [[label(p["value"]), f"{p['n']:,}", v(p["best"]), v(p["mean"]),
-                        v(p["std"])] for p in entry["curve"]])  # fmt: skip
+                        _gap(analysis, p["std"])] for p in entry["curve"]])  # fmt: skip
     costs = analysis["costs"]
     out += ["## Cost laws", ""]
     out += _table(["cost", "against", "form", "slope / exponent", "R²", "finding"],
