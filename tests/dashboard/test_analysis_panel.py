@@ -17,6 +17,7 @@ from playwright.sync_api import Browser, sync_playwright
 
 from core.analysis.figures import figures
 from core.store import Store
+from dashboard import analysis as analysis_data
 from scheduler.cli import main
 from scheduler.enqueue import sender_app
 from tests.dashboard.browser import (
@@ -27,7 +28,13 @@ from tests.dashboard.browser import (
     live_server,
     open_drawn,
 )
-from tests.dashboard.conftest import ALICE_TOKEN, dashboard_settings
+from tests.dashboard.conftest import (
+    ALICE_TOKEN,
+    dashboard_app,
+    dashboard_settings,
+    login,
+    small_sweep_spec,
+)
 from tests.dashboard.seeding import mcleod_spec, seed_sweep
 from tests.integration.stack import ROOT
 from web.app import create_app
@@ -134,3 +141,28 @@ def test_panel_cli_and_api_agree_and_the_report_opens_offline(
     assert [url for url in asked if not url.startswith(("file:", "data:"))] == []
     page.screenshot(path=str(OUTPUT / "report.png"), full_page=True)
     offline.close()
+
+
+def test_the_panel_data_follows_a_running_sweep(
+    live_store: Store, secantus_url: str, db_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page that has a version gets ``unchanged`` until a trial finishes, then the new
+    analysis (here without the panel's 10 s reuse of a live sweep's analysis)."""
+    monkeypatch.setattr(analysis_data, "PANEL_MAX_AGE", 0.0)
+    seeded = seed_sweep(live_store, small_sweep_spec(), owner="alice", running=2, queued=2)
+    client = login(dashboard_app(dashboard_settings(secantus_url, db_name), live_store)
+                   .test_client())  # fmt: skip
+    url = f"/dashboard/data/sweeps/{seeded.sweep_id}/analysis"
+    first = client.get(url).json
+    assert first["analysis"]["sweep"]["live"] and first["analysis"]["sweep"]["analysed"] == 12
+    # two values per parameter: no curve to judge (3 at least), importance and fronts
+    assert {f["group"] for f in first["figures"]} == {"laws", "importance", "front"}
+    assert client.get(f"{url}?version={first['version']}").json == {
+        "version": first["version"], "unchanged": True,
+    }  # fmt: skip
+    running = seeded.ids("running")[0]
+    assert live_store.finish(running, 1, "complete", result={"objective": 0.9},
+                             extra={"train_seconds": 2.0})  # fmt: skip
+    later = client.get(f"{url}?version={first['version']}").json
+    assert later["version"] != first["version"]
+    assert later["analysis"]["sweep"]["analysed"] == 13
