@@ -138,12 +138,13 @@ def sentence(path: str, verdict: dict[str, Any], scale: Scale, noise: float | No
                 f"{label(verdict['from'])} to {label(verdict['to'])}; no plateau within the "
                 "values tried")  # fmt: skip
     span = f"{gain} from {label(verdict['from'])} to {label(verdict['to'])}"
+    why = _why(scale, noise)
     if verdict["status"] == "flat":
-        return (f"{metric} does not improve with {name} past {label(first)}: at most {span}, "
-                f"{_why(scale, noise)}")  # fmt: skip
+        return (f"{metric} does not improve with {name} past {label(first)}: the best larger "
+                f"value ({label(verdict['to'])}) changes it by {gain}, {why}")  # fmt: skip
     return (
         f"{metric} plateaus at {name} ≥ {label(verdict['at'])}: {span}, "
-        f"{_why(scale, noise)} (after {scale.gain(scale.sign * verdict['rise'])} from "
+        f"{why} (after {scale.gain(scale.sign * verdict['rise'])} from "
         f"{label(first)})"
     )
 
