@@ -91,7 +91,7 @@
         if (entries.some((e) => e.isIntersecting)) { seen.disconnect(); start(); }
       }, { rootMargin: "300px" });
       seen.observe(panel);
-      status("");
+      status("computed once this panel is in view");
     } else {
       window.setTimeout(whenDrawn, 200);
     }
