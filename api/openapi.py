@@ -12,6 +12,7 @@ from typing import Any
 from flask import Blueprint, Flask, current_app
 
 from api.context import context
+from api.openapi_analysis import ANALYSIS
 from api.params import accept
 from api.serialize import PREFIX
 from core.config import SECTIONS
@@ -142,6 +143,7 @@ def _schemas(settings: Settings) -> dict[str, Any]:
         "Deleted": obj({"id": STR, "deleted": {"const": True}, "trials": INT, "metrics": INT}),
         "Health": obj({"status": {"const": "ok"}, "store": part, "broker": part}),
         "Workers": obj({"queue": STR, "workers": {"type": "array", "items": worker}}),
+        "Analysis": ANALYSIS,
         "SweepSpec": _spec_schema(settings),
     }
 
@@ -359,6 +361,10 @@ def _paths() -> dict[str, Any]:
         f"{PREFIX}/sweeps/{{sweep_id}}/export": {
             "get": _op("Every trial as CSV or JSON Lines", {"200": export}, common,
                        parameters=sweep + _params("Format")),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/analysis": {
+            "get": _op("What the sweep found: plateaus, cost laws, importance, the front",
+                       {"200": _json(ref("Analysis"), "The analysis")}, common, parameters=sweep),
         },
         f"{PREFIX}/trials/{{trial_id}}": {
             "get": _op("A trial's record and per-epoch metrics",

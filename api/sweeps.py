@@ -1,4 +1,5 @@
-"""``/api/v1/sweeps``: submit, list, show, cancel, retry, delete, page trials, export.
+"""``/api/v1/sweeps``: submit, list, show, cancel, retry, delete, page trials, export,
+and what a sweep found (``/analysis``: `core.analysis`).
 
 Every route needs a bearer token, and a sweep is visible only to the name of the token
 that submitted it: anyone else gets the same 404 as for a sweep that does not exist.
@@ -32,6 +33,7 @@ from api.params import states as state_filter
 from api.serialize import PREFIX, sweep_detail, sweep_links, sweep_view, trial_view
 from api.submission import read_spec
 from core import export
+from core.analysis import sweep_analysis
 from scheduler.retry import broker_reachable, retry_sweep
 from scheduler.submit import submit_sweep
 
@@ -147,3 +149,12 @@ def export_trials(sweep_id: str) -> Response:
     filename = f"sweep-{sweep_id}.{fmt}"
     headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
     return Response(body, mimetype=mimetype, headers=headers)
+
+
+@blueprint.get("/<sweep_id>/analysis")
+def analysis(sweep_id: str) -> dict[str, Any]:
+    """What the sweep found: plateaus, cost laws, importance and the accuracy-cost front."""
+    accept(())
+    ctx = context()
+    return sweep_analysis(ctx.store, sweep_id, owner=owner(), importance=ctx.importance,
+                          memo=ctx.analyses)  # fmt: skip

@@ -63,8 +63,10 @@ ROW_FIELDS = (
     "params",
     "objective",
     "train_seconds",
-    # For the dashboard's training time against model size (absent from older entries).
+    # For the dashboard's training time against model size and the analysis's cost laws and
+    # front (`core.analysis`; absent from older entries): a fused trial's time is its group's.
     "param_count",
+    "fused",
     "finished_at",
     "started_at",
     "updated_at",

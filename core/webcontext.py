@@ -11,12 +11,13 @@ or the composition that mounts them. Every error either answers has the body
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery
 from flask import Response, current_app, g, jsonify
 
+from core.analysis import Importance, Memo
 from core.settings import Settings
 from core.store import Store
 
@@ -27,11 +28,16 @@ IDENTITY_KEY = "sweepstack_identity"
 @dataclass
 class AppContext:
     """What every view needs: the settings, the store, and the Celery app that sends
-    (None for a dashboard without a broker: its Workers page then says so)."""
+    (None for a dashboard without a broker: its Workers page then says so); for the
+    sweep analysis (`core.analysis`), the importance function the composition hands in
+    (Optuna's, from the scheduler, which the dashboard may not import) and the analyses
+    this process keeps."""
 
     settings: Settings
     store: Store
     sender: Celery | None
+    importance: Importance | None = None
+    analyses: Memo = field(default_factory=Memo)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from flask.blueprints import BlueprintSetupState
 from core.errors import InvalidQuery, NotFound, StoreUnavailable
 from core.webcontext import AppContext, Identity, context, error_response, identity
 from dashboard import payloads, snapshots
+from dashboard.analysis import panel_payload
 from dashboard.figures import STATE_COLOURS
 from dashboard.payloads import DashboardState
 from dashboard.trial_routes import RetrySweep, trials_blueprint
@@ -257,6 +258,11 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
     @bp.get("/dashboard/data/sweeps/<sweep_id>/parallel")
     def sweep_parallel(sweep_id: str) -> Response:
         return _json(_partial(sweep_id, "parallel"))
+
+    @bp.get("/dashboard/data/sweeps/<sweep_id>/analysis")
+    def sweep_analysis(sweep_id: str) -> Response:
+        _own_sweep(sweep_id)
+        return _json(panel_payload(_services(), sweep_id, request.args.get("version")))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/curves")
     def sweep_curves(sweep_id: str) -> Response:

@@ -224,11 +224,12 @@ def _register() -> None:
     from scheduler.cli_api import api
     from scheduler.cli_dashboard import dashboard
     from scheduler.cli_open import open_command
+    from scheduler.cli_report import report
     from scheduler.run import run as run_command
 
     for command in (commands.submit, cli_results.status, commands.worker, commands.scheduler,
                     run_command, api, dashboard, cli_results.ls, cli_results.export,
-                    open_command):
+                    open_command, report):
         main.add_command(command)
 
 

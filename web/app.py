@@ -1,7 +1,9 @@
 """`create_app(settings)`: the web app, the REST API and the dashboard behind one auth layer.
 
 What the views share lives on ``app.extensions["sweepstack"]`` (`core.webcontext.AppContext`:
-``settings``, ``store``, ``sender``). The store and the Celery sender are made here from
+``settings``, ``store``, ``sender``, and for the sweep analysis ``importance``: Optuna's
+evaluators from the scheduler, handed in here because the dashboard may not import the
+scheduler; see `core.analysis`). The store and the Celery sender are made here from
 the settings unless given (tests pass their own). Neither connects before the first request
 that needs it, so the app starts, and ``/api/v1/health`` reports 503, while MongoDB or
 RabbitMQ is down. The order matters: the context, then the auth layer (its identity hook
@@ -9,6 +11,9 @@ runs before every other), then the one error shape, then the blueprints.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from celery import Celery
 from flask import Flask
@@ -40,6 +45,19 @@ def _sender(settings: Settings, required: bool) -> Celery | None:
     return sender_app(settings)
 
 
+def _importance(
+    spec_document: Mapping[str, Any],
+    params: Sequence[Mapping[str, Any]],
+    values: Sequence[float],
+    direction: str,
+) -> dict[str, Any]:
+    """Optuna's importances (`scheduler.importance`) for the analysis of the API and the
+    dashboard, which may not import the scheduler; Optuna loads on the first analysis."""
+    from scheduler.importance import param_importances
+
+    return param_importances(spec_document, params, values, direction)
+
+
 def create_app(
     settings: Settings,
     *,
@@ -58,6 +76,7 @@ def create_app(
         settings=settings,
         store=store if store is not None else _store(settings),
         sender=sender if sender is not None else _sender(settings, required=api),
+        importance=_importance,
     )
     init_auth(app, settings)
     register_error_handlers(app)
