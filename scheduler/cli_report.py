@@ -18,6 +18,7 @@ from rich.console import Console
 from core.analysis import sweep_analysis
 from core.errors import InvalidQuery, NotFound
 from scheduler.commands import _settings, _store
+from scheduler.local import data_option, with_data_dir
 
 SUFFIXES = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".json": "json"}
 
@@ -40,17 +41,18 @@ SUFFIXES = {".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".j
     type=click.Path(dir_okay=False),
     help="Write to this file instead of standard output.",
 )
-def report(sweep_id: str, fmt: str | None, out_path: str | None) -> None:
+@data_option
+def report(sweep_id: str, fmt: str | None, out_path: str | None, data_dir: str | None) -> None:
     """What a sweep found: where the objective plateaus, how cost grows with depth and
     width, which parameters matter (Optuna's fANOVA and PED-ANOVA), and the accuracy-cost
-    front. Needs SWEEPSTACK_MONGO_URL."""
+    front. Reads SWEEPSTACK_MONGO_URL's store, or without it the data folder's (--data)."""
     # Imported here: Optuna and Jinja load only for this command, not for every `sweepstack`.
     from scheduler.importance import param_importances
     from scheduler.report_files import render
 
     if fmt is None:
         fmt = SUFFIXES.get(Path(out_path).suffix.lower(), "md") if out_path else "md"
-    store = _store(_settings())
+    store = _store(with_data_dir(_settings(), data_dir))
     console = Console(stderr=True)
     try:
         with console.status(f"analysing sweep {sweep_id}…", spinner="dots"):
