@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 from optuna.importance import FanovaImportanceEvaluator, get_param_importances
 
+from bench import store_url
 from bench.bench_expand import GRID
 from core.analysis import FIELDS, analyse, sweep_analysis
 from core.analysis.report import jsonable
@@ -38,7 +37,6 @@ from core.spec import load_spec
 from core.store import Store
 from scheduler import importance
 from tests.dashboard.seeding import seed_sweep
-from tests.services import SecantusProcess
 
 BUDGET_S = 5.0
 
@@ -135,17 +133,8 @@ def main() -> None:
         help="seeds per setting: 5,000 trials each (default 10: 50,000)",
     )
     args = parser.parse_args()
-    if args.url:
-        run(args.url, args.seeds)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "data"
-        data.mkdir()
-        secantus = SecantusProcess(data)
-        try:
-            run(secantus.url, args.seeds)
-        finally:
-            secantus.stop()
+    with store_url(args.url) as url:
+        run(url, args.seeds)
 
 
 if __name__ == "__main__":

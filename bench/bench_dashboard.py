@@ -38,13 +38,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench import store_url
 from bench.bench_expand import GRID
 from core.spec import load_spec
 from core.store import Store
 from scheduler.cli_dashboard import gunicorn_argv
 from tests.dashboard.browser import VIEWPORT, launch, launch_profile, open_drawn
 from tests.dashboard.seeding import seed_sweep
-from tests.services import SecantusProcess, free_port, wait_listening
+from tests.services import free_port, wait_listening
 
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_MS = 2000
@@ -243,17 +244,8 @@ def main() -> None:
     )
     parser.add_argument("--verbose", action="store_true", help="print when each figure drew")
     args = parser.parse_args()
-    if args.url:
-        run(args.url, args.seeds, args.verbose)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "data"
-        data.mkdir()
-        secantus = SecantusProcess(data)
-        try:
-            run(secantus.url, args.seeds, args.verbose)
-        finally:
-            secantus.stop()
+    with store_url(args.url) as url:
+        run(url, args.seeds, args.verbose)
 
 
 if __name__ == "__main__":

@@ -12,19 +12,17 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from bench import store_url
 from bench.bench_expand import GRID
 from core.records import trial_document, utcnow
 from core.spec import load_spec
 from core.store import Store
 from scheduler.expand import expand
-from tests.services import SecantusProcess
 
 PAGE = 50
 
@@ -129,17 +127,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("SWEEPSTACK_BENCH_MONGO_URL"))
     url = parser.parse_args().url
-    if url:
-        run(url)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "data").mkdir()
-        server = SecantusProcess(Path(tmp) / "data")
-        try:
-            print(f"SecantusDB {server.url}")
-            run(server.url)
-        finally:
-            server.stop()
+    with store_url(url) as reached:
+        print(f"store {reached}")
+        run(reached)
 
 
 if __name__ == "__main__":

@@ -32,9 +32,9 @@ import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
+from bench import store_url
 from bench.bench_dashboard import BENCH_TOKEN, BUDGET_MS, REPEAT, ROOT, _serve
 from bench.bench_expand import GRID
 from core.settings import Settings
@@ -42,7 +42,7 @@ from core.spec import load_spec
 from core.store import Store
 from tests.dashboard.browser import launch_profile, open_drawn
 from tests.dashboard.seeding import seed_sweep
-from tests.services import SecantusProcess, free_port
+from tests.services import free_port
 
 ROUTE_BUDGET_MS = 100
 ROUTE_REPEAT = 10
@@ -237,17 +237,8 @@ def main() -> None:
         help="seeds per setting: 5,000 trials each (default 10: 50,000)",
     )
     args = parser.parse_args()
-    if args.url:
-        run(args.url, args.seeds)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "data"
-        data.mkdir()
-        secantus = SecantusProcess(data)
-        try:
-            run(secantus.url, args.seeds)
-        finally:
-            secantus.stop()
+    with store_url(args.url) as url:
+        run(url, args.seeds)
 
 
 if __name__ == "__main__":
