@@ -30,7 +30,7 @@ from core.states import TrialState
 
 #: Bumped whenever the analysis would answer differently for the same trials: stored
 #: analyses of another version are computed again.
-ANALYSIS_VERSION = "1"
+ANALYSIS_VERSION = "2"
 
 
 class Importance(Protocol):

@@ -8,8 +8,14 @@ over its seeds (so one lucky seed does not make a point). More than `MAX_LEVELS`
 values (a continuous parameter of a random search) are binned into `BINS` quantile bins
 (of the logarithm when the values span two decades), each at its median.
 
-The **seed noise** is the pooled standard deviation of the objective within
-configurations that ran more than once (seeds, repeats); None without repeats.
+The **seed noise** is the typical standard deviation of the objective within
+configurations that ran more than once (seeds, repeats); None without repeats. Typical, not
+pooled: a configuration whose seeds split between trained and collapsed (a deep sigmoid net
+stuck at chance for one seed of three) has a spread of tens of points, and a handful of
+them would make every gain look like noise. So it is the median of the configurations'
+variances, each divided by the median of its chi-square law (``s² ~ sigma² chi²(k)/k`` for
+``k = n - 1`` degrees of freedom), which estimates sigma for seeds that vary normally and
+ignores the configurations that broke.
 
 The **plateau** is judged on ``best``, going up the values: it is at the first value past
 which no later value gains ``threshold`` or more, where ``threshold`` is the larger of the
@@ -27,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from scipy.stats import chi2
 
 from core.analysis.rows import Parameter, Trials, label, short
 from core.analysis.scale import Scale
@@ -38,8 +45,8 @@ BINS = 10
 
 
 def seed_noise(trials: Trials, keys: np.ndarray) -> dict[str, Any]:
-    """The pooled within-configuration standard deviation of the objective (``std``,
-    None without repeats), and how many configurations and trials it rests on."""
+    """The typical within-configuration standard deviation of the objective (``std``, None
+    without repeats; see the module doc), and how many configurations and trials it rests on."""
     if len(trials) == 0:
         return {"std": None, "configs": 0, "trials": 0}
     n = np.bincount(keys)
@@ -47,10 +54,12 @@ def seed_noise(trials: Trials, keys: np.ndarray) -> dict[str, Any]:
     mean = np.divide(total, n, out=np.zeros_like(total), where=n > 0)
     squares = np.bincount(keys, weights=(trials.objective - mean[keys]) ** 2)
     repeated = n >= 2
-    dof = int((n[repeated] - 1).sum())
-    if dof == 0:
+    if not repeated.any():
         return {"std": None, "configs": 0, "trials": 0}
-    std = float(np.sqrt(squares[repeated].sum() / dof))
+    dof = n[repeated] - 1
+    variance = squares[repeated] / dof
+    scaled = variance / (chi2.median(dof) / dof)  # each a median-unbiased estimate of sigma²
+    std = float(np.sqrt(np.median(scaled)))
     return {"std": std, "configs": int(repeated.sum()), "trials": int(n[repeated].sum())}
 
 

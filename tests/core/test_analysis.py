@@ -85,7 +85,7 @@ def test_a_known_plateau_is_found_and_stated() -> None:
     assert "under the 0.5 pp threshold" in units["text"]
     assert [p["value"] for p in units["curve"]] == WIDTHS
     assert all(p["n"] == 15 for p in units["curve"])
-    assert 0.0015 < result["noise"]["std"] < 0.0025  # the seeds' gauss(0, 0.002)
+    assert 0.0012 < result["noise"]["std"] < 0.0028  # the seeds' gauss(0, 0.002), 35 configs
     assert result["findings"][0] == units["text"]  # a plateau is the first finding
     # depth does nothing here: no gain past the first value
     assert returns_of(result, "hidden_layers")["status"] == "flat"
@@ -111,6 +111,19 @@ def test_seed_noise_above_the_threshold_sets_it() -> None:
     assert units["threshold"] == pytest.approx(result["noise"]["std"])
     assert units["status"] == "plateau" and units["at"] <= 256
     assert re.search(r"within seed noise \(±[12]\.\d pp\)", units["text"]), units["text"]
+
+
+def test_seeds_that_collapse_do_not_pass_for_noise() -> None:
+    # As deep sigmoid nets do on the digits: one seed of some configurations stays at chance.
+    def collapsing(layers: int, units: int, seed: int, rng: random.Random) -> float:
+        if layers >= 3 and seed == 0 and units % 3 == 1:
+            return 0.1
+        return saturating(layers, units, seed, rng)
+
+    result = analyse(sweep_doc(), trials(collapsing))
+    assert 0.001 < result["noise"]["std"] < 0.004  # the seeds' gauss(0, 0.002), not the collapses
+    units = returns_of(result, "hidden_units")
+    assert units["status"] == "plateau" and units["at"] == 256, units["text"]
 
 
 def test_a_minimised_loss_plateaus_too() -> None:
