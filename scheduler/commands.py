@@ -65,7 +65,10 @@ def _store(settings: Settings) -> Store:
 @click.command()
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help='Print {"sweep_id": ..., "trials": N}.')
-def submit(spec: str, as_json: bool) -> None:
+@click.option(
+    "-q", "--quiet", is_flag=True, help="Print only the sweep id: ID=$(sweepstack submit -q SPEC)."
+)
+def submit(spec: str, as_json: bool, quiet: bool) -> None:
     """Store a sweep and enqueue its trials (needs SWEEPSTACK_BROKER_URL and _MONGO_URL)."""
     from scheduler.cli import _fail_spec, _load
     from scheduler.enqueue import sender_app
@@ -85,6 +88,8 @@ def submit(spec: str, as_json: bool) -> None:
         return
     if as_json:
         click.echo(json.dumps({"sweep_id": sweep_id, "trials": count}))
+    elif quiet:
+        click.echo(sweep_id)
     else:
         click.echo(f"submitted sweep {sweep_id}: {count:,} trials queued")
         from scheduler.local import program  # scheduler.local imports this module's users

@@ -55,8 +55,8 @@ def reachable(url: str, timeout: float = 2.0) -> bool:
 class SecantusProcess:
     """A SecantusDB server in its own process, on a free port, with its own data folder."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.port = free_port()
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
         self.data_dir = data_dir
         self.log = open(data_dir.parent / f"secantus-{self.port}.log", "w")  # noqa: SIM115
         self.proc = subprocess.Popen(

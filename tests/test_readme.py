@@ -4,6 +4,10 @@ Every fenced ```bash block of README.md is either run here, as written, or marke
 README itself, on the line right before its fence, with ``<!-- readme-test: skip REASON -->``
 (optionally ``: why``), REASON one of `SKIP_REASONS`. A block with neither runs, so a new
 command block cannot slip past: it passes here or it says in the README why it cannot.
+A block marked ``<!-- readme-test: services -->`` runs too, against the services it names
+at their default addresses (RabbitMQ on 5672, MongoDB on 27017: a SecantusDB started there
+when nothing listens), with the ``export`` lines of the services blocks above it, as they
+would be in the user's terminal.
 
 The blocks run in README order, each in its own ``bash -e``, in one sandbox that stands for
 a user's checkout after `make demo`: a copy of the checkout's tracked files with ``.venv``
@@ -30,6 +34,9 @@ from pathlib import Path
 
 import pytest
 
+from core.settings import Settings
+from tests.services import SecantusProcess, reachable
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
@@ -40,8 +47,12 @@ SKIP_REASONS = {
     "hosts": "needs a second machine, or runs on one you reach over the network",
     "bench": "a benchmark: minutes of work that prints figures",
     "long": "runs for minutes, or until Ctrl-C",
-    "services": "needs your RabbitMQ and MongoDB at the addresses it exports",
 }
+#: The marker of a block that runs against RabbitMQ and MongoDB at their default ports.
+SERVICES = "services"
+#: Where the README's services blocks find them.
+MONGO_PORT, RABBITMQ_URL = 27017, "amqp://guest:guest@127.0.0.1:5672//"
+EXPORT = re.compile(r"^export [A-Z_][A-Z0-9_]*=.*$", re.MULTILINE)
 #: Fence languages; commands go in ``bash`` blocks, so no other shell name is allowed.
 LANGUAGES = {"bash", "yaml", "toml", "python", "json", ""}
 #: A first line that reads as a command: such a block must be a ``bash`` one.
@@ -72,8 +83,12 @@ class Block:
         return f"README.md:{self.line} ({self.heading})"
 
     @property
+    def services(self) -> bool:
+        return self.marker == SERVICES
+
+    @property
     def skip_reason(self) -> str | None:
-        if self.marker is None:
+        if self.marker is None or self.services:
             return None
         match = SKIP.match(self.marker)
         return match["reason"] if match else None
@@ -138,10 +153,11 @@ def check(blocks: list[Block]) -> list[str]:
         first = block.text.lstrip().splitlines()[0] if block.text.strip() else ""
         if block.lang != "bash" and COMMAND_START.match(first):
             problems.append(f"{block.where}: reads as commands; make it a ```bash block")
-        if block.marker is not None and block.skip_reason not in SKIP_REASONS:
+        known = block.services or block.skip_reason in SKIP_REASONS
+        if block.marker is not None and not known:
             problems.append(
-                f"{block.where}: marker {block.marker!r}: must be `skip REASON` or "
-                f"`skip REASON: why`, REASON one of {', '.join(SKIP_REASONS)}"
+                f"{block.where}: marker {block.marker!r}: must be `{SERVICES}`, `skip "
+                f"REASON` or `skip REASON: why`, REASON one of {', '.join(SKIP_REASONS)}"
             )
         if block.lang == "bash" and block.marker is None and LINGERS.search(block.text):
             problems.append(
@@ -152,7 +168,7 @@ def check(blocks: list[Block]) -> list[str]:
 
 
 def runnable(blocks: list[Block]) -> list[Block]:
-    return [b for b in blocks if b.lang == "bash" and b.marker is None]
+    return [b for b in blocks if b.lang == "bash" and (b.marker is None or b.services)]
 
 
 @pytest.fixture(scope="module")
@@ -250,41 +266,77 @@ class Sandbox:
     env: dict[str, str]
     ran: dict[int, tuple[int, str, float]] = field(default_factory=dict)  # line: code, out, s
 
+    exports: list[str] = field(default_factory=list)  # of the services blocks run so far
+
     def run(self, block: Block) -> tuple[int, str, float]:
         """Run `block` with ``bash -e``, once; its exit status, output and seconds. What it
-        left running in its process group is killed after it."""
+        left running in its process group is killed after it. A services block starts with
+        the ``export`` lines of those before it."""
         if block.line in self.ran:
             return self.ran[block.line]
         script = self.checkout.parent / f"block-{block.line}.sh"
-        script.write_text(block.text)
+        script.write_text("".join(f"{line}\n" for line in self.exports) + block.text)
+        if block.services:
+            self.exports += EXPORT.findall(block.text)
+        log = script.with_suffix(".log")
         started = time.monotonic()
-        proc = subprocess.Popen(
-            ["bash", "-e", str(script)],
-            cwd=self.checkout,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            output, _ = proc.communicate(timeout=BLOCK_TIMEOUT)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-            code = -1
-            output += f"\n(killed after {BLOCK_TIMEOUT} s)"
-        finally:
-            with contextlib.suppress(ProcessLookupError):  # nothing of it is left
-                os.killpg(proc.pid, signal.SIGKILL)
+        with log.open("w") as out:  # a file, not a pipe: what it left running holds a pipe open
+            proc = subprocess.Popen(
+                ["bash", "-e", str(script)],
+                cwd=self.checkout,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                code = proc.wait(timeout=BLOCK_TIMEOUT)
+                killed = ""
+            except subprocess.TimeoutExpired:
+                code, killed = -1, f"\n(killed after {BLOCK_TIMEOUT} s)"
+            finally:
+                with contextlib.suppress(ProcessLookupError):  # nothing of it is left
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        output = log.read_text(errors="replace") + killed
         self.ran[block.line] = (code, output, time.monotonic() - started)
         return self.ran[block.line]
 
 
 @pytest.fixture(scope="module")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """RabbitMQ and a MongoDB server at the addresses the README's services blocks export.
+
+    RabbitMQ must be listening (`make test` starts it); a MongoDB already on 27017 is used
+    as the README's reader would use theirs, else a SecantusDB is started there. The
+    default queue the blocks fill is purged before and after, so that no message of theirs
+    outlives them.
+    """
+    from amqp.exceptions import NotFound
+    from kombu import Connection
+
+    if not reachable(RABBITMQ_URL):
+        pytest.fail(f"RabbitMQ is not listening at {RABBITMQ_URL}; `make test` starts it")
+    mongo = None
+    if not reachable(f"mongodb://127.0.0.1:{MONGO_PORT}", timeout=0.5):
+        data = tmp_path_factory.mktemp("readme-mongo") / "db"
+        data.mkdir()
+        mongo = SecantusProcess(data, port=MONGO_PORT)
+
+    def purge() -> None:
+        with Connection(RABBITMQ_URL) as conn, contextlib.suppress(NotFound):
+            conn.default_channel.queue_purge(Settings().queue)  # never declared: nothing in it
+
+    purge()
+    yield
+    purge()
+    if mongo is not None:
+        mongo.stop()
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory, services: None) -> Iterator[Sandbox]:
     base = tmp_path_factory.mktemp("readme")
     checkout, home = base / "checkout", base / "home"
     home.mkdir()
@@ -351,3 +403,7 @@ def test_the_blocks_left_what_they_promise(sandbox: Sandbox) -> None:
         sandbox.run(block)
     assert (Path(sandbox.env["HOME"]) / ".sweepstack" / "db").is_dir()
     assert (sandbox.checkout / "trials.csv").read_text().startswith("id,")
+    api_csv = (sandbox.checkout / "results.csv").read_text().splitlines()
+    assert api_csv[0].startswith("id,") and len(api_csv) == 13, api_csv[:3]  # quickstart: 12
+    watched = next(b for b in _runnable_now() if "status $SWEEP_ID --json" in b.text)
+    assert '"complete": 12' in sandbox.ran[watched.line][1], sandbox.ran[watched.line][1][-500:]
