@@ -245,7 +245,8 @@ def test_open_serves_the_sweep_and_holds_the_folder_until_sigterm(
     try:
         url = opened.stdout.readline().strip()  # type: ignore[union-attr]
         assert re.fullmatch(rf"http://127\.0\.0\.1:\d+/sweeps/{sweep_id}", url), (
-            url, opened.poll()
+            url,
+            opened.poll(),
         )
         with urllib.request.urlopen(url, timeout=30) as page:
             assert page.status == 200 and sweep_id in page.read().decode()
@@ -266,6 +267,49 @@ def test_open_serves_the_sweep_and_holds_the_folder_until_sigterm(
     assert "stopping the dashboard" in err
     wait_for(lambda: processes_using(str(data)) == [], 10, "every child of open to exit")
     assert not (data / "holder.json").exists()
+
+
+def test_a_busy_default_port_falls_back_and_the_browser_finds_the_sweep_there(
+    quickstart: FinishedRun,
+) -> None:
+    """`open` on the default port while something else holds 8050: it says where it went,
+    and that URL in headless Chromium draws this sweep's page (not the other server's)."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.dashboard.browser import VIEWPORT, launch, open_drawn
+
+    sweep_id = quickstart.summary["sweep_id"]
+    with socket.socket() as busy:
+        try:
+            busy.bind(("127.0.0.1", DEFAULT_DASHBOARD_PORT))
+            busy.listen()
+        except OSError:
+            pass  # something else listens there already: busy either way
+        opened = subprocess.Popen(
+            [*SWEEPSTACK, "open", sweep_id],
+            env=quickstart.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        try:
+            url = opened.stdout.readline().strip()  # type: ignore[union-attr]
+            port = int(url.split(":")[2].split("/")[0]) if url.count(":") == 2 else None
+            assert port not in (None, DEFAULT_DASHBOARD_PORT), (url, opened.poll())
+            with sync_playwright() as pw:
+                browser = launch(pw)
+                try:
+                    context = browser.new_context(viewport=VIEWPORT)
+                    page, console = open_drawn(context, url)
+                    assert sweep_id in page.content()
+                    assert "quickstart" in page.inner_text("body")
+                    assert console.errors() == []
+                finally:
+                    browser.close()
+        finally:
+            opened.send_signal(signal.SIGTERM)
+            opened.wait(30)
+            err = opened.stderr.read()  # type: ignore[union-attr]
+    note = f"note: 127.0.0.1:{DEFAULT_DASHBOARD_PORT} is in use; the dashboard is on {port}"
+    assert note in err, err[-2000:]
 
 
 def test_kill_mid_sweep_then_resume(tmp_path: Path) -> None:
