@@ -105,6 +105,23 @@ def check_first(spec: CaffeSpec) -> None:
         raise SpecError(problems)
 
 
+def first_param_count(spec: CaffeSpec) -> int | None:
+    """The learnable parameters of the first trial's net, or None when only a worker can
+    build it (a file's shape) or it cannot be built (reported by `check_first`)."""
+    try:  # TODO(integration): unguard once caffe-net is merged
+        from core.caffe.net import build_graph
+    except ImportError:
+        return None
+    shape = input_shape(spec)
+    if shape is None:
+        return None
+    net, _ = spec.messages(first_params(spec))
+    try:
+        return build_graph(net, "TRAIN", shape[0], shape[1], source="caffe.net").param_count
+    except SpecError:
+        return None
+
+
 def _show(values: dict[str, Any]) -> str:
     return ", ".join(f"{p}={json.dumps(v)}" for p, v in values.items())
 

@@ -31,6 +31,7 @@ validation time, so a broken one is refused before any worker sees it.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import PrivateAttr, ValidationError
@@ -67,6 +68,8 @@ _KNOWN = (
     "pruning",
     "limits",
 )
+#: A layer's name as a spec may address it (a parameter's path is split at dots).
+LAYER_NAME = re.compile(r"^[^.$\s][^.\s]{0,199}$")
 #: The largest side of ``caffe.resize``.
 MAX_RESIZE = 4096
 DTYPES = ("float32", "float64")
@@ -131,6 +134,12 @@ class CaffeSpec(SweepSpec):
             }
         return config
 
+    def first_param_count(self) -> int | None:
+        """The parameters of the first trial's net, where this host can build it."""
+        from core.caffe.checks import first_param_count
+
+        return first_param_count(self)
+
     def check_trials(self, points: list[dict[str, Any]]) -> None:
         """Build every distinct net and solver of these trials (`core.caffe.checks`)."""
         from core.caffe.checks import check_points
@@ -153,10 +162,16 @@ def _dimensions(
     if not isinstance(raw, dict):
         problems.append(Problem(path, "must be a mapping of field names to values"))
         return
+    layer_level = path == "caffe.layers"
     for key, leaf in raw.items():
         at = f"{path}.{key}"
-        if not isinstance(key, str) or not key.isidentifier():
+        if layer_level and not (isinstance(key, str) and LAYER_NAME.match(key)):
+            rule = "a layer's name here must have no dot or space, nor start with $"
+            problems.append(Problem(at, rule))
+        elif not layer_level and not (isinstance(key, str) and key.isidentifier()):
             problems.append(Problem(at, "a field name must be an identifier"))
+        elif layer_level and not isinstance(leaf, dict):
+            problems.append(Problem(at, "must be a mapping of the layer's fields to values"))
         elif _group(leaf):
             _dimensions(leaf, at, [*parts, key], out, problems)
         else:
@@ -285,6 +300,12 @@ def _parse_builtin(section: str, raw: Any, problems: list[Problem]) -> dict[str,
     for key, value in raw.items():
         if key in allowed:
             kept[key] = value
+        elif (section, key) == ("execution", "parallel"):
+            rule = (
+                "data-parallel strategies (allreduce, local_sgd, easgd) do not apply to a "
+                "Caffe net yet: a Caffe trial trains on one process; leave execution.parallel out"
+            )
+            problems.append(Problem("execution.parallel", rule))
         else:
             rule = f"does not apply to a Caffe net (of {section}, only {', '.join(allowed)} do): "
             problems.append(Problem(f"{section}.{key}", rule + _WHY[section]))
