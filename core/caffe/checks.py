@@ -66,13 +66,13 @@ def check_messages(
     if net is not None and shape is not None:
         for phase in PHASES:
             try:
-                build_graph(net, phase, shape[0], shape[1], source="caffe.net")
+                build_graph(net, phase, shape[0], shape[1], source=spec.net_source)
             except SpecError as exc:
                 problems.extend(_problems(exc, when))
                 break  # the other phase mostly fails the same way
     if solver is not None:
         try:
-            parse_solver(solver, "caffe.solver")
+            parse_solver(solver, spec.solver_source)
         except SpecError as exc:
             problems.extend(_problems(exc, when))
     return problems
@@ -117,7 +117,7 @@ def first_param_count(spec: CaffeSpec) -> int | None:
         return None
     net, _ = spec.messages(first_params(spec))
     try:
-        return build_graph(net, "TRAIN", shape[0], shape[1], source="caffe.net").param_count
+        return build_graph(net, "TRAIN", shape[0], shape[1], source=spec.net_source).param_count
     except SpecError:
         return None
 

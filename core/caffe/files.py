@@ -27,7 +27,8 @@ def read_caffe_files(data: dict[str, Any], spec_path: Path) -> dict[str, Any]:
 
     For the CLI: paths are relative to the spec file; when ``net`` is left out, the solver's
     ``net:`` (or ``train_net:``) names it, relative to the solver file. Each text is parsed
-    here with its file's name, so a syntax error names the file, line and column.
+    here with its file's name, so a syntax error names the file, line and column; the names
+    are kept (``net_source``, ``solver_source``) for the errors of later checks.
     """
     raw = data.get("caffe")
     if not isinstance(raw, dict) or not any(k in raw for k in ("net", "solver")):
@@ -44,7 +45,10 @@ def read_caffe_files(data: dict[str, Any], spec_path: Path) -> dict[str, Any]:
         named = solver.get("net", solver.get("train_net"))
         if isinstance(named, str):
             net_file = solver_file.parent / named
+    if solver_file is not None:
+        caffe["solver_source"] = str(solver_file)
     if net_file is not None:
+        caffe["net_source"] = str(net_file)
         caffe["net_text"] = _read(net_file, "net")
         _parse_text(caffe["net_text"], str(net_file), "caffe.net")
     if solver_file is not None:

@@ -47,7 +47,8 @@ from core.spec import Limits, Objective, SweepSpec, parse_section, problems_from
 from core.suggest import did_you_mean, unknown_key
 
 #: The keys of the ``caffe`` section.
-CAFFE_KEYS = ("net", "solver", "net_text", "solver_text", "resize", "layers", "solver_params")
+CAFFE_KEYS = ("net", "solver", "net_text", "solver_text", "net_source", "solver_source", "resize",
+              "layers", "solver_params")  # fmt: skip
 #: The built-in settings a Caffe spec may give, by section (all of ``dataset``).
 APPLIES = {"training": ("seed",), "execution": ("device", "time_limit", "dtype")}
 #: Why the other built-in settings do not apply, by section.
@@ -70,6 +71,8 @@ _KNOWN = (
 )
 #: A layer's name as a spec may address it (a parameter's path is split at dots).
 LAYER_NAME = re.compile(r"^[^.$\s][^.\s]{0,199}$")
+#: The longest ``net_source``/``solver_source``: the file names errors show.
+MAX_SOURCE = 300
 #: The largest side of ``caffe.resize``.
 MAX_RESIZE = 4096
 DTYPES = ("float32", "float64")
@@ -85,14 +88,16 @@ class CaffeSpec(SweepSpec):
 
     net_text: str
     solver_text: str
+    net_source: str = "caffe.net_text"
+    solver_source: str = "caffe.solver_text"
     resize: tuple[int, int] | None = None
     targets: dict[str, Target] = {}
     _net: Message = PrivateAttr()
     _solver: Message = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
-        self._net = parse(self.net_text, "caffe.net_text")
-        self._solver = parse(self.solver_text, "caffe.solver_text")
+        self._net = parse(self.net_text, self.net_source)
+        self._solver = parse(self.solver_text, self.solver_source)
 
     def messages(self, params: dict[str, Any]) -> tuple[Message, Message]:
         """Copies of the net and the solver with the spec's fixed values and `params` set."""
@@ -223,6 +228,13 @@ def _parse_caffe(raw: Any, problems: list[Problem]) -> dict[str, Any]:
                     ),
                 )
             )
+    for key in ("net_source", "solver_source"):
+        source = raw.get(key)
+        if isinstance(source, str) and 0 < len(source) <= MAX_SOURCE:
+            out[key] = source
+        elif key in raw:
+            rule = f"must be a file's name (1 to {MAX_SOURCE} characters), got {source!r}"
+            problems.append(Problem(f"caffe.{key}", rule))
     messages: dict[str, Message] = {}
     for key in ("net_text", "solver_text"):
         text = raw.get(key)
@@ -232,7 +244,8 @@ def _parse_caffe(raw: Any, problems: list[Problem]) -> dict[str, Any]:
             problems.append(Problem(f"caffe.{key}", f"must be the prototxt text, got {text!r}"))
         elif isinstance(text, str):
             try:
-                messages[key] = parse(text, f"caffe.{key}")
+                source = out.get(f"{key[:-5]}_source", f"caffe.{key}")
+                messages[key] = parse(text, source)
                 out[key] = text
             except PrototxtError as exc:
                 problems.append(Problem(f"caffe.{key}", str(exc)))
@@ -394,6 +407,7 @@ def load_caffe_spec(data: dict[str, Any]) -> CaffeSpec:
             document=data,
             net_text=caffe["net_text"],
             solver_text=caffe["solver_text"],
+            **{k: caffe[k] for k in ("net_source", "solver_source") if k in caffe},
             resize=caffe.get("resize"),
             targets=caffe["targets"],
             **parts,

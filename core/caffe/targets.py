@@ -11,12 +11,14 @@ layer's name into a `Target`: the path of message fields from the layer down to 
   ``*_param`` message itself.
 - ``loss_weight``, a field of the layer itself.
 
-The fields a layer can have are those its text writes and those the layer type is known to
-take (`core.caffe.net`'s table when it has one); an unknown layer or field names the layer and
-lists what exists, with a "did you mean" (`core.suggest`). `apply` writes a value into a copy
-of the net: a layer name shared by several layers (a TRAIN and a TEST data layer both called
-``mnist``) sets the field in each. A value becomes a bare word (an enum, ``MAX``) where the
-text writes one there, or where it looks like one (upper case) and the text writes none.
+The fields a layer can have are those its text writes and those its type takes in the layer
+graph's tables (`core.caffe.layers`, `core.caffe.fields`); an unknown layer or field names
+the layer and lists what exists, with a "did you mean" (`core.suggest`). `apply` writes a
+value into a copy of the net: a layer name shared by several layers (a TRAIN and a TEST
+data layer both called ``mnist``) sets the field in each. A value becomes a bare word (an
+enum, ``MAX``) where the tables say the field is an enum; where they do not know it, where
+the text writes a bare word there, or where it looks like one (upper case) and the text
+writes none.
 """
 
 from __future__ import annotations
@@ -81,21 +83,46 @@ def _snake(type_name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type_name).lower()
 
 
+def _tables() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The layer graph's tables (`core.caffe.layers.LAYER_TYPES`, `core.caffe.fields.SCHEMAS`),
+    or empty ones where they are not there."""
+    try:
+        from core.caffe.fields import SCHEMAS
+        from core.caffe.layers import LAYER_TYPES
+    except ImportError:
+        return {}, {}
+    return LAYER_TYPES, SCHEMAS
+
+
 def known_params(layer_type: str) -> dict[str, tuple[str, ...]]:
     """The parameter messages a layer type takes, each with the fields known for it.
 
-    From `core.caffe.net`'s table where it has one (``LAYER_PARAMS``); else the message
-    Caffe's naming gives the type (``inner_product_param``), its fields then known only from
-    the text.
+    From the layer graph's tables (`core.caffe.layers`, `core.caffe.fields`) for a type they
+    know; else the message Caffe's naming gives the type (``inner_product_param``), its
+    fields then known only from the text.
     """
-    try:
-        from core.caffe import net as graph  # the layer graph's own table, when it has one
-    except ImportError:
-        graph = None  # type: ignore[assignment]
-    table = getattr(graph, "LAYER_PARAMS", None)
-    if isinstance(table, dict) and layer_type in table:
-        return {k: tuple(v) for k, v in table[layer_type].items()}
-    return {f"{_snake(layer_type)}_param": ()}
+    types, schemas = _tables()
+    kind = types.get(layer_type)
+    if kind is None:
+        return {f"{_snake(layer_type)}_param": ()}
+    return {name: tuple(schemas.get(schema, {})) for name, schema in kind.params.items()}
+
+
+def _is_enum(layer_type: str, path: tuple[str, ...]) -> bool | None:
+    """Whether the field at `path` of a layer of this type is an enum (a bare word), or None
+    when the tables do not say."""
+    types, schemas = _tables()
+    kind = types.get(layer_type)
+    if kind is None or path[0] not in kind.params:
+        return None
+    fields = schemas.get(kind.params[path[0]], {})
+    for part in path[1:-1]:
+        spec = fields.get(part)
+        if spec is None or getattr(spec, "schema", None) is None:
+            return None
+        fields = schemas.get(spec.schema, {})
+    spec = fields.get(path[-1])
+    return None if spec is None else getattr(spec, "kind", None) == "enum"
 
 
 def _fields_of(layers: list[Message]) -> dict[str, set[str]]:
@@ -152,14 +179,15 @@ def resolve_layer_field(net: Message, layer: str, parts: list[str]) -> Target | 
     )
 
 
-def _scalar(value: Any, existing: Value | None) -> Value:
-    enum = isinstance(existing, Ident) or (existing is None and bool(_ENUM.match(str(value))))
+def _scalar(value: Any, existing: Value | None, enum: bool | None) -> Value:
+    if enum is None:
+        enum = isinstance(existing, Ident) or (existing is None and bool(_ENUM.match(str(value))))
     if isinstance(value, str) and not isinstance(value, Ident) and enum:
         return Ident(value)
     return value
 
 
-def _set(message: Message, path: tuple[str, ...], value: Any) -> None:
+def _set(message: Message, path: tuple[str, ...], value: Any, enum: bool | None = None) -> None:
     for part in path[:-1]:
         inner = message.get(part)
         if not isinstance(inner, Message):
@@ -169,9 +197,9 @@ def _set(message: Message, path: tuple[str, ...], value: Any) -> None:
     field = path[-1]
     existing = message.get(field)
     if isinstance(value, list):
-        message.set(field, [_scalar(v, existing) for v in value])
+        message.set(field, [_scalar(v, existing, enum) for v in value])
     else:
-        message.set(field, _scalar(value, existing))
+        message.set(field, _scalar(value, existing, enum))
 
 
 def apply(net: Message, solver: Message, values: Iterable[tuple[Target, Any]]) -> None:
@@ -181,4 +209,5 @@ def apply(net: Message, solver: Message, values: Iterable[tuple[Target, Any]]) -
             _set(solver, target.path, value)
             continue
         for layer in layers_named(net, target.layer):
-            _set(layer, target.path, value)
+            kind = layer.get("type")
+            _set(layer, target.path, value, _is_enum(str(kind), target.path))
