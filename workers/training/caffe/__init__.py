@@ -1,0 +1,1 @@
+"""Caffe nets, solvers and image data in PyTorch (issue #17)."""
