@@ -55,15 +55,16 @@ def check_messages(
     spec: CaffeSpec, net: Message | None, solver: Message | None, when: str = ""
 ) -> list[Problem]:
     """The problems of building `net` (both phases) and parsing `solver`."""
-    try:  # TODO(integration): unguard once caffe-net and caffe-solver are merged
+    from core.caffe.solver import parse_solver
+
+    try:  # TODO(integration): unguard once caffe-net is merged
         from core.caffe.net import build_graph
-        from core.caffe.solver import parse_solver
     except ImportError:
-        return []
+        build_graph = None  # type: ignore[assignment]
 
     problems: list[Problem] = []
     shape = input_shape(spec)
-    if net is not None and shape is not None:
+    if net is not None and shape is not None and build_graph is not None:
         for phase in PHASES:
             try:
                 build_graph(net, phase, shape[0], shape[1], source=spec.net_source)

@@ -31,12 +31,14 @@ validation time, so a broken one is refused before any worker sees it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
 from pydantic import PrivateAttr, ValidationError
 
 from core.caffe.prototxt import Message, PrototxtError, dumps, parse
+from core.caffe.solver import SolverConfig
 from core.caffe.targets import Target, apply, resolve_layer_field
 from core.documents import value_problems
 from core.errors import Problem, SpecError
@@ -200,12 +202,12 @@ def _leaf(raw: Any, path: str, problems: list[Problem]) -> Dimension | None:
     return dim
 
 
-def _solver_fields() -> list[str] | None:
-    try:
-        from core.caffe.solver import SOLVER_FIELDS  # B's list of the fields it reads
-    except ImportError:
-        return None
-    return list(SOLVER_FIELDS)
+def _solver_fields() -> list[str]:
+    """The solver fields a sweep may set: those `SolverConfig` keeps (and the older enum
+    ``solver_type``), without the nets."""
+    names = [f.name for f in dataclasses.fields(SolverConfig)]
+    kept = [n for n in names if n != "source" and "net" not in n]
+    return [*kept, "solver_type"]
 
 
 def _parse_caffe(raw: Any, problems: list[Problem]) -> dict[str, Any]:

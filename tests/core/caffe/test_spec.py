@@ -290,3 +290,32 @@ def test_the_texts_are_held_to_the_servers_ceiling() -> None:
         f"got {len(NET.encode()):,}"
     )
     assert spec_limit_problems(spec, Settings()) == []
+
+
+def test_every_distinct_solver_is_parsed_when_the_sweep_expands() -> None:
+    spec = load_spec(_spec({"solver_params": {"base_lr": [0.1, -1]}}))  # the first one is fine
+    with pytest.raises(SpecError) as info:
+        expand(spec)
+    (problem,) = info.value.problems
+    assert problem.path == "caffe.solver.base_lr"
+    assert problem.message.endswith("got -1.0 (when caffe.solver_params.base_lr=-1)")
+    spec = load_spec(_spec({"solver_params": {"lr_policy": ["fixed", "step"]}}))
+    with pytest.raises(SpecError) as info:
+        expand(spec)
+    assert [p.path for p in info.value.problems] == ["caffe.solver.gamma", "caffe.solver.stepsize"]
+
+
+def test_the_first_trials_solver_is_parsed_when_the_spec_loads() -> None:
+    (problem,) = _problems(_spec({"solver_text": "base_lr: 0.1\nlr_policy: 'fixed'\n"}))
+    assert problem == Problem("caffe.solver.max_iter", "is required (Caffe has no default for it)")
+    # A value the sweep gives is the first trial's: no problem then.
+    spec = load_spec(_spec({"solver_text": "base_lr: 0.1\nlr_policy: 'fixed'\n",
+                            "solver_params": {"max_iter": {"int": [10, 20]}}}))  # fmt: skip
+    assert spec.first_param_count() is None or spec.first_param_count() > 0
+
+
+def test_an_unknown_solver_field_lists_the_known_ones() -> None:
+    (problem,) = _problems(_spec({"solver_params": {"base_lrr": [0.1]}}))
+    assert problem.path == "caffe.solver_params.base_lrr"
+    assert problem.message.startswith("no solver field 'base_lrr' (known: base_lr, lr_policy,")
+    assert problem.message.endswith("did you mean 'base_lr'?")
