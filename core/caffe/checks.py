@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from core.caffe.net import PHASES, build_graph, check_shared
+from core.caffe.solver import parse_solver
 from core.caffe.targets import Target
 from core.errors import Problem, SpecError
 from core.fields import leaf_defaults
@@ -32,7 +34,6 @@ MAX_CHECKED = 500
 MAX_PROBLEMS = 10
 #: (channels, height, width) and classes of the built-in image set.
 DIGITS = ((1, 8, 8), 10)
-PHASES = ("TRAIN", "TEST")
 
 
 def input_shape(spec: CaffeSpec) -> tuple[tuple[int, ...], int | None] | None:
@@ -55,22 +56,15 @@ def check_messages(
     spec: CaffeSpec, net: Message | None, solver: Message | None, when: str = ""
 ) -> list[Problem]:
     """The problems of building `net` (both phases) and parsing `solver`."""
-    from core.caffe.solver import parse_solver
-
-    try:  # TODO(integration): unguard once caffe-net is merged
-        from core.caffe.net import build_graph
-    except ImportError:
-        build_graph = None  # type: ignore[assignment]
-
     problems: list[Problem] = []
     shape = input_shape(spec)
-    if net is not None and shape is not None and build_graph is not None:
-        for phase in PHASES:
-            try:
-                build_graph(net, phase, shape[0], shape[1], source=spec.net_source)
-            except SpecError as exc:
-                problems.extend(_problems(exc, when))
-                break  # the other phase mostly fails the same way
+    if net is not None and shape is not None:
+        try:
+            train, test = (build_graph(net, phase, shape[0], shape[1], spec.net_source)
+                           for phase in PHASES)  # fmt: skip
+            check_shared(train, test)
+        except SpecError as exc:  # the other phase mostly fails the same way: one is enough
+            problems.extend(_problems(exc, when))
     if solver is not None:
         try:
             parse_solver(solver, spec.solver_source)
@@ -109,10 +103,6 @@ def check_first(spec: CaffeSpec) -> None:
 def first_param_count(spec: CaffeSpec) -> int | None:
     """The learnable parameters of the first trial's net, or None when only a worker can
     build it (a file's shape) or it cannot be built (reported by `check_first`)."""
-    try:  # TODO(integration): unguard once caffe-net is merged
-        from core.caffe.net import build_graph
-    except ImportError:
-        return None
     shape = input_shape(spec)
     if shape is None:
         return None

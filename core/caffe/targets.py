@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from core.caffe.fields import SCHEMAS
+from core.caffe.layers import LAYER_TYPES
 from core.caffe.prototxt import Ident, Message, Value
 from core.suggest import did_you_mean
 
@@ -83,46 +85,33 @@ def _snake(type_name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", type_name).lower()
 
 
-def _tables() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The layer graph's tables (`core.caffe.layers.LAYER_TYPES`, `core.caffe.fields.SCHEMAS`),
-    or empty ones where they are not there."""
-    try:
-        from core.caffe.fields import SCHEMAS
-        from core.caffe.layers import LAYER_TYPES
-    except ImportError:
-        return {}, {}
-    return LAYER_TYPES, SCHEMAS
-
-
 def known_params(layer_type: str) -> dict[str, tuple[str, ...]]:
     """The parameter messages a layer type takes, each with the fields known for it.
 
     From the layer graph's tables (`core.caffe.layers`, `core.caffe.fields`) for a type they
-    know; else the message Caffe's naming gives the type (``inner_product_param``), its
-    fields then known only from the text.
+    know; else (a type the graph refuses, with its own message) the message Caffe's naming
+    gives the type (``inner_product_param``), its fields then known only from the text.
     """
-    types, schemas = _tables()
-    kind = types.get(layer_type)
+    kind = LAYER_TYPES.get(layer_type)
     if kind is None:
         return {f"{_snake(layer_type)}_param": ()}
-    return {name: tuple(schemas.get(schema, {})) for name, schema in kind.params.items()}
+    return {name: tuple(SCHEMAS.get(schema, {})) for name, schema in kind.params.items()}
 
 
 def _is_enum(layer_type: str, path: tuple[str, ...]) -> bool | None:
     """Whether the field at `path` of a layer of this type is an enum (a bare word), or None
     when the tables do not say."""
-    types, schemas = _tables()
-    kind = types.get(layer_type)
+    kind = LAYER_TYPES.get(layer_type)
     if kind is None or path[0] not in kind.params:
         return None
-    fields = schemas.get(kind.params[path[0]], {})
+    fields = SCHEMAS.get(kind.params[path[0]], {})
     for part in path[1:-1]:
         spec = fields.get(part)
-        if spec is None or getattr(spec, "schema", None) is None:
+        if spec is None or spec.schema is None:
             return None
-        fields = schemas.get(spec.schema, {})
+        fields = SCHEMAS.get(spec.schema, {})
     spec = fields.get(path[-1])
-    return None if spec is None else getattr(spec, "kind", None) == "enum"
+    return None if spec is None else spec.kind == "enum"
 
 
 def _fields_of(layers: list[Message]) -> dict[str, set[str]]:

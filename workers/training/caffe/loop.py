@@ -39,9 +39,10 @@ from typing import Any
 
 import torch
 
-from core.caffe.net import NetGraph, build_graph
+from core.caffe.net import NetGraph, build_graph, check_shared
 from core.caffe.prototxt import PrototxtError, parse
 from core.caffe.solver import SolverConfig, parse_solver
+from core.caffe.transform import parse_transform
 from core.caffe.trial import CaffeTrialConfig
 from core.config import ExecutionConfig
 from core.errors import SpecError, TrainingError
@@ -62,17 +63,21 @@ def _spec_error(exc: SpecError | PrototxtError) -> TrainingError:
 
 
 class _Batches:
-    """Batches of one split for one phase's data layer, in Caffe's reading order."""
+    """Batches of one split for one phase's data layer, in Caffe's reading order: the
+    training split shuffled anew each pass (`shuffle`), the validation split as it is."""
 
     def __init__(
-        self, x: torch.Tensor, y: torch.Tensor, graph: NetGraph, transform: Transform,
-        shuffle: torch.Generator | None,
+        self, x: torch.Tensor, y: torch.Tensor, graph: NetGraph, source: str, seed: int,
+        shuffle: bool,
     ) -> None:  # fmt: skip
-        self.x, self.y, self.graph = x, y, graph
-        self.transform, self.shuffle = transform, shuffle
-        self.batch = graph.data.batch_size
-        self.order = self._order()
-        self.at = 0
+        self.x, self.y, self.graph, self.phase = x, y, graph, graph.phase
+        data = graph.data
+        param = parse_transform(data.transform, data.layer, data.type, source)
+        self.transform = Transform(param, int(x.shape[1]))
+        self.batch = data.batch_size
+        self.seed = seed
+        self.shuffle = torch.Generator().manual_seed(seed) if shuffle else None
+        self.restart()
 
     def _order(self) -> torch.Tensor:
         n = self.x.shape[0]
@@ -81,23 +86,29 @@ class _Batches:
         return torch.randperm(n, generator=self.shuffle)
 
     def restart(self) -> None:
+        """Back to the first row, and the transform's draws (crop, mirror) as at the start:
+        every evaluation reads the same batches."""
         self.at = 0
+        self.order = self._order()
+        self.draws = torch.Generator().manual_seed(self.seed + 1)
 
     def next(self) -> dict[str, torch.Tensor]:
         """The next batch as the data layer's tops (images, labels), wrapping round."""
         n = self.x.shape[0]
-        picks = []
-        while sum(len(p) for p in picks) < self.batch:
+        picks: list[torch.Tensor] = []
+        taken = 0
+        while taken < self.batch:
             if self.at >= n:
                 self.at = 0
                 if self.shuffle is not None:
                     self.order = self._order()
-            take = min(self.batch - sum(len(p) for p in picks), n - self.at)
+            take = min(self.batch - taken, n - self.at)
             picks.append(self.order[self.at : self.at + take])
             self.at += take
-        index = torch.cat(picks)
+            taken += take
+        index = torch.cat(picks).to(self.x.device)
         data = self.graph.data
-        out = {data.data_top: self.transform(self.x[index])}
+        out = {data.data_top: self.transform(self.x[index], self.phase, self.draws)}
         if data.label_top is not None:
             out[data.label_top] = self.y[index]
         return out
@@ -126,14 +137,37 @@ class CaffeTrainer:
         self.seed = solver.random_seed if solver.random_seed >= 0 else trial_seed
         self.device = select_device(ExecutionConfig(device=config.execution.device))
         self.dtype = _DTYPES[config.execution.dtype]
-        self.images: ImageSet = load_images(config.dataset, data_dir, config.caffe.resize)
-        shape, classes = self.images.sample_shape, self.images.classes
+        source = config.caffe.net_source
+        self.images: ImageSet = load_images(
+            config.dataset, resize=config.caffe.resize, base_dir=data_dir, dtype=self.dtype
+        )
+        shape, classes = self.images.shape, self.images.n_classes
         self.testing = solver.test_interval > 0 and solver.test_iter > 0
         try:
-            self.train_graph = build_graph(net, "TRAIN", shape, classes, config.caffe.net_source)
+            self.train_graph = build_graph(net, "TRAIN", shape, classes, source)
             self.test_graph = (
-                build_graph(net, "TEST", shape, classes, config.caffe.net_source)
-                if self.testing
+                build_graph(net, "TEST", shape, classes, source) if self.testing else None
+            )
+            if self.test_graph is not None:
+                check_shared(self.train_graph, self.test_graph)
+            self.train_batches = _Batches(
+                self.images.x_train.to(self.device),
+                self.images.y_train.to(self.device),
+                self.train_graph,
+                source,
+                self.seed + 1,
+                shuffle=True,
+            )
+            self.val_batches = (
+                _Batches(
+                    self.images.x_val.to(self.device),
+                    self.images.y_val.to(self.device),
+                    self.test_graph,
+                    source,
+                    self.seed + 2,
+                    shuffle=False,
+                )
+                if self.test_graph is not None
                 else None
             )
         except SpecError as exc:
@@ -143,23 +177,6 @@ class CaffeTrainer:
         self.model = CaffeNet(self.train_graph, self.test_graph, generator, self.dtype)
         self.model.to(self.device)
         self.solver = CaffeSolver(self.model.param_infos(), solver)
-        as_device = {"device": self.device}
-        x_train, y_train, x_val, y_val = (
-            t.to(**as_device) for t in (self.images.x_train, self.images.y_train,
-                                        self.images.x_val, self.images.y_val)
-        )  # fmt: skip
-        transform_seed = torch.Generator().manual_seed(self.seed + 1)
-        self.train_batches = _Batches(
-            x_train, y_train, self.train_graph,
-            Transform(self.train_graph.data.transform, "TRAIN", transform_seed, self.dtype),
-            torch.Generator().manual_seed(self.seed + 2),
-        )  # fmt: skip
-        self.val_batches = (
-            _Batches(x_val, y_val, self.test_graph,
-                     Transform(self.test_graph.data.transform, "TEST", None, self.dtype), None)
-            if self.test_graph is not None
-            else None
-        )  # fmt: skip
         self.accuracy = self._accuracy_top()
         self.setup_seconds = time.perf_counter() - started
 
