@@ -58,7 +58,7 @@ def client(cstack: Stack) -> FlaskClient:
 def _submit(stack: Stack, name: str) -> str:
     spec = load_spec(CONFIGS / name)  # as the CLI reads it: the files become texts
     spec = spec.model_copy(update={"name": f"{spec.name}-{uuid.uuid4().hex[:6]}"})
-    sweep_id, _ = submit_sweep(spec, stack.store, stack.app)
+    sweep_id, _ = submit_sweep(spec, stack.store, stack.app, owner="alice")
     return sweep_id
 
 
