@@ -319,3 +319,38 @@ def test_an_unknown_solver_field_lists_the_known_ones() -> None:
     assert problem.path == "caffe.solver_params.base_lrr"
     assert problem.message.startswith("no solver field 'base_lrr' (known: base_lr, lr_policy,")
     assert problem.message.endswith("did you mean 'base_lr'?")
+
+
+def test_a_net_that_cannot_be_built_is_refused_at_validation_naming_the_layer() -> None:
+    (problem,) = _problems(_spec({"layers": {"conv1": {"kernel_size": [9]}}}))
+    assert problem.path == "caffe.net"
+    assert problem.message.startswith(
+        "layer 'conv1' (Convolution): convolution_param: the kernel 9 is larger than its "
+        "padded input 8"
+    )
+    assert "caffe.resize" in problem.message  # what to change
+    spec = load_spec(_spec({"layers": {"conv1": {"kernel_size": [3, 9]}}}))  # the first builds
+    with pytest.raises(SpecError) as info:
+        expand(spec)
+    (problem,) = info.value.problems
+    assert problem.message.endswith("(when caffe.layers.conv1.kernel_size=9)")
+    # An Input layer's declared shape must agree with the images (resized or not).
+    (problem,) = _problems(_spec({"resize": [16, 16]}))
+    assert "declares samples of 1x8x8 but the data set gives 1x16x16" in problem.message
+
+
+def test_an_unsupported_layer_type_is_refused_with_the_supported_ones() -> None:
+    net = NET.replace('type: "Pooling"', 'type: "Deconvolution"')
+    (problem,) = _problems(_spec({"net_text": net}))
+    assert problem.path == "caffe.net"
+    assert problem.message.startswith("layer 'pool1' (Deconvolution): the layer type")
+    assert "supported types: Data, " in problem.message
+
+
+def test_the_first_nets_parameters_are_held_to_the_ceiling() -> None:
+    spec = load_spec(_spec({"layers": {"ip1": {"num_output": [10, 1000]}}}))
+    assert spec.first_param_count() == (4 * 9 + 4) + (4 * 3 * 3 * 10 + 10)
+    small = dataclasses.replace(Settings(), max_model_parameters=100)
+    (problem,) = spec_limit_problems(spec, small)
+    assert problem.path == "caffe.net_text"
+    assert problem.message.startswith("the net's parameters must be <= 100 on this server")
