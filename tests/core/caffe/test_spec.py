@@ -354,3 +354,11 @@ def test_the_first_nets_parameters_are_held_to_the_ceiling() -> None:
     (problem,) = spec_limit_problems(spec, small)
     assert problem.path == "caffe.net_text"
     assert problem.message.startswith("the net's parameters must be <= 100 on this server")
+
+
+def test_a_pruners_largest_resource_is_the_solvers_evaluations() -> None:
+    from scheduler.samplers import max_epochs
+
+    assert max_epochs(load_spec(CONFIGS / "caffe-lenet.yaml")) == 3  # 300 iterations, every 100
+    assert max_epochs(load_spec(CONFIGS / "caffe-sweep.yaml")) == 2  # 100, every 50
+    assert load_spec(_spec({"solver_params": {"test_interval": 7}})).planned_epochs() == 3
