@@ -79,7 +79,21 @@ def _leaf(raw: Any, path: str, problems: list[Problem]) -> Dimension | None:
     return dim
 
 
-def _solver_fields() -> list[str]:
+_SEPARATE_TEST = (
+    "a separate test net is not supported: write one net whose test-only layers say "
+    "include { phase: TEST }, as Caffe's train_test.prototxt files do"
+)
+_INLINE = "an inline net is not read: give the net as a file (caffe.net, or the solver's net:)"
+#: Solver fields naming nets the trial would not train: refused rather than ignored.
+_OTHER_NETS = {
+    "test_net": _SEPARATE_TEST,
+    "test_net_param": _SEPARATE_TEST,
+    "net_param": _INLINE,
+    "train_net_param": _INLINE,
+}
+
+
+def solver_fields() -> list[str]:
     """The solver fields a sweep may set: those `SolverConfig` keeps (and the older enum
     ``solver_type``), without the nets."""
     names = [f.name for f in dataclasses.fields(SolverConfig)]
@@ -149,7 +163,11 @@ def parse_caffe(raw: Any, problems: list[Problem]) -> dict[str, Any]:
         if key in raw:
             _dimensions(raw[key], f"caffe.{key}", [], leaves, problems)
     net, solver = messages.get("net_text"), messages.get("solver_text")
-    fields = _solver_fields()
+    if solver is not None:
+        for name, rule in _OTHER_NETS.items():
+            if solver.has(name):
+                problems.append(Problem(f"caffe.solver.{name}", rule))
+    fields = solver_fields()
     for path, parts, leaf in leaves:
         target: Target | str | None = None
         if path.startswith("caffe.solver_params."):

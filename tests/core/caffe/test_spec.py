@@ -362,3 +362,30 @@ def test_a_pruners_largest_resource_is_the_solvers_evaluations() -> None:
     assert max_epochs(load_spec(CONFIGS / "caffe-lenet.yaml")) == 3  # 300 iterations, every 100
     assert max_epochs(load_spec(CONFIGS / "caffe-sweep.yaml")) == 2  # 100, every 50
     assert load_spec(_spec({"solver_params": {"test_interval": 7}})).planned_epochs() == 3
+
+
+@pytest.mark.parametrize(
+    ("field", "words"),
+    [("test_net: \"test.prototxt\"", "a separate test net"),
+     ("net_param { name: \"inline\" }", "an inline net is not read")],
+)  # fmt: skip
+def test_nets_the_trial_would_not_train_are_refused(field: str, words: str) -> None:
+    (problem,) = _problems(_spec({"solver_text": SOLVER + field + "\n"}))
+    assert problem.path == f"caffe.solver.{field.split()[0].rstrip(':')}"
+    assert problem.message.startswith(words)
+
+
+def test_the_readme_lists_every_layer_type_and_solver_field() -> None:
+    from core.caffe.layers import LAYER_TYPES, REFUSED_TYPES
+    from core.caffe.section import solver_fields
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Caffe nets") : readme.index("## Running a sweep on")]
+    table = section[section.index("| type | fields |") : section.index("Refused, each with")]
+    rows = [line.split("|")[1] for line in table.splitlines()[2:] if line.startswith("|")]
+    listed = {name.strip() for row in rows for name in row.split(",")}
+    assert listed == set(LAYER_TYPES)
+    refused = section[section.index("Refused, each with") : section.index("**Solver fields**")]
+    assert all(name in refused for name in REFUSED_TYPES)
+    solver = section[section.index("**Solver fields**") :]
+    assert [f for f in solver_fields() if f"`{f}`" not in solver] == []
