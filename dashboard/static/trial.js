@@ -102,13 +102,17 @@
   }
 
   // A Caffe trial's layers (NetGraph.layer_table): one row per layer, its columns as given;
-  // lists joined, shapes written 1×20×24×24.
+  // lists joined, shapes written 64x20x24x24.
   function layerTable(rows) {
     $("layers-panel").hidden = !(rows && rows.length);
     if (!rows || !rows.length) return;
-    const columns = Object.keys(rows[0]);
+    const first = ["name", "type", "bottoms", "tops", "output", "params"];
+    const keys = Object.keys(rows[0]);
+    const columns = [...first.filter((c) => keys.includes(c)),
+      ...keys.filter((c) => !first.includes(c))];
+    const shape = (x) => x.length ? x.join("x") : "scalar";
     const cell = (v) => Array.isArray(v)
-      ? v.map((x) => Array.isArray(x) ? x.join("×") : show(x)).join(", ") : show(v);
+      ? v.map((x) => Array.isArray(x) ? shape(x) : show(x)).join(", ") : show(v);
     $("layers").replaceChildren(
       SS.el("thead", {}, SS.el("tr", {}, columns.map((c) => SS.el("th", { text: c })))),
       SS.el("tbody", {}, rows.map((r) => SS.el("tr", {},
