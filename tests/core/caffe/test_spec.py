@@ -389,3 +389,29 @@ def test_the_readme_lists_every_layer_type_and_solver_field() -> None:
     assert all(name in refused for name in REFUSED_TYPES)
     solver = section[section.index("**Solver fields**") :]
     assert [f for f in solver_fields() if f"`{f}`" not in solver] == []
+
+
+def test_adaptive_search_and_pruning_take_caffe_dimensions() -> None:
+    from scheduler.search import SearchSession
+    from scheduler.submit import messages
+
+    spec = load_spec(
+        _spec({"layers": {"conv1": {"num_output": {"int": [8, 64]}}},
+               "solver_params": {"base_lr": {"loguniform": [0.001, 0.1]}}},
+              search={"algorithm": "tpe", "trials": 4, "seed": 1},
+              pruning={"algorithm": "hyperband", "min_resource": 1},
+              objective={"metric": "val_loss", "direction": "minimize"})
+    )  # fmt: skip
+    session = SearchSession(spec)
+    asked = session.ask(2)
+    assert len(asked) == 2
+    for point in asked:
+        assert 8 <= point.params["caffe.layers.conv1.num_output"] <= 64
+        config = spec.seeded_config(point.params, 5)
+        solver = parse(config["caffe"]["solver_text"])
+        assert solver.get("base_lr") == point.params["caffe.solver_params.base_lr"]
+    grid = load_spec(_spec({"layers": {"conv1": {"num_output": [10, 20]}}},
+                           pruning={"algorithm": "median"}))  # fmt: skip
+    sent = messages("s", expand(grid, with_config=True), watch=True)
+    assert [len(ids) for ids, _, _ in sent if isinstance(ids, list)] == []  # one trial each
+    assert all(kw["watch"] for _, _, kw in sent)
