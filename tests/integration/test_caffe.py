@@ -3,8 +3,9 @@ wire-protocol server, a Celery worker, the REST API and the dashboard's data rou
 
 LeNet on the digits resized to 28x28 reaches 0.95 val accuracy in 300 iterations; the
 sigmoid autoencoder's losses fall; a sweep over ip1's width and the solver's base rate,
-sent through the API as texts, shows both as parallel-coordinates axes. One worker serves
-the module; each test has a sweep of its own.
+sent through the API as texts, shows both as parallel-coordinates axes; a trial asked to
+stop ends pruned at its next evaluation. One worker serves the module; each test has a
+sweep of its own.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from flask.testing import FlaskClient
 from core.caffe.net import build_graph
 from core.caffe.prototxt import parse
 from core.spec import load_spec
-from scheduler.submit import submit_sweep
+from scheduler.enqueue import enqueue
+from scheduler.expand import expand
+from scheduler.submit import messages, submit_sweep
 from tests.api import ALICE, api_settings
-from tests.integration.stack import Stack
+from tests.integration.stack import Stack, wait_for
 from web.app import create_app
 
 pytestmark = pytest.mark.integration
@@ -131,3 +134,29 @@ def test_a_sweep_sent_through_the_api_shows_its_parameters_as_axes(
     assert params == {(("num_output", 50),), (("num_output", 200),)}
     found, _ = cstack.store.trials(sweep_id, params={"caffe.layers.ip1.num_output": 200})
     assert len(found) == 2
+
+
+def test_a_caffe_trial_asked_to_stop_ends_pruned_with_its_rows(cstack: Stack) -> None:
+    document = dict(load_spec(CONFIGS / "caffe-lenet.yaml").document)
+    document["name"] = f"caffe-prune-{uuid.uuid4().hex[:6]}"
+    document["caffe"] = {**document["caffe"],
+                         "solver_params": {"max_iter": 3000, "test_interval": 20}}  # fmt: skip
+    spec = load_spec(document)
+    trials = expand(spec, with_config=True)
+    sweep_id = cstack.store.create_sweep(spec, trials)
+    sent = [(ids, limit, {**kw, "watch": True}) for ids, limit, kw in messages(sweep_id, trials)]
+    assert enqueue(cstack.app, sent) == 1
+
+    def reported() -> tuple[str, int] | None:
+        docs, _ = cstack.store.trials(sweep_id, state="running")
+        rows = cstack.store.get_trial(docs[0]["_id"])["metrics"] if docs else []
+        return (docs[0]["_id"], rows[-1]["epoch"]) if len(rows) >= 2 else None
+
+    trial_id, epoch = wait_for(reported, 60, "two evaluations reported")
+    assert cstack.store.request_prune({trial_id: (1, epoch)}) == [trial_id]
+    assert cstack.wait_finished(sweep_id, timeout=60)["pruned"] == 1, cstack.logs()
+    doc = cstack.store.get_trial(trial_id)
+    rows = _rows(doc)
+    assert doc["pruned_epoch"] in (epoch, epoch + 1) and doc["error"] is None
+    assert [r["iteration"] for r in rows] == [20 * e for e in range(1, len(rows) + 1)]
+    assert rows[-1]["iteration"] < 3000
