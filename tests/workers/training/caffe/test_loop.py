@@ -3,6 +3,7 @@ rows, iter_size, stopping, seeds and the errors a trial ends with."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,3 +118,22 @@ def test_a_config_that_no_longer_builds_is_a_training_error() -> None:
     expected = "the Caffe net or solver cannot be built: caffe.net: layer 'ip1'"
     with pytest.raises(TrainingError, match=expected):
         train_caffe(config)
+
+
+def test_a_trial_reads_an_npz_file_of_images_from_the_datasets_folder(tmp_path: Path) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    y = np.arange(200) % 2
+    x = rng.normal(size=(200, 3, 6, 6)).astype(np.float32) + y[:, None, None, None] * 2
+    np.savez(tmp_path / "blobs.npz", X=x, y=y)
+    net = NET.replace("dim: 1 dim: 8 dim: 8", "dim: 3 dim: 6 dim: 6").replace(
+        "num_output: 10", "num_output: 2"
+    )
+    spec = load_spec({"name": "npz", "caffe": {"net_text": net, "solver_text": SOLVER},
+                      "dataset": {"path": "blobs.npz"}})  # fmt: skip
+    (trial,) = expand(spec, with_config=True)
+    result = train_caffe(trial.config, data_dir=tmp_path)
+    assert result.dataset["shape"] == [3, 6, 6] and result.dataset["n_classes"] == 2
+    assert result.final["val_accuracy"] > 0.9
+    assert result.param_count == 3 * 6 * 6 * 2 + 2
