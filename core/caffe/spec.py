@@ -103,6 +103,8 @@ class CaffeSpec(SweepSpec):
         return net, solver
 
     def base_config(self) -> dict[str, Any]:
+        """The sections a Caffe trial has, with every unconditional fixed value: the texts
+        with the fixed values written in, the file names errors show, and the resize."""
         base: dict[str, Any] = {"training": {}, "execution": {}}
         if "dataset" in self.document:
             base["dataset"] = {}
@@ -110,12 +112,19 @@ class CaffeSpec(SweepSpec):
             if path not in self.targets and isinstance(dim, Fixed) and not dim.when:
                 set_in(base, path, dim.value)
         net, solver = self.messages({})
-        base["caffe"] = {"net_text": dumps(net), "solver_text": dumps(solver)}
+        base["caffe"] = {
+            "net_text": dumps(net),
+            "solver_text": dumps(solver),
+            "net_source": self.net_source,
+            "solver_source": self.solver_source,
+        }
         if self.resize is not None:
             base["caffe"]["resize"] = list(self.resize)
         return base
 
     def resolve(self, params: dict[str, Any], base: dict | None = None) -> dict[str, Any]:
+        """The trial's config: `base` with the built-in params set and the net's and the
+        solver's params written into copies of the texts."""
         base = base if base is not None else self.base_config()
         config = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
         for path, value in params.items():

@@ -72,6 +72,7 @@ def test_the_cli_reads_the_files_and_stores_their_texts() -> None:
     assert caffe["net_source"].endswith("configs/caffe/lenet_train_test.prototxt")
     (trial,) = expand(spec, with_config=True)
     assert trial.config["caffe"]["resize"] == [28, 28]
+    assert trial.config["caffe"]["net_source"] == caffe["net_source"]  # for a worker's errors
     assert trial.config["training"]["seed"] == 1
     assert _layer(_net(trial.config), "ip1").get("inner_product_param").get("num_output") == 500
     # What is stored loads again as it is, on a host without the files (the scheduler).
