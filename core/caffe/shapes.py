@@ -224,7 +224,7 @@ def flatten(ctx: Ctx) -> Shaped:
 def reshape(ctx: Ctx) -> Shaped:
     p = ctx.p("reshape_param")
     (shape,) = ctx.bottoms
-    dims = [int(d) for d in (p["shape"].getall("dim") if p["shape"] is not None else [])]
+    wanted = [int(d) for d in (p["shape"].getall("dim") if p["shape"] is not None else [])]
     axis = p["axis"]
     start = axis if axis >= 0 else len(shape) + axis + 1
     if not 0 <= start <= len(shape):
@@ -233,10 +233,10 @@ def reshape(ctx: Ctx) -> Shaped:
     end = len(shape) if num_axes == -1 else start + num_axes
     if num_axes < -1 or end > len(shape):
         raise LayerError(f"reshape_param.num_axes {num_axes} is out of range for {dims(shape)}")
-    if dims.count(-1) > 1 or any(d < -1 for d in dims):
+    if wanted.count(-1) > 1 or any(d < -1 for d in wanted):
         raise LayerError("reshape_param.shape may hold one -1 (inferred) and no other negative")
     new = []
-    for i, d in enumerate(dims):
+    for i, d in enumerate(wanted):
         if d == 0:
             if start + i >= len(shape):
                 raise LayerError(
@@ -248,7 +248,7 @@ def reshape(ctx: Ctx) -> Shaped:
     known = count(tuple(d for d in out if d != -1))
     if -1 in out:
         if known == 0 or count(shape) % known:
-            raise LayerError(f"reshape_param.shape {dims} cannot hold the input {dims(shape)}")
+            raise LayerError(f"reshape_param.shape {wanted} cannot hold the input {dims(shape)}")
         out[out.index(-1)] = count(shape) // known
     if count(tuple(out)) != count(shape):
         raise LayerError(
