@@ -168,8 +168,8 @@ def dropout(ctx: Ctx) -> Shaped:
 def batch_norm(ctx: Ctx) -> Shaped:
     (shape,) = ctx.bottoms
     channels = 1 if len(shape) == 1 else shape[1]
-    if ctx.p("batch_norm_param")["eps"] <= 0:
-        raise LayerError("batch_norm_param.eps must be positive")
+    if ctx.p("batch_norm_param")["eps"] < 0:
+        raise LayerError("batch_norm_param.eps must not be negative")
     return Shaped([shape], [], [(channels,), (channels,), (1,)])
 
 

@@ -1,0 +1,1 @@
+"""Tests of Caffe nets built into PyTorch modules."""
