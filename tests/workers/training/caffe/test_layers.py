@@ -247,3 +247,23 @@ def test_labels_outside_the_classes_fail_the_trial() -> None:
     body = layer("loss", "SoftmaxWithLoss", "", "data label")
     with pytest.raises(TrainingError, match=r"a label lies outside \[0, 2\)"):
         run(body, torch.zeros(2, 2, dtype=F64), t([0, 2]))
+
+
+def test_convolution_pad_stride_dilation_and_group() -> None:
+    ones = 'weight_filler { type: "constant" value: 1 } bias_term: false'
+    conv = (
+        "convolution_param { num_output: 2 kernel_h: 1 kernel_w: 2 dilation: 2 stride_h: 1 "
+        f"stride_w: 2 pad_h: 0 pad_w: 1 group: 2 {ones} }}"
+    )
+    x = torch.cat([ROW, 10 * ROW], dim=1)  # channels [1 2 3 4] and [10 20 30 40]
+    x = torch.cat([x, t([[[[5.0]], [[50.0]]]])], dim=3)  # widths of 5
+    out = run(layer("c", "Convolution", conv), x)["c"]
+    # padded [0 1 2 3 4 5 0], taps i and i + 2 from i = 0, 2, 4; each group sees its channel
+    assert torch.equal(out, t([[[[2.0, 6.0, 4.0]], [[20.0, 60.0, 40.0]]]]))
+
+
+def test_softmax_along_its_axis() -> None:
+    x = torch.arange(6.0, dtype=F64).reshape(1, 2, 3)
+    out = run(layer("s", "Softmax", "softmax_param { axis: 2 }"), x)["s"]
+    assert torch.allclose(out.sum(2), torch.ones(1, 2, dtype=F64))
+    assert torch.allclose(out[0, 0], torch.softmax(t([0.0, 1.0, 2.0]), 0))
