@@ -37,6 +37,7 @@ class Ctx:
     num_classes: int | None = None
 
     def p(self, name: str) -> dict[str, Any]:
+        """One ``*_param`` message's values, Caffe's defaults filled in."""
         return self.params[name]
 
 
@@ -51,10 +52,12 @@ class Shaped:
 
 
 def count(shape: Shape) -> int:
+    """How many values a blob of `shape` holds (1 for a scalar, as Caffe's count())."""
     return math.prod(shape)
 
 
 def dims(shape: Shape) -> str:
+    """A shape as errors write it: ``2x3x8x8``."""
     return "x".join(str(d) for d in shape) if shape else "a scalar"
 
 
@@ -66,6 +69,7 @@ def _axis(ctx: Ctx, axis: int, shape: Shape, what: str = "axis") -> int:
 
 
 def same(ctx: Ctx) -> Shaped:
+    """The rule of element-wise layers: every top has the bottom's shape."""
     return Shaped([ctx.bottoms[0]] * max(ctx.tops, 1))
 
 
