@@ -1,1 +1,1 @@
-"""Tests of Caffe nets built into PyTorch modules."""
+"""Tests of the Caffe nets, solvers and image data in PyTorch."""
