@@ -72,6 +72,10 @@ _CONV = "convolution_param { num_output: 2 kernel_size: 3 %s }"
             "pooling_param.pool must be one of MAX, AVE, STOCHASTIC, not Ident('MIN')",
         ),
         (
+            layer("p", "Pooling", 'pooling_param { pool: "AVE" kernel_size: 2 }'),
+            "pooling_param.pool must be one of MAX, AVE, STOCHASTIC, not 'AVE' (write it unquoted)",
+        ),
+        (
             layer("c", "Convolution", "convolution_param { kernel_size: 3 }"),
             "convolution_param.num_output is required",
         ),
@@ -300,3 +304,10 @@ def test_shared_layers_must_agree_across_phases() -> None:
     train, test = (build_graph(net, phase, (4,), None) for phase in ("TRAIN", "TEST"))
     with pytest.raises(SpecError, match=r"layer 'ip' \(InnerProduct\): the TEST net's blobs"):
         check_shared(train, test)
+
+
+def test_crop_and_mirror_need_images() -> None:
+    net = parse(layer("d", "Data", "transform_param { mirror: true } " + _BATCH, ()))
+    with pytest.raises(SpecError, match=r"crop_size/mirror need image samples \(C, H, W\); the "
+                       r"data set's samples are 64"):  # fmt: skip
+        build_graph(net, "TRAIN", (64,), None)
