@@ -16,8 +16,15 @@ from core.errors import Problem, SpecError
 
 PATH = "caffe.net"
 _NET_FIELDS = {
-    "name", "layer", "input", "input_shape", "input_dim", "state", "force_backward", "debug_info"
-}  # fmt: skip
+    "name",
+    "layer",
+    "input",
+    "input_shape",
+    "input_dim",
+    "state",
+    "force_backward",
+    "debug_info",
+}
 
 
 def _fail(message: str) -> SpecError:

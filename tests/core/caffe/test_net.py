@@ -52,8 +52,14 @@ def test_lenet_shapes_parameters_and_phases() -> None:
     assert (conv1.lr_mults, conv1.decay_mults) == ((1.0, 2.0), (1.0, 1.0))
     assert train.layer("loss").loss_weights == (1.0,)
     row = train.layer_table()[1]
-    assert row == {"name": "conv1", "type": "Convolution", "bottoms": ["data"],
-                   "tops": ["conv1"], "output": [[64, 20, 24, 24]], "params": 520}  # fmt: skip
+    assert row == {
+        "name": "conv1",
+        "type": "Convolution",
+        "bottoms": ["data"],
+        "tops": ["conv1"],
+        "output": [[64, 20, 24, 24]],
+        "params": 520,
+    }
     check_shared(train, test)
 
 
@@ -166,8 +172,10 @@ def test_phase_rules_follow_caffe() -> None:
 
 
 def test_net_level_input_is_an_input_layer() -> None:
-    net = parse('input: "data" input_dim: 5 input_dim: 1 input_dim: 8 input_dim: 8\n'
-                'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }')  # fmt: skip
+    net = parse(
+        'input: "data" input_dim: 5 input_dim: 1 input_dim: 8 input_dim: 8\n'
+        'layer { name: "r" type: "ReLU" bottom: "data" top: "r" }'
+    )
     g = build_graph(net, "TRAIN", (1, 8, 8), None)
     assert g.data.type == "Input" and g.data.batch_size == 5 and g.shapes["r"] == (5, 1, 8, 8)
 

@@ -337,9 +337,22 @@ _BUILDERS: dict[str, Callable[[LayerDef], Forward]] = {
     "SigmoidCrossEntropyLoss": _sigmoid_cross_entropy,
     "EuclideanLoss": lambda layer: lambda blobs, bottoms, train: [losses.euclidean(*bottoms)],
     "Accuracy": _accuracy,
-    **{kind: _unary for kind in ("ReLU", "ELU", "Power", "Exp", "Log", "LRN", "Softmax",
-                                 "Sigmoid", "TanH", "AbsVal")},
-}  # fmt: skip
+    **{
+        kind: _unary
+        for kind in (
+            "ReLU",
+            "ELU",
+            "Power",
+            "Exp",
+            "Log",
+            "LRN",
+            "Softmax",
+            "Sigmoid",
+            "TanH",
+            "AbsVal",
+        )
+    },
+}
 
 
 def make_forward(layer: LayerDef) -> Forward:

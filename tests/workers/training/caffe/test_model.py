@@ -53,8 +53,13 @@ layer { name: "accuracy" type: "Accuracy" bottom: "ip" bottom: "label" top: "acc
 """
 
 
-def build(text: str, shape: tuple[int, ...], classes: int | None, seed: int = 0,
-          dtype: torch.dtype = torch.float64) -> CaffeNet:  # fmt: skip
+def build(
+    text: str,
+    shape: tuple[int, ...],
+    classes: int | None,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+) -> CaffeNet:
     net = parse(text, "net.prototxt")
     train = build_graph(net, "TRAIN", shape, classes)
     test = build_graph(net, "TEST", shape, classes)
@@ -145,8 +150,9 @@ def test_inputs_the_net_needs_must_be_fed() -> None:
         model({"data": torch.zeros(4, 2, 6, 6)})
     with pytest.raises(TrainingError, match="the input 'data' was not fed"):
         model({"label": torch.zeros(4)})
-    only_train = CaffeNet(build_graph(parse(EVERY_LAYER), "TRAIN", (2, 6, 6), 3), None,
-                          torch.Generator())  # fmt: skip
+    only_train = CaffeNet(
+        build_graph(parse(EVERY_LAYER), "TRAIN", (2, 6, 6), 3), None, torch.Generator()
+    )
     with pytest.raises(TrainingError, match="the net has no TEST phase"):
         only_train({"data": torch.zeros(4, 2, 6, 6)}, "TEST")
 
