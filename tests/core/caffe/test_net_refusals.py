@@ -313,3 +313,13 @@ def test_crop_and_mirror_need_images() -> None:
     assert "crop_size/mirror need image samples (C, H, W); the data set's samples are 64" in str(
         info.value
     )
+
+
+def test_a_misspelt_phase_rule_is_refused_in_every_phase() -> None:
+    text = layer("r", "ReLU", "include { phase: TRIAN }")
+    for phase in ("TRAIN", "TEST"):
+        message = refusal(text, phase=phase)
+        assert (
+            "layer 'r' (ReLU): include.phase must be one of TRAIN, TEST, not Ident('TRIAN')"
+            in message
+        )
