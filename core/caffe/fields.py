@@ -309,7 +309,11 @@ def check(message: Message, schema: str, where: str) -> list[str]:
             problems.append(f"{path} is written {len(values)} times; it takes one value")
         for value in values:
             if not _kind_ok(spec, value):
-                problems.append(f"{path} must be {_expected(spec)}, not {value!r}")
+                quoted = (
+                    spec.kind == "enum" and not isinstance(value, Ident) and value in spec.choices
+                )
+                hint = " (write it unquoted)" if quoted else ""
+                problems.append(f"{path} must be {_expected(spec)}, not {value!r}{hint}")
             elif spec.kind == "msg" and spec.schema:
                 problems.extend(check(value, spec.schema, path))  # type: ignore[arg-type]
     return problems

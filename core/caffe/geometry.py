@@ -41,12 +41,21 @@ def canonical_axis(axis: int, num_axes: int, field: str = "axis") -> int:
 
 
 def _per_axis(
-    p: dict[str, Any], name: str, n: int, default: int, h: str, w: str, both: bool
+    p: dict[str, Any],
+    name: str,
+    n: int,
+    default: int,
+    h: str,
+    w: str,
+    both: bool,
+    exclusive: bool = True,
 ) -> tuple[int, ...]:
     """One value per spatial axis from ``name`` (one value, or one per axis) or ``h``/``w``.
 
     ``both``: whether ``h`` and ``w`` must come together (kernel, stride); a lone ``pad_h``
-    leaves ``pad_w`` at 0, as Caffe does.
+    leaves ``pad_w`` at 0, as Caffe does. ``exclusive``: whether giving ``name`` too is an
+    error (Convolution's fields, Pooling's kernel) or ``h``/``w`` simply win (Pooling's
+    pad and stride).
     """
     values = p.get(name)
     repeated = isinstance(values, list)
@@ -55,7 +64,7 @@ def _per_axis(
             raise GeometryError(f"{h}/{w} apply to 2-D inputs only; give {name} instead")
         if both and (p.get(h) is None or p.get(w) is None):
             raise GeometryError(f"give both {h} and {w}, or {name}")
-        if (repeated and values) or (not repeated and values is not None and both):
+        if exclusive and ((repeated and values) or (not repeated and values is not None)):
             raise GeometryError(f"give either {name} or {h}/{w}, not both")
         return (int(p.get(h) or 0), int(p.get(w) or 0))
     if not repeated:
@@ -107,8 +116,8 @@ def _at_least_one(
 
 def pool_window(p: dict[str, Any], spatial: tuple[int, ...]) -> Window:
     """The geometry of a Pooling (resolved `pooling_param`) over a 2-D input `spatial`."""
-    pad = _per_axis(p, "pad", 2, 0, "pad_h", "pad_w", False)
-    stride = _per_axis(p, "stride", 2, 1, "stride_h", "stride_w", True)
+    pad = _per_axis(p, "pad", 2, 0, "pad_h", "pad_w", False, exclusive=False)
+    stride = _per_axis(p, "stride", 2, 1, "stride_h", "stride_w", True, exclusive=False)
     if p.get("global_pooling"):
         if p.get("kernel_size") is not None or p.get("kernel_h") is not None:
             raise GeometryError(

@@ -158,13 +158,6 @@ def _field_problems(layer: Message, kind: str) -> list[str]:
             if isinstance(item, Message)
             else ["param must be a message"]
         )
-    for rule in ("include", "exclude"):
-        for item in layer.getall(rule):
-            out.extend(
-                check(item, "NetStateRule", rule)
-                if isinstance(item, Message)
-                else [f"{rule} must be a message"]
-            )
     if layer.has("include") and layer.has("exclude"):
         out.append("give include rules or exclude rules, not both")
     for name in ("bottom", "top"):

@@ -16,8 +16,15 @@ from core.errors import Problem, SpecError
 
 PATH = "caffe.net"
 _NET_FIELDS = {
-    "name", "layer", "input", "input_shape", "input_dim", "state", "force_backward", "debug_info"
-}  # fmt: skip
+    "name",
+    "layer",
+    "input",
+    "input_shape",
+    "input_dim",
+    "state",
+    "force_backward",
+    "debug_info",
+}
 
 
 def _fail(message: str) -> SpecError:
@@ -72,6 +79,22 @@ def _net_input_layer(net: Message) -> Message | None:
     return layer
 
 
+def _rule_problems(layers: list[Message]) -> list[str]:
+    """The include/exclude rules of every layer, whatever the phase: a misspelt rule must
+    not drop a layer from both phases unnoticed."""
+    out = []
+    for layer in layers:
+        for rule in ("include", "exclude"):
+            for item in layer.getall(rule):
+                found = (
+                    check(item, "NetStateRule", rule)
+                    if isinstance(item, Message)
+                    else [f"{rule} must be a message {{ ... }}"]
+                )
+                out += [f"layer '{layer.get('name')}' ({layer.get('type')}): {p}" for p in found]
+    return out
+
+
 def layers_for_phase(net: Message, phase: str) -> list[Message]:
     """The layer messages `phase` keeps, in order; refuses fields a NetParameter lacks."""
     problems: list[str] = []
@@ -86,6 +109,8 @@ def layers_for_phase(net: Message, phase: str) -> list[Message]:
     state = net.get("state")
     if isinstance(state, Message):
         problems.extend(check(state, "NetState", "state"))
+    layers = [m for m in net.getall("layer") if isinstance(m, Message)]
+    problems.extend(_rule_problems(layers))
     if problems:
         raise SpecError([Problem(PATH, p) for p in problems])
     level = int(state.get("level", 0)) if isinstance(state, Message) else 0  # type: ignore[arg-type]
@@ -94,7 +119,6 @@ def layers_for_phase(net: Message, phase: str) -> list[Message]:
         if isinstance(state, Message)
         else frozenset()
     )
-    layers = [m for m in net.getall("layer") if isinstance(m, Message)]
     head = _net_input_layer(net)
     kept = [head] if head is not None else []
     kept += [m for m in layers if included(m, phase, level, stages)]

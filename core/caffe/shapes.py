@@ -37,6 +37,7 @@ class Ctx:
     num_classes: int | None = None
 
     def p(self, name: str) -> dict[str, Any]:
+        """One ``*_param`` message's values, Caffe's defaults filled in."""
         return self.params[name]
 
 
@@ -51,10 +52,12 @@ class Shaped:
 
 
 def count(shape: Shape) -> int:
+    """How many values a blob of `shape` holds (1 for a scalar, as Caffe's count())."""
     return math.prod(shape)
 
 
 def dims(shape: Shape) -> str:
+    """A shape as errors write it: ``2x3x8x8``."""
     return "x".join(str(d) for d in shape) if shape else "a scalar"
 
 
@@ -66,6 +69,7 @@ def _axis(ctx: Ctx, axis: int, shape: Shape, what: str = "axis") -> int:
 
 
 def same(ctx: Ctx) -> Shaped:
+    """The rule of element-wise layers: every top has the bottom's shape."""
     return Shaped([ctx.bottoms[0]] * max(ctx.tops, 1))
 
 
@@ -168,8 +172,8 @@ def dropout(ctx: Ctx) -> Shaped:
 def batch_norm(ctx: Ctx) -> Shaped:
     (shape,) = ctx.bottoms
     channels = 1 if len(shape) == 1 else shape[1]
-    if ctx.p("batch_norm_param")["eps"] <= 0:
-        raise LayerError("batch_norm_param.eps must be positive")
+    if ctx.p("batch_norm_param")["eps"] < 0:
+        raise LayerError("batch_norm_param.eps must not be negative")
     return Shaped([shape], [], [(channels,), (channels,), (1,)])
 
 
@@ -224,7 +228,7 @@ def flatten(ctx: Ctx) -> Shaped:
 def reshape(ctx: Ctx) -> Shaped:
     p = ctx.p("reshape_param")
     (shape,) = ctx.bottoms
-    dims = [int(d) for d in (p["shape"].getall("dim") if p["shape"] is not None else [])]
+    wanted = [int(d) for d in (p["shape"].getall("dim") if p["shape"] is not None else [])]
     axis = p["axis"]
     start = axis if axis >= 0 else len(shape) + axis + 1
     if not 0 <= start <= len(shape):
@@ -233,10 +237,10 @@ def reshape(ctx: Ctx) -> Shaped:
     end = len(shape) if num_axes == -1 else start + num_axes
     if num_axes < -1 or end > len(shape):
         raise LayerError(f"reshape_param.num_axes {num_axes} is out of range for {dims(shape)}")
-    if dims.count(-1) > 1 or any(d < -1 for d in dims):
+    if wanted.count(-1) > 1 or any(d < -1 for d in wanted):
         raise LayerError("reshape_param.shape may hold one -1 (inferred) and no other negative")
     new = []
-    for i, d in enumerate(dims):
+    for i, d in enumerate(wanted):
         if d == 0:
             if start + i >= len(shape):
                 raise LayerError(
@@ -248,7 +252,7 @@ def reshape(ctx: Ctx) -> Shaped:
     known = count(tuple(d for d in out if d != -1))
     if -1 in out:
         if known == 0 or count(shape) % known:
-            raise LayerError(f"reshape_param.shape {dims} cannot hold the input {dims(shape)}")
+            raise LayerError(f"reshape_param.shape {wanted} cannot hold the input {dims(shape)}")
         out[out.index(-1)] = count(shape) // known
     if count(tuple(out)) != count(shape):
         raise LayerError(

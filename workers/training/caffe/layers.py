@@ -120,7 +120,8 @@ def _batch_norm(layer: LayerDef) -> Forward:
         flat = x.reshape(x.shape[0], x.shape[1] if x.dim() > 1 else 1, -1)
         use_global = (not train) if fixed is None else fixed
         if use_global:
-            scale = 0.0 if float(factor[0]) == 0 else 1.0 / factor[0]
+            # Caffe's 1 / factor, or 0 before any batch was seen (no device sync here)
+            scale = torch.where(factor == 0, torch.zeros_like(factor), 1.0 / factor)
             mean, var = mean_sum * scale, var_sum * scale
         else:
             mean = flat.mean(dim=(0, 2))
@@ -336,9 +337,22 @@ _BUILDERS: dict[str, Callable[[LayerDef], Forward]] = {
     "SigmoidCrossEntropyLoss": _sigmoid_cross_entropy,
     "EuclideanLoss": lambda layer: lambda blobs, bottoms, train: [losses.euclidean(*bottoms)],
     "Accuracy": _accuracy,
-    **{kind: _unary for kind in ("ReLU", "ELU", "Power", "Exp", "Log", "LRN", "Softmax",
-                                 "Sigmoid", "TanH", "AbsVal")},
-}  # fmt: skip
+    **{
+        kind: _unary
+        for kind in (
+            "ReLU",
+            "ELU",
+            "Power",
+            "Exp",
+            "Log",
+            "LRN",
+            "Softmax",
+            "Sigmoid",
+            "TanH",
+            "AbsVal",
+        )
+    },
+}
 
 
 def make_forward(layer: LayerDef) -> Forward:

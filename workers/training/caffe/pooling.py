@@ -22,8 +22,9 @@ from core.caffe.geometry import Window, pool_window
 def _right_pads(x: torch.Tensor, window: Window) -> tuple[int, int]:
     """How far past the input (and its left pad) the last window reaches, per axis."""
     out = []
-    for size, k, s, q, n in zip(x.shape[2:], window.kernel, window.stride, window.pad, window.out,
-                                strict=True):  # fmt: skip
+    for size, k, s, q, n in zip(
+        x.shape[2:], window.kernel, window.stride, window.pad, window.out, strict=True
+    ):
         out.append((n - 1) * s + k - size - q)
     return out[0], out[1]
 
