@@ -239,21 +239,25 @@ def _confine(value: str, root: Path) -> Path:
 
 
 def _file_key(path: Path, shown: str) -> tuple[Any, ...]:
-    """What the cache keys a file or folder by: its path and each file's size and mtime."""
+    """What the cache keys a file or folder by: its path and each image's size and mtime."""
     if path.is_file():
+        if path.suffix.lower() != ".npz":
+            raise TrainingError(
+                f"dataset.path {shown}: a Caffe net reads an .npz file of images or a folder "
+                "of images by class"
+            )
         stat = path.stat()
         return (str(path), stat.st_mtime_ns, stat.st_size)
     if not path.is_dir():
         raise TrainingError(f"dataset.path {shown}: neither a file nor a folder")
     entries = []
-    for item in sorted(path.rglob("*")):
-        if item.suffix.lower() in IMAGE_SUFFIXES:
-            stat = item.stat()
-            entries.append((str(item.relative_to(path)), stat.st_mtime_ns, stat.st_size))
+    for folder in sorted(d for d in path.iterdir() if d.is_dir()):
+        for item in sorted(folder.iterdir()):
+            if item.suffix.lower() in IMAGE_SUFFIXES and item.is_file():
+                stat = item.stat()
+                entries.append((folder.name, item.name, stat.st_mtime_ns, stat.st_size))
         if len(entries) > MAX_IMAGES:
-            raise TrainingError(
-                f"dataset.path {shown}: more than {MAX_IMAGES:,} images, over the limit"
-            )
+            raise TrainingError(f"dataset.path {shown}: more than {MAX_IMAGES:,} images")
     return (str(path), tuple(entries))
 
 

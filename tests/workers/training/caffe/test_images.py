@@ -197,6 +197,9 @@ def test_paths_stay_inside_the_datasets_folder(tmp_path: Path) -> None:
         load_images(ImageSource(path="shapes"), base_dir=root)
     with pytest.raises(TrainingError, match="no such file or folder"):
         load_images(ImageSource(path="missing"), base_dir=root)
+    (root / "table.csv").write_text("a,target\n1,0\n")
+    with pytest.raises(TrainingError, match=r"an \.npz file of images or a folder"):
+        load_images(ImageSource(path="table.csv"), base_dir=root)
 
 
 def test_no_dataset_names_the_data_layer() -> None:
