@@ -29,6 +29,7 @@ as Caffe's DataTransformer does: the crop at a random offset in TRAIN and centre
 a random horizontal flip of each image when ``mirror`` is set (in either phase, as Caffe
 draws it whatever the phase), then ``(pixel - mean_value[c]) * scale``. Its random draws
 come from the `torch.Generator` it is given, so a seeded trial sees the same batches.
+`sequential_batch` reads batches in order, round and round, as a data layer's cursor does.
 """
 
 from __future__ import annotations
@@ -216,6 +217,17 @@ class Transform:
         if p.scale != 1.0:
             x = x * p.scale
         return x
+
+
+def sequential_batch(
+    x: torch.Tensor, y: torch.Tensor, batch_size: int, step: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `step`-th batch (from 0) a Caffe data layer reads: the next `batch_size` rows
+    after the previous batch's, wrapping round to the first row, as its database cursor
+    moves (the rows of a split are already in a seeded random order)."""
+    rows = x.shape[0]
+    index = (torch.arange(batch_size) + step * batch_size) % rows
+    return x[index], y[index]
 
 
 def _confine(value: str, root: Path) -> Path:
