@@ -4,7 +4,8 @@
 `SolverConfig`, or raises `SpecError` with one `Problem("caffe.solver.<field>", ...)` per
 broken rule, each naming the file, line and column, the rule and the value. `learning_rate`
 gives the base rate of an iteration for every `lr_policy`, with Caffe's formulas (the
-worker multiplies it by each blob's ``lr_mult``).
+worker multiplies it by each blob's ``lr_mult``); `evaluation_iterations` the iterations
+at which Caffe runs the TEST net.
 
 Defaults are those of Caffe's ``SolverParameter`` (caffe.proto): ``type: "SGD"``,
 ``momentum2: 0.999``, ``delta: 1e-8``, ``rms_decay: 0.99``, ``regularization_type: "L2"``,
@@ -200,6 +201,21 @@ def learning_rate(config: SolverConfig, iteration: int) -> float:
     except (OverflowError, ZeroDivisionError):
         return math.inf
     raise ValueError(f"lr_policy {policy!r} is not one of {', '.join(LR_POLICIES)}")
+
+
+def evaluation_iterations(config: SolverConfig) -> list[int]:
+    """The iterations at which Caffe's solver runs the TEST net, in order.
+
+    Before the update of each iteration divisible by ``test_interval`` (iteration 0 only when
+    ``test_initialization``), and once more after the last update when ``max_iter`` is
+    divisible by it, as ``Solver::Step`` and ``Solver::Solve`` do. None when
+    ``test_interval`` is 0 (Caffe never tests then).
+    """
+    every = config.test_interval
+    if every <= 0 or config.test_iter <= 0:
+        return []
+    first = 0 if config.test_initialization else every
+    return list(range(first, config.max_iter + 1, every))
 
 
 def parse_solver(msg: Message, source: str = "solver") -> SolverConfig:

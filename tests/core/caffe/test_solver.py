@@ -12,6 +12,7 @@ from core.caffe.solver import (
     MAX_ITER_LIMIT,
     SOLVER_TYPES,
     SolverConfig,
+    evaluation_iterations,
     learning_rate,
     parse_solver,
 )
@@ -206,3 +207,12 @@ def test_learning_rate_overflow_is_inf_and_sigmoid_saturates() -> None:
 def test_config_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         base().base_lr = 1.0  # type: ignore[misc]
+
+
+def test_evaluation_iterations_as_caffe_tests() -> None:
+    assert evaluation_iterations(base(test_interval=30, test_iter=2)) == [0, 30, 60, 90]
+    # max_iter divisible by test_interval: one more test after the last update.
+    assert evaluation_iterations(base(test_interval=25, test_iter=2)) == [0, 25, 50, 75, 100]
+    later = base(test_interval=50, test_iter=2, test_initialization=False)
+    assert evaluation_iterations(later) == [50, 100]
+    assert evaluation_iterations(base(test_interval=0, test_iter=2)) == []

@@ -1,1 +1,1 @@
-"""Caffe nets, solvers and image data in PyTorch (issue #17)."""
+"""Caffe nets trained with PyTorch (issue #17)."""

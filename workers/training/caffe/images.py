@@ -29,6 +29,7 @@ as Caffe's DataTransformer does: the crop at a random offset in TRAIN and centre
 a random horizontal flip of each image when ``mirror`` is set (in either phase, as Caffe
 draws it whatever the phase), then ``(pixel - mean_value[c]) * scale``. Its random draws
 come from the `torch.Generator` it is given, so a seeded trial sees the same batches.
+`sequential_batch` reads batches in order, round and round, as a data layer's cursor does.
 """
 
 from __future__ import annotations
@@ -218,6 +219,17 @@ class Transform:
         return x
 
 
+def sequential_batch(
+    x: torch.Tensor, y: torch.Tensor, batch_size: int, step: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `step`-th batch (from 0) a Caffe data layer reads: the next `batch_size` rows
+    after the previous batch's, wrapping round to the first row, as its database cursor
+    moves (the rows of a split are already in a seeded random order)."""
+    rows = x.shape[0]
+    index = (torch.arange(batch_size) + step * batch_size) % rows
+    return x[index], y[index]
+
+
 def _confine(value: str, root: Path) -> Path:
     """`value`'s real path inside the datasets folder `root` (a file or a folder)."""
     if "\x00" in value or value.startswith("~") or ".." in Path(value).parts:
@@ -239,21 +251,25 @@ def _confine(value: str, root: Path) -> Path:
 
 
 def _file_key(path: Path, shown: str) -> tuple[Any, ...]:
-    """What the cache keys a file or folder by: its path and each file's size and mtime."""
+    """What the cache keys a file or folder by: its path and each image's size and mtime."""
     if path.is_file():
+        if path.suffix.lower() != ".npz":
+            raise TrainingError(
+                f"dataset.path {shown}: a Caffe net reads an .npz file of images or a folder "
+                "of images by class"
+            )
         stat = path.stat()
         return (str(path), stat.st_mtime_ns, stat.st_size)
     if not path.is_dir():
         raise TrainingError(f"dataset.path {shown}: neither a file nor a folder")
     entries = []
-    for item in sorted(path.rglob("*")):
-        if item.suffix.lower() in IMAGE_SUFFIXES:
-            stat = item.stat()
-            entries.append((str(item.relative_to(path)), stat.st_mtime_ns, stat.st_size))
+    for folder in sorted(d for d in path.iterdir() if d.is_dir()):
+        for item in sorted(folder.iterdir()):
+            if item.suffix.lower() in IMAGE_SUFFIXES and item.is_file():
+                stat = item.stat()
+                entries.append((folder.name, item.name, stat.st_mtime_ns, stat.st_size))
         if len(entries) > MAX_IMAGES:
-            raise TrainingError(
-                f"dataset.path {shown}: more than {MAX_IMAGES:,} images, over the limit"
-            )
+            raise TrainingError(f"dataset.path {shown}: more than {MAX_IMAGES:,} images")
     return (str(path), tuple(entries))
 
 

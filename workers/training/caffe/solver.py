@@ -103,7 +103,10 @@ class CaffeSolver:
             for info in self.params
         ]
         if config.clip_gradients >= 0:
-            norm = math.sqrt(sum(float(g.square().sum()) for g in grads))
+            # One sum on the device, one read back (not one per blob).
+            norm = (
+                float(torch.stack([g.square().sum() for g in grads]).sum().sqrt()) if grads else 0.0
+            )
             if norm > config.clip_gradients:
                 scale = config.clip_gradients / norm
                 for g in grads:

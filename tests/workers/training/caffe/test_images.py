@@ -16,7 +16,13 @@ from core.config import DatasetConfig
 from core.errors import TrainingError
 from workers.training.bundled import load_bundled
 from workers.training.caffe import image_files, images
-from workers.training.caffe.images import ImageSource, Transform, clear_image_cache, load_images
+from workers.training.caffe.images import (
+    ImageSource,
+    Transform,
+    clear_image_cache,
+    load_images,
+    sequential_batch,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -197,6 +203,9 @@ def test_paths_stay_inside_the_datasets_folder(tmp_path: Path) -> None:
         load_images(ImageSource(path="shapes"), base_dir=root)
     with pytest.raises(TrainingError, match="no such file or folder"):
         load_images(ImageSource(path="missing"), base_dir=root)
+    (root / "table.csv").write_text("a,target\n1,0\n")
+    with pytest.raises(TrainingError, match=r"an \.npz file of images or a folder"):
+        load_images(ImageSource(path="table.csv"), base_dir=root)
 
 
 def test_no_dataset_names_the_data_layer() -> None:
@@ -251,3 +260,11 @@ def test_mirror_flips_at_random_in_either_phase_as_caffe_does(phase: str) -> Non
     kept = [torch.equal(o, i) for o, i in zip(out, x, strict=True)]
     assert all(f or k for f, k in zip(flipped, kept, strict=True))
     assert any(flipped) and any(kept)
+
+
+def test_batches_follow_on_and_wrap_round() -> None:
+    x, y = torch.arange(5.0).view(5, 1, 1, 1), torch.arange(5)
+    assert sequential_batch(x, y, 2, 0)[1].tolist() == [0, 1]
+    assert sequential_batch(x, y, 2, 2)[1].tolist() == [4, 0]
+    xb, yb = sequential_batch(x, y, 7, 1)
+    assert yb.tolist() == [2, 3, 4, 0, 1, 2, 3] and xb.shape == (7, 1, 1, 1)

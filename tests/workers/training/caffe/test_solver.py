@@ -1,15 +1,14 @@
 """CaffeSolver against a hand-written Caffe update in NumPy, float64, over 20 iterations.
 
-The reference below is written from Caffe's solver documentation and formulas, apart from
-`CaffeSolver`: clip on the global norm of the accumulated gradients, then per blob divide by
-iter_size, add the decay (L2 or L1, weight_decay * decay_mult), and update at
+The reference (`reference.ReferenceSolver`) is written from Caffe's solver semantics, apart
+from `CaffeSolver`: clip on the global norm of the accumulated gradients, then per blob
+divide by iter_size, add the decay (L2 or L1, weight_decay * decay_mult), and update at
 rate * lr_mult. Both train the same small net (two Linear layers and a tanh, Euclidean loss)
 from the same weights on the same batches; losses and weights must agree to 1e-9.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -17,6 +16,12 @@ import pytest
 import torch
 
 from core.caffe.solver import SOLVER_TYPES, SolverConfig
+from tests.workers.training.caffe.reference import (
+    POLICY_SETTINGS,
+    ReferenceSolver,
+    reference_rate,
+)
+from tests.workers.training.caffe.reference import config_for as reference_config
 from workers.training.caffe.solver import CaffeSolver
 
 ITERATIONS = 20
@@ -39,43 +44,6 @@ MULTS = [(1.0, 1.0), (2.0, 0.0), (1.0, 2.0), (2.0, 1.0)]
 _rng = np.random.RandomState(7)
 WEIGHTS = [_rng.randn(5, 4) * 0.5, _rng.randn(5) * 0.1, _rng.randn(3, 5) * 0.5, _rng.randn(3) * 0.1]
 BATCHES = [(_rng.randn(6, 4), _rng.randn(6, 3)) for _ in range(3)]
-
-TYPE_SETTINGS = {
-    "SGD": {"base_lr": 0.05, "momentum": 0.9},
-    "Nesterov": {"base_lr": 0.05, "momentum": 0.9},
-    "AdaGrad": {"base_lr": 0.05},
-    "RMSProp": {"base_lr": 0.01, "rms_decay": 0.9},
-    "AdaDelta": {"base_lr": 1.0, "momentum": 0.95, "delta": 1e-6},
-    "Adam": {"base_lr": 0.01, "momentum": 0.9, "momentum2": 0.999},
-}
-POLICY_SETTINGS = {
-    "fixed": {},
-    "step": {"gamma": 0.5, "stepsize": 5},
-    "exp": {"gamma": 0.95},
-    "inv": {"gamma": 0.1, "power": 0.75},
-    "multistep": {"gamma": 0.5, "stepvalue": (3, 8, 15)},
-    "poly": {"power": 1.5},
-    "sigmoid": {"gamma": -0.3, "stepsize": 10},
-}
-
-
-def reference_rate(c: SolverConfig, it: int) -> float:
-    """Caffe's GetLearningRate, written out again for the reference."""
-    policy = c.lr_policy
-    if policy == "fixed":
-        return c.base_lr
-    if policy == "step":
-        return c.base_lr * c.gamma ** math.floor(it / c.stepsize)
-    if policy == "exp":
-        return c.base_lr * c.gamma**it
-    if policy == "inv":
-        return c.base_lr * (1 + c.gamma * it) ** (-c.power)
-    if policy == "multistep":
-        return c.base_lr * c.gamma ** len([v for v in c.stepvalue if it >= v])
-    if policy == "poly":
-        return c.base_lr * (1 - it / c.max_iter) ** c.power
-    assert policy == "sigmoid"
-    return c.base_lr * (1 / (1 + math.exp(-c.gamma * (it - c.stepsize))))
 
 
 def euclidean(w1, b1, w2, b2, x, y):
@@ -112,70 +80,22 @@ def run_solver(config: SolverConfig) -> tuple[list[float], list[np.ndarray]]:
 
 
 def run_reference(config: SolverConfig) -> tuple[list[float], list[np.ndarray], int]:
-    c = config
-    w = [v.copy() for v in WEIGHTS]
-    h = [np.zeros_like(v) for v in w]
-    h2 = [np.zeros_like(v) for v in w]
-    losses, clipped = [], 0
+    reference = ReferenceSolver(WEIGHTS, MULTS, config)
+    losses = []
     for it in range(ITERATIONS):
-        grads = [np.zeros_like(v) for v in w]
-        for x, y in batches_of(it, c.iter_size):
-            tensors = [torch.tensor(v, requires_grad=True) for v in w]
+        grads = [np.zeros_like(v) for v in WEIGHTS]
+        for x, y in batches_of(it, config.iter_size):
+            tensors = [torch.tensor(v, requires_grad=True) for v in reference.weights]
             loss = euclidean(*tensors, x, y)
             loss.backward()
             losses.append(loss.item())
             grads = [g + t.grad.numpy() for g, t in zip(grads, tensors, strict=True)]
-        rate = reference_rate(c, it)
-        norm = math.sqrt(sum(float((g * g).sum()) for g in grads))
-        if c.clip_gradients >= 0 and norm > c.clip_gradients:
-            clipped += 1
-            grads = [g * (c.clip_gradients / norm) for g in grads]
-        for k, (lr_mult, decay_mult) in enumerate(MULTS):
-            g = grads[k] / c.iter_size
-            decay = c.weight_decay * decay_mult
-            g = g + decay * (w[k] if c.regularization_type == "L2" else np.sign(w[k]))
-            lr, m, d = rate * lr_mult, c.momentum, c.delta
-            if c.type == "SGD":
-                h[k] = m * h[k] + lr * g
-                u = h[k]
-            elif c.type == "Nesterov":
-                old = h[k]
-                h[k] = m * h[k] + lr * g
-                u = (1 + m) * h[k] - m * old
-            elif c.type == "AdaGrad":
-                h[k] = h[k] + g * g
-                u = lr * g / (np.sqrt(h[k]) + d)
-            elif c.type == "RMSProp":
-                h[k] = c.rms_decay * h[k] + (1 - c.rms_decay) * g * g
-                u = lr * g / (np.sqrt(h[k]) + d)
-            elif c.type == "AdaDelta":
-                h[k] = m * h[k] + (1 - m) * g * g
-                s = g * np.sqrt((h2[k] + d) / (h[k] + d))
-                h2[k] = m * h2[k] + (1 - m) * s * s
-                u = lr * s
-            else:
-                t = it + 1
-                h[k] = m * h[k] + (1 - m) * g
-                h2[k] = c.momentum2 * h2[k] + (1 - c.momentum2) * g * g
-                corrected = lr * math.sqrt(1 - c.momentum2**t) / (1 - m**t)
-                u = corrected * h[k] / (np.sqrt(h2[k]) + d)
-            w[k] = w[k] - u
-    return losses, w, clipped
+        reference.step(grads, it)
+    return losses, reference.weights, reference.clipped
 
 
 def config_for(kind: str, policy: str, **changes: object) -> SolverConfig:
-    settings = {
-        "type": kind,
-        "lr_policy": policy,
-        "max_iter": ITERATIONS,
-        "weight_decay": 0.01,
-        "iter_size": 2,
-        "clip_gradients": 3.0,
-        **TYPE_SETTINGS[kind],
-        **POLICY_SETTINGS[policy],
-        **changes,
-    }
-    return SolverConfig(**settings)  # type: ignore[arg-type]
+    return reference_config(kind, policy, ITERATIONS, **changes)
 
 
 def assert_same(config: SolverConfig, expect_clipping: bool = True) -> None:
