@@ -8,13 +8,16 @@ solver (`CaffeSolver`) and the images (`workers.training.caffe.images`), then tr
 Caffe's ``Solver::Step`` does:
 
 - exactly ``max_iter`` iterations; each runs ``iter_size`` forward/backward passes of the
-  TRAIN net on the next batches (the data layer's ``batch_size``; the training split is
-  read in a seeded shuffled order, anew each pass through it) and one solver update;
+  TRAIN net on the next batches (the data layer's ``batch_size``, read in turn from the
+  training split, whose rows are in a seeded random order, wrapping round as Caffe's
+  database cursor does) and one solver update;
 - an evaluation before iteration k whenever k is a multiple of ``test_interval`` (k > 0:
   the untrained net's evaluation that ``test_initialization`` asks for is not reported),
-  and one after the last iteration, so the last row is the trained net: ``test_iter``
-  batches of the TEST net's data layer from the start of the validation split (wrapping
-  round, as Caffe's cursor does);
+  and one after the last iteration, so the last row is the trained net (Caffe's own
+  schedule, `core.caffe.solver.evaluation_iterations`, tests after the last update only
+  when ``max_iter`` is a multiple of ``test_interval``): ``test_iter`` batches of the TEST
+  net's data layer from the start of the validation split, wrapping round (each
+  evaluation reads the same batches, where Caffe's TEST cursor would go on);
 - each evaluation is an epoch row (epochs count evaluations from 1): ``iteration`` (the
   updates made so far), ``train_loss`` (the weighted loss of the TRAIN net, averaged over
   the iterations since the last row), ``val_loss`` (the TEST net's, averaged over its
@@ -46,7 +49,7 @@ from core.caffe.transform import parse_transform
 from core.caffe.trial import CaffeTrialConfig
 from core.config import ExecutionConfig
 from core.errors import SpecError, TrainingError
-from workers.training.caffe.images import ImageSet, Transform, load_images
+from workers.training.caffe.images import ImageSet, Transform, load_images, sequential_batch
 from workers.training.caffe.model import CaffeNet
 from workers.training.caffe.solver import CaffeSolver
 from workers.training.device import describe, seed_torch, select_device
@@ -63,54 +66,35 @@ def _spec_error(exc: SpecError | PrototxtError) -> TrainingError:
 
 
 class _Batches:
-    """Batches of one split for one phase's data layer, in Caffe's reading order: the
-    training split shuffled anew each pass (`shuffle`), the validation split as it is."""
+    """Batches of one split for one phase's data layer, read as a Caffe data layer's cursor
+    moves: the next ``batch_size`` rows each time, wrapping round (`sequential_batch`; the
+    split's rows are already in a seeded random order), the ``transform_param`` applied."""
 
     def __init__(
-        self, x: torch.Tensor, y: torch.Tensor, graph: NetGraph, source: str, seed: int,
-        shuffle: bool,
-    ) -> None:  # fmt: skip
+        self, x: torch.Tensor, y: torch.Tensor, graph: NetGraph, source: str, seed: int
+    ) -> None:
         self.x, self.y, self.graph, self.phase = x, y, graph, graph.phase
         data = graph.data
         param = parse_transform(data.transform, data.layer, data.type, source)
         self.transform = Transform(param, int(x.shape[1]))
         self.batch = data.batch_size
         self.seed = seed
-        self.shuffle = torch.Generator().manual_seed(seed) if shuffle else None
         self.restart()
-
-    def _order(self) -> torch.Tensor:
-        n = self.x.shape[0]
-        if self.shuffle is None:
-            return torch.arange(n)
-        return torch.randperm(n, generator=self.shuffle)
 
     def restart(self) -> None:
         """Back to the first row, and the transform's draws (crop, mirror) as at the start:
         every evaluation reads the same batches."""
-        self.at = 0
-        self.order = self._order()
-        self.draws = torch.Generator().manual_seed(self.seed + 1)
+        self.step = 0
+        self.draws = torch.Generator().manual_seed(self.seed)
 
     def next(self) -> dict[str, torch.Tensor]:
-        """The next batch as the data layer's tops (images, labels), wrapping round."""
-        n = self.x.shape[0]
-        picks: list[torch.Tensor] = []
-        taken = 0
-        while taken < self.batch:
-            if self.at >= n:
-                self.at = 0
-                if self.shuffle is not None:
-                    self.order = self._order()
-            take = min(self.batch - taken, n - self.at)
-            picks.append(self.order[self.at : self.at + take])
-            self.at += take
-            taken += take
-        index = torch.cat(picks).to(self.x.device)
+        """The next batch as the data layer's tops (images, then labels if it has them)."""
+        x, y = sequential_batch(self.x, self.y, self.batch, self.step)
+        self.step += 1
         data = self.graph.data
-        out = {data.data_top: self.transform(self.x[index], self.phase, self.draws)}
+        out = {data.data_top: self.transform(x, self.phase, self.draws)}
         if data.label_top is not None:
-            out[data.label_top] = self.y[index]
+            out[data.label_top] = y
         return out
 
 
@@ -156,7 +140,6 @@ class CaffeTrainer:
                 self.train_graph,
                 source,
                 self.seed + 1,
-                shuffle=True,
             )
             self.val_batches = (
                 _Batches(
@@ -165,7 +148,6 @@ class CaffeTrainer:
                     self.test_graph,
                     source,
                     self.seed + 2,
-                    shuffle=False,
                 )
                 if self.test_graph is not None
                 else None
