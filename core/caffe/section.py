@@ -173,10 +173,8 @@ def parse_caffe(raw: Any, problems: list[Problem]) -> dict[str, Any]:
         if path.startswith("caffe.solver_params."):
             if len(parts) > 1:
                 target = "a solver field is a value, not a message"
-            elif (
-                fields is not None
-                and parts[0] not in fields
-                and not (solver is not None and solver.has(parts[0]))
+            elif parts[0] not in fields and not (
+                solver is not None and solver.has(parts[0]) and "net" not in parts[0]
             ):
                 target = (
                     f"no solver field {parts[0]!r} (known: {', '.join(fields)})"
