@@ -178,7 +178,9 @@ def _limits_text(settings: Settings) -> str:
         "model parameters; a synthetic set's samples x features at most "
         f"{settings.max_dataset_elements:,}; epochs x the dataset's rows at most "
         f"{settings.max_epoch_samples:,}; a description of at most "
-        f"{settings.max_description_bytes:,} UTF-8 bytes."
+        f"{settings.max_description_bytes:,} UTF-8 bytes; a Caffe net's and solver's texts "
+        f"at most {settings.max_prototxt_bytes:,} bytes each, every distinct net built "
+        "(422 naming the layer)."
     )
 
 
@@ -195,6 +197,25 @@ def _spec_schema(settings: Settings) -> dict[str, Any]:
                           "sweepstack.trainables entry point); then params is its settings, "
                           "dataset is optional, model does not apply"},
             "params": {"type": ["object", "null"]},
+            "caffe": obj(
+                {"net_text": {"type": "string", "description": "the net's prototxt text (the "
+                              "CLI reads a caffe.net path into it; the API reads no files), "
+                              f"at most {settings.max_prototxt_bytes:,} UTF-8 bytes"},
+                 "solver_text": {"type": "string", "description": "the solver.prototxt "
+                                 f"text, at most {settings.max_prototxt_bytes:,} UTF-8 bytes"},
+                 "net_source": {"type": "string", "maxLength": 300},
+                 "solver_source": {"type": "string", "maxLength": 300},
+                 "resize": {"type": "array", "items": {"type": "integer", "minimum": 1,
+                                                       "maximum": 4096},
+                            "minItems": 2, "maxItems": 2},
+                 "layers": {"type": "object", "description": "dimensions by layer name "
+                            "(caffe.layers.<layer>.<field>)"},
+                 "solver_params": {"type": "object", "description": "dimensions over "
+                                   "solver fields (caffe.solver_params.<field>)"}},
+                required=["net_text", "solver_text"], additionalProperties=False,
+                description="a Caffe net and its solver (then model does not apply, "
+                "dataset is required)",
+            ),
             "objective": obj(
                 {"metric": {"type": "string", "pattern": KEY_PATTERN,
                             "description": "one of " + ", ".join(METRICS)
@@ -226,6 +247,7 @@ def _spec_schema(settings: Settings) -> dict[str, Any]:
             "dataset_elements": settings.max_dataset_elements,
             "epoch_samples": settings.max_epoch_samples,
             "description_bytes": settings.max_description_bytes,
+            "prototxt_bytes": settings.max_prototxt_bytes,
         }},
     )  # fmt: skip
 

@@ -12,7 +12,10 @@ but a server must:
   (a "billion laughs" document is small until it is stored) -> 400;
 - an ``int`` or ``range`` dimension with more values than the server's trial limit -> 422
   before it is enumerated (the spec parser lists every value of a dimension), in the
-  built-in sections and in a trainable's ``params`` alike;
+  built-in sections, a trainable's ``params`` and a Caffe spec's ``caffe.layers`` and
+  ``caffe.solver_params`` alike;
+- a Caffe spec's ``caffe.net`` or ``caffe.solver``: a path, which the server never reads
+  (422 from the spec rules: send ``net_text`` and ``solver_text``);
 - then the spec rules (422, every problem listed: integers past 64 bits, NaN and infinities
   among them), the trial count against the smaller of ``limits.max_trials`` and
   ``SWEEPSTACK_API_MAX_TRIALS`` (422 ``too_many_trials`` naming the count; counting stops
@@ -169,12 +172,17 @@ def _dimension_size(raw: Any) -> tuple[str, float] | None:
 def _check_dimension_sizes(document: dict[str, Any], limit: int) -> None:
     for section in (*SECTIONS, "params"):
         _check_sizes_in(section, document.get(section), limit)
+    caffe = document.get("caffe")
+    if isinstance(caffe, dict):
+        for key in ("layers", "solver_params"):
+            _check_sizes_in(f"caffe.{key}", caffe.get(key), limit)
 
 
 def _is_group(path: str, raw: Any) -> bool:
     """Whether `raw` at `path` holds parameters: a sub-section (``execution.parallel``), or
-    a group of a trainable's free-form ``params`` (a mapping that is no dimension)."""
-    if path.startswith("params."):
+    a group of a trainable's free-form ``params`` or of a Caffe spec's fields (a mapping
+    that is no dimension)."""
+    if path.startswith(("params.", "caffe.")):
         return isinstance(raw, dict) and not any(k in raw for k in DIMENSION_KEYS)
     return section_model(path) is not None
 

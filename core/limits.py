@@ -17,7 +17,9 @@ anything is stored:
   ``SWEEPSTACK_MAX_EPOCH_SAMPLES``;
 - the description at most ``SWEEPSTACK_MAX_DESCRIPTION_BYTES`` of UTF-8;
 - a spec's ``trainable`` installed here (`core.trainable_spec.trainable_problems`); its
-  model is the function's own, so the parameter ceiling does not apply to it.
+  model is the function's own, so the parameter ceiling does not apply to it;
+- a Caffe spec's net and solver texts at most ``SWEEPSTACK_MAX_PROTOTXT_BYTES`` each, and
+  its first trial's net (`core.caffe.checks`) within the parameter ceiling.
 
 The ceilings are checked on the largest value each field can take anywhere in the sweep
 (each field on its own, the default included where a dimension is conditional): an upper
@@ -34,6 +36,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from core.caffe.spec import CaffeSpec
 from core.config import REGRESSION_DATASETS, dataset_path_rule
 from core.errors import Problem, SpecError
 from core.fields import leaf_defaults
@@ -194,6 +197,22 @@ def dataset_file_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
     return problems
 
 
+def _caffe_limits(spec: CaffeSpec, settings: Settings, problems: list[Problem]) -> None:
+    for key, text in (("caffe.net_text", spec.net_text), ("caffe.solver_text", spec.solver_text)):
+        size = len(text.encode("utf-8"))
+        if size > settings.max_prototxt_bytes:
+            problems.append(
+                _over(key, "its UTF-8 bytes", size, settings.max_prototxt_bytes,
+                      "SWEEPSTACK_MAX_PROTOTXT_BYTES")
+            )  # fmt: skip
+    count = spec.first_param_count()
+    if count is not None and count > settings.max_model_parameters:
+        problems.append(
+            _over("caffe.net_text", "the net's parameters", count, settings.max_model_parameters,
+                  "SWEEPSTACK_MAX_MODEL_PARAMETERS", "its first trial's net")
+        )  # fmt: skip
+
+
 def spec_limit_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
     """Every way `spec` asks for more than this server allows (see the module docstring)."""
     problems: list[Problem] = trainable_problems(spec)
@@ -210,7 +229,11 @@ def spec_limit_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
             _over("execution.parallel.world_size", "processes per trial", world,
                   settings.max_world_size, "SWEEPSTACK_MAX_WORLD_SIZE")
         )  # fmt: skip
-    parameters, how = (0, "") if isinstance(spec, TrainableSpec) else _model_parameters(spec)
+    if isinstance(spec, CaffeSpec):
+        _caffe_limits(spec, settings, problems)
+    parameters, how = (
+        (0, "") if isinstance(spec, TrainableSpec | CaffeSpec) else _model_parameters(spec)
+    )
     if parameters > settings.max_model_parameters:
         problems.append(
             _over("model.hidden_units", "the model's parameters", parameters,

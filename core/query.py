@@ -124,12 +124,25 @@ def check_states(state: str | Sequence[str] | None) -> list[str] | None:
 _TRAINABLE_PARAM = re.compile(r"^params(\.[A-Za-z_][A-Za-z0-9_]{0,63}){1,8}$")
 
 
+#: A field of a Caffe spec's net or solver (`core.caffe.spec`): a layer's name (no dot, no
+#: leading $), then identifiers.
+_CAFFE_PARAM = re.compile(
+    r"^caffe\.(layers\.[^.$\s][^.\s]{0,199}(\.[A-Za-z_][A-Za-z0-9_]{0,63}){1,6}"
+    r"|solver_params\.[A-Za-z_][A-Za-z0-9_]{0,63})$"
+)
+
+
 def is_param(path: Any) -> bool:
     """Whether `path` names a parameter: a built-in leaf (``section.key``,
-    ``section.sub.key``) or a trainable's (``params.key``, ``params.group.key``)."""
+    ``section.sub.key``), a trainable's (``params.key``, ``params.group.key``) or a Caffe
+    net's or solver's (``caffe.layers.ip1.num_output``, ``caffe.solver_params.base_lr``)."""
     if not isinstance(path, str):
         return False
-    return field_adapter(path) is not None or _TRAINABLE_PARAM.match(path) is not None
+    return (
+        field_adapter(path) is not None
+        or _TRAINABLE_PARAM.match(path) is not None
+        or _CAFFE_PARAM.match(path) is not None
+    )
 
 
 def param_field(path: Any, field: str = "params") -> str:

@@ -81,6 +81,7 @@ _CEILING_FIELDS = frozenset(
         "max_dataset_elements",
         "max_epoch_samples",
         "max_description_bytes",
+        "max_prototxt_bytes",
     }
 )
 _PATH_FIELDS = frozenset({"data_dir", "datasets_dir"})
@@ -132,6 +133,8 @@ class Settings:
     max_dataset_elements: int = 100_000_000
     max_epoch_samples: int = 10_000_000_000
     max_description_bytes: int = 4096
+    # A Caffe spec's net and solver texts (core.caffe.spec), each, in UTF-8 bytes.
+    max_prototxt_bytes: int = 500_000
     # Web auth (web/auth.py): owner names of SWEEPSTACK_API_TOKENS who see every sweep on the
     # dashboard; the key signing session cookies (unset: random per server start); Secure on
     # the cookie (auto: when the request came over https); failed logins or bearer tokens
@@ -199,7 +202,6 @@ class Settings:
         unknown = sorted(settings.admins - set(settings.api_tokens.values()))
         if unknown:
             raise ConfigError(
-                f"{PREFIX}ADMINS: {', '.join(unknown)} not among the names of "
-                f"{PREFIX}API_TOKENS"
+                f"{PREFIX}ADMINS: {', '.join(unknown)} not among the names of {PREFIX}API_TOKENS"
             )
         return settings

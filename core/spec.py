@@ -107,6 +107,10 @@ class SweepSpec(_Strict):
         config["training"]["seed"] = seed
         return config
 
+    def check_trials(self, points: list[dict[str, Any]]) -> None:
+        """Raise `SpecError` if some of these trials' params cannot train (a Caffe spec
+        builds each distinct net, `core.caffe.spec`); the built-in rules need nothing more."""
+
     def trial_config(self, params: dict[str, Any]) -> TrialConfig:
         """The typed config of one trial, every default filled in."""
         return TrialConfig.model_validate(self.resolve(params))
@@ -322,13 +326,22 @@ def load_spec(source: str | Path | dict[str, Any], filename: str = "<spec>") -> 
     """Parse and validate a sweep spec from YAML/JSON text, a file path, or a dict.
 
     A spec that names ``trainable`` runs a user's training function: its own rules are in
-    `core.trainable_spec`, and it gives a `TrainableSpec`.
+    `core.trainable_spec`, and it gives a `TrainableSpec`. One with a ``caffe`` section
+    trains a Caffe net (`core.caffe.spec`, a `CaffeSpec`); read from a file, its ``net`` and
+    ``solver`` paths are read (relative to the file) into the texts it stores.
     """
     data = _parse_document(source, filename)
     if "trainable" in data:
         from core.trainable_spec import load_trainable_spec  # it builds on this module
 
         return load_trainable_spec(data)
+    if "caffe" in data:
+        from core.caffe.files import read_caffe_files
+        from core.caffe.spec import load_caffe_spec  # it builds on this module
+
+        if isinstance(source, Path):
+            data = read_caffe_files(data, source)
+        return load_caffe_spec(data)
     # Checked first: these values would break the rules below (math on NaN) or the store.
     if bad := value_problems(data):
         raise SpecError(bad)

@@ -11,8 +11,9 @@ from dashboard.data import pruned_stop, to_ms
 
 #: Per-epoch values that are not curves of the model's quality.
 # Not quality measures: drawn in "Time per epoch" (the last three by data-parallel trials).
+# A Caffe trial's rows count evaluations as epochs and carry the solver's iteration.
 _NOT_METRICS = frozenset(
-    {"epoch", "lr", "epoch_seconds", "compute_seconds", "comm_seconds", "comm_bytes"}
+    {"epoch", "iteration", "lr", "epoch_seconds", "compute_seconds", "comm_seconds", "comm_bytes"}
 )
 
 
@@ -76,6 +77,7 @@ def trial_detail(doc: Mapping[str, Any], sweep: Mapping[str, Any], now: datetime
         "device_info": jsonable(doc.get("device_info")),
         "dtype": doc.get("dtype"),
         "param_count": doc.get("param_count"),
+        "layer_table": jsonable(doc.get("layer_table")),
         "versions": jsonable(doc.get("versions")),
         "progress": jsonable(doc.get("progress")),
         "pruned_epoch": pruned_stop(doc),

@@ -384,6 +384,7 @@ def expand(spec: SweepSpec, *, with_config: bool = False) -> list[TrialPoint]:
         points = list(_grid(spec))
         keys = [canonical(p) for p in points]
     _check_cross_fields(spec, points)
+    spec.check_trials(points)
     base = spec.base_config()
     fixed_seed = base["training"].get("seed")
     out = []

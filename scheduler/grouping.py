@@ -24,7 +24,8 @@ buckets end at 2^j and 1.5 * 2^j (96, 128, 192, 256, 384, 512, 768, 1024, ...), 
 is padded by at most half its width. The fused trainer pads each layer to the widest
 member of its group and masks the padding out exactly.
 
-**Never fused** (a group of one): a user's training function (``trainable``); ``fuse:
+**Never fused** (a group of one): a user's training function (``trainable``); a Caffe net
+(``caffe``: its layer graph has no stacked form yet); ``fuse:
 off`` or 1; ``training.epochs: 0`` (nothing to train, so nothing to gain: the trial is one
 evaluation); ``execution.dtype: float16``
 (its `GradScaler` skips a step for all parameters at once when any gradient overflows,
@@ -194,8 +195,8 @@ def widths(config: Mapping[str, Any]) -> list[int]:
 
 def group_limit(config: Mapping[str, Any]) -> int:
     """The most trials this one may train with: 1 when it is never fused (module docstring)."""
-    if "trainable" in config:
-        return 1  # a user's own function (`core.trainable_spec`): nothing to stack
+    if "trainable" in config or "caffe" in config:
+        return 1  # a user's own function or a Caffe net (`core.caffe.spec`): nothing to stack
     fuse = _get(config, "execution.fuse")
     if fuse is False or fuse == "off" or fuse == 1:
         return 1

@@ -207,7 +207,11 @@ def random_sampler(seed: int) -> BaseSampler:
 
 
 def max_epochs(spec: SweepSpec) -> int:
-    """The most epochs any trial of the spec trains: Hyperband's largest resource."""
+    """The most epochs any trial of the spec trains: Hyperband's largest resource (for a
+    Caffe net, its first trial's evaluations: `core.caffe.spec.CaffeSpec.planned_epochs`)."""
+    planned = getattr(spec, "planned_epochs", None)
+    if planned is not None:
+        return int(planned())
     dim = spec.space.get("training.epochs")
     if dim is None:
         return int(leaf_defaults()["training.epochs"])

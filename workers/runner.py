@@ -15,7 +15,8 @@ the last epoch leaves the trial ``complete``; a cancel wins over a prune (``canc
 a lost claim records nothing.
 
 A trial whose config names ``trainable`` runs a user's installed training function
-(`workers.trainable`) instead of the built-in trainer, under every rule above.
+(`workers.trainable`) instead of the built-in trainer, and one with a ``caffe`` section
+trains its Caffe net with its solver (`workers.training.caffe.loop`), under every rule above.
 
 This is the logic behind the thin Celery task `workers.run_trial`. It never lets a training
 error escape: NaN loss, out of memory, a bad shape, a time limit, even a bug in training
@@ -42,6 +43,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from core.batch_writes import EpochRow, Finish
+from core.caffe.spec import is_caffe
 from core.config import TrialConfig
 from core.errors import NotFound, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS
@@ -241,6 +243,16 @@ def execute_trial(
                     should_stop=lambda: beats.should_stop(trial_id),
                     data_dir=options.data_dir,
                     objective=objective,
+                    extra=extra,
+                )
+            elif is_caffe(doc["config"]):
+                from workers.training.caffe.loop import train_caffe
+
+                outcome = train_caffe(
+                    doc["config"],
+                    on_epoch=on_epoch,
+                    should_stop=lambda: beats.should_stop(trial_id),
+                    data_dir=options.data_dir,
                     extra=extra,
                 )
             else:

@@ -1,5 +1,8 @@
 """Caffe nets and solvers as trials (issue #17): reading prototxt, the layer graph, the solver.
 
-Only the text format lives here so far (`core.caffe.prototxt`); torch never loads in `core`:
-the module a net builds into is `workers`' business.
+The text format is `core.caffe.prototxt`; the layer graph is `core.caffe.net` (`build_graph`),
+read through the tables of `fields` (caffe.proto's fields and defaults), `layers` (the types
+built), `shapes` and `data` (their shape rules), `phases` (include/exclude) and `geometry`
+(convolution and pooling windows). Torch never loads in `core`: the module a net builds into
+is `workers.training.caffe`'s business.
 """

@@ -74,13 +74,23 @@
     const leaves = (obj, prefix) => Object.entries(obj).flatMap(([k, v]) =>
       v && typeof v === "object" && !Array.isArray(v)
         ? leaves(v, prefix + k + ".") : [[prefix + k, show(v)]]);
+    // A Caffe trial's net and solver texts (caffe.net_text, solver_text) show as text.
+    const texts = [];
     const sections = Object.entries(t.config).map(([section, values]) => {
       const table = SS.el("table", { class: "kv" });
-      kv(table, typeof values === "object" && values !== null
-        ? leaves(values, "") : [[section, show(values)]]);
+      let shown = values;
+      if (section === "caffe" && values && typeof values === "object") {
+        shown = Object.fromEntries(Object.entries(values).filter(([k, v]) =>
+          !(k.endsWith("_text") && typeof v === "string" && texts.push([k, v]))));
+      }
+      kv(table, typeof shown === "object" && shown !== null
+        ? leaves(shown, "") : [[section, show(shown)]]);
       return [SS.el("h3", { class: "muted", text: section }), table];
     });
-    $("config").replaceChildren(...sections.flat());
+    const prototxt = texts.map(([k, v]) => SS.el("details", {},
+      SS.el("summary", { text: k }), SS.el("pre", { class: "mono", text: v })));
+    $("config").replaceChildren(...sections.flat(), ...prototxt);
+    layerTable(t.layer_table);
     const head = SS.el("tr", {}, ["attempt", "state", "worker", "started (UTC)",
       "finished (UTC)", "error"].map((h) => SS.el("th", { text: h })));
     $("history").replaceChildren(SS.el("thead", {}, head), SS.el("tbody", {},
@@ -89,6 +99,24 @@
         SS.el("td", { class: "mono", text: h.worker || "–" }),
         SS.el("td", { text: SS.time(h.started_at) }), SS.el("td", { text: SS.time(h.finished_at) }),
         SS.el("td", { class: "reason", title: h.error || "", text: h.error || "" })))));
+  }
+
+  // A Caffe trial's layers (NetGraph.layer_table): one row per layer, its columns as given;
+  // lists joined, shapes written 64x20x24x24.
+  function layerTable(rows) {
+    $("layers-panel").hidden = !(rows && rows.length);
+    if (!rows || !rows.length) return;
+    const first = ["name", "type", "bottoms", "tops", "output", "params"];
+    const keys = Object.keys(rows[0]);
+    const columns = [...first.filter((c) => keys.includes(c)),
+      ...keys.filter((c) => !first.includes(c))];
+    const shape = (x) => x.length ? x.join("x") : "scalar";
+    const cell = (v) => Array.isArray(v)
+      ? v.map((x) => Array.isArray(x) ? shape(x) : show(x)).join(", ") : show(v);
+    $("layers").replaceChildren(
+      SS.el("thead", {}, SS.el("tr", {}, columns.map((c) => SS.el("th", { text: c })))),
+      SS.el("tbody", {}, rows.map((r) => SS.el("tr", {},
+        columns.map((c) => SS.el("td", { class: "mono", text: cell(r[c]) }))))));
   }
 
   function plotAll(figures) {

@@ -6,6 +6,7 @@ The scenario (`scenario`): 16 trials of `SPEC`; 0-10 complete with known objecti
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -252,3 +253,22 @@ def test_epoch_series_keeps_parallel_timings_out_of_the_quality_metrics() -> Non
     series = epoch_series(rows)
     assert series["metrics"] == ["val_accuracy"] and series["losses"] == ["val_loss"]
     assert series["values"]["comm_bytes"] == [4e6, 4e6]
+
+
+def test_a_caffe_trials_iteration_is_no_curve_and_its_layer_table_is_shown() -> None:
+    rows = [
+        {"attempt": 0, "epoch": e, "metrics": {"iteration": 100 * e, "train_loss": 1.0 / e,
+                                               "val_loss": 1.0 / e, "val_accuracy": 0.9,
+                                               "val_l2_error": 0.5, "lr": 0.01}}
+        for e in (1, 2)
+    ]  # fmt: skip
+    series = epoch_series(rows)
+    assert series["metrics"] == ["val_accuracy", "val_l2_error"]
+    assert series["losses"] == ["train_loss", "val_loss"]
+    assert series["values"]["iteration"] == [100, 200]
+    table = [{"name": "ip1", "type": "InnerProduct", "bottoms": ["data"], "tops": ["ip1"],
+              "output": [[64, 10]], "params": 650}]  # fmt: skip
+    doc = {"_id": "s-1", "index": 0, "sweep_id": "s", "layer_table": table, "param_count": 650}
+    detail = trial_detail(doc, {"name": "s"}, datetime.now(UTC))
+    assert detail["layer_table"] == table and detail["param_count"] == 650
+    assert trial_detail({**doc, "layer_table": None}, {}, datetime.now(UTC))["layer_table"] is None

@@ -1,0 +1,52 @@
+"""The resolved config of one Caffe trial, as the store keeps it and a worker trains it.
+
+`core.caffe.spec` writes it: the net's and the solver's texts with the trial's values set
+(``caffe.net_text``, ``caffe.solver_text``), the file names errors show, the optional
+resize, and the built-in settings that apply (`core.caffe.spec.APPLIES`). The worker
+validates it again before it trains (`workers.training.caffe.loop`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.config import DatasetConfig, ExecutionConfig
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CaffeTexts(_Section):
+    """``caffe``: the net and the solver, as prototxt texts."""
+
+    net_text: str
+    solver_text: str
+    net_source: str = "caffe.net_text"
+    solver_source: str = "caffe.solver_text"
+    resize: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = None
+
+
+class CaffeTraining(_Section):
+    """``training`` of a Caffe trial: only its seed (the solver says the rest)."""
+
+    seed: Annotated[int, Field(ge=0)] | None = None
+
+
+class CaffeExecution(_Section):
+    """``execution`` of a Caffe trial: where it runs, how long it may, its float width."""
+
+    device: str = ExecutionConfig.model_fields["device"].default
+    time_limit: float = ExecutionConfig.model_fields["time_limit"].default
+    dtype: Literal["float32", "float64"] = "float32"
+
+
+class CaffeTrialConfig(_Section):
+    """One Caffe trial's whole config."""
+
+    caffe: CaffeTexts
+    dataset: DatasetConfig
+    training: CaffeTraining = CaffeTraining()
+    execution: CaffeExecution = CaffeExecution()

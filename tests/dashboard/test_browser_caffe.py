@@ -1,0 +1,71 @@
+"""A Caffe sweep in a real headless Chromium: its net's and solver's fields as parallel axes,
+and a trial page with the layer table and the prototxt texts. Trials are written through the
+store's lifecycle, as a worker writes them (`tests.integration.test_caffe` trains real ones)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from playwright.sync_api import BrowserContext, expect
+
+from core.caffe.net import build_graph
+from core.spec import load_spec
+from core.states import TrialState
+from core.store import Store
+from tests.core import make_sweep, trial_ids
+from tests.dashboard.browser import figure, open_drawn
+from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
+    ROOT,
+    WORKER,
+    base_url,
+    browser,
+    context,
+    live_store,
+    shoot,
+)
+
+CONFIGS = Path(ROOT) / "configs"
+
+
+def test_a_caffe_sweep_shows_its_fields_as_axes_and_its_layers(
+    context: BrowserContext,  # noqa: F811
+    base_url: str,  # noqa: F811
+    live_store: Store,  # noqa: F811
+) -> None:
+    spec = load_spec(CONFIGS / "caffe-sweep.yaml")
+    sweep_id, points = make_sweep(live_store, spec, owner="alice")
+    ids = trial_ids(sweep_id, points)
+    for index, (trial_id, point) in enumerate(zip(ids, points, strict=True)):
+        net, _ = spec.messages(point.params)
+        graph = build_graph(net, "TRAIN", (1, 28, 28), 10)
+        assert live_store.claim(trial_id, WORKER, stale_after=60) is not None
+        for epoch in (1, 2):
+            metrics = {"iteration": 50 * epoch, "train_loss": 1 / epoch, "val_loss": 1 / epoch,
+                       "val_accuracy": 0.9 + index / 100, "lr": 0.01}  # fmt: skip
+            live_store.report(trial_id, 1, epoch, metrics)
+        live_store.finish(
+            trial_id, 1, TrialState.COMPLETE, result={"objective": 0.9 + index / 100},
+            extra={"param_count": graph.param_count, "layer_table": graph.layer_table()},
+        )  # fmt: skip
+    page, console = open_drawn(context, f"{base_url}/sweeps/{sweep_id}")
+    labels = [d["label"] for d in figure(page, "fig-parallel")["layout"]["meta"]["dims"]]
+    assert labels == ["layers.ip1.num_output", "solver_params.base_lr", "val_accuracy"]
+    shoot(page, "sweep-caffe")
+    assert console.errors() == []
+    page.close()
+    page, console = open_drawn(context, f"{base_url}/trials/{ids[0]}")
+    expect(page.locator("#layers-panel")).to_be_visible()
+    rows = page.locator("#layers tbody tr")
+    expect(rows).to_have_count(9)  # LeNet's layers in the TRAIN phase
+    header = page.locator("#layers thead").inner_text().split()
+    assert header == ["name", "type", "bottoms", "tops", "output", "params"]
+    conv = page.locator("#layers tbody tr").nth(1).locator("td").all_inner_texts()
+    assert conv == ["conv1", "Convolution", "data", "conv1", "64x20x24x24", "520"]
+    loss = page.locator("#layers tbody tr").nth(8).locator("td").all_inner_texts()
+    assert loss[4] == "scalar"
+    assert [t["name"] for t in figure(page, "fig-metrics")["data"]] == ["val_accuracy"]
+    config = page.locator("#config")
+    expect(config.locator("summary")).to_have_count(2)  # net_text, solver_text
+    assert "resize" in config.inner_text()
+    shoot(page, "trial-caffe")
+    assert console.errors() == []

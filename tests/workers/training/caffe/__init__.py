@@ -1,0 +1,1 @@
+"""Tests of the Caffe nets, solvers and image data in PyTorch."""

@@ -1,0 +1,1 @@
+"""Caffe nets trained with PyTorch (issue #17)."""
