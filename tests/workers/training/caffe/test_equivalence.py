@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 import torch
 
+from core.caffe import net as net_module
 from core.caffe.prototxt import parse
 from core.caffe.solver import SOLVER_TYPES, SolverConfig
 from tests.workers.training.caffe.reference import POLICY_SETTINGS, ReferenceSolver, config_for
+from workers.training.caffe import model
 from workers.training.caffe.solver import CaffeSolver
-
-model = pytest.importorskip("workers.training.caffe.model", reason="CaffeNet (helper A)")
-net_module = pytest.importorskip("core.caffe.net", reason="the layer graph (helper A)")
 
 ITERATIONS = 20
 BATCH = 6
