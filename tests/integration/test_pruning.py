@@ -168,7 +168,10 @@ def test_a_data_parallel_trial_stops_on_every_rank_and_ends_pruned(stack: Stack)
 
 
 def test_without_watch_the_heartbeat_thread_still_stops_a_pruned_trial(stack: Stack) -> None:
-    spec = load_spec(_spec("prune-unwatched", TRAINING, "{device: cpu, fuse: off}"))
+    # Unwatched, epoch rows are written every 2 s: 30 epochs can end before the pruner sees
+    # one on a quiet machine, so the trial is long enough to be pruned whatever the speed.
+    training = "{optimizer: sgd, lr: 0.02, epochs: 400, batch_size: 8, seed: 1}"
+    spec = load_spec(_spec("prune-unwatched", training, "{device: cpu, fuse: off}"))
     trials = expand(spec, with_config=True)[:1]
     sweep_id = stack.store.create_sweep(spec, trials)
     trial_id = f"{sweep_id}-{trials[0].id}"
@@ -183,5 +186,5 @@ def test_without_watch_the_heartbeat_thread_still_stops_a_pruned_trial(stack: St
     pruner.join()
     assert outcome == "pruned"
     doc = stack.store.get_trial(trial_id)
-    assert doc["state"] == "pruned" and 2 <= doc["pruned_epoch"] < 30
+    assert doc["state"] == "pruned" and 2 <= doc["pruned_epoch"] < 400
     assert _epochs(stack, trial_id) == list(range(1, doc["pruned_epoch"] + 1))
