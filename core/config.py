@@ -43,11 +43,22 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, lt=1)]
 
 
-def dataset_path_rule(value: str) -> str | None:
+#: Where a folder may be a data set, said to a spec that names one where it may not.
+FOLDERS_ARE_FOR_CAFFE = (
+    "a folder of images by class is a data set for Caffe nets only (a spec with a caffe section)"
+)
+#: The files that hold tables, not images: never a Caffe net's data set.
+TABLE_SUFFIXES = (".csv", ".parquet")
+
+
+def dataset_path_rule(value: str, *, images: bool = False) -> str | None:
     """The rule a `dataset.path` breaks on its own, before any folder is consulted, or None.
 
     Files are read from the datasets folder (``SWEEPSTACK_DATASETS_DIR``, `core.limits`), so
-    a path may not climb out of it by its spelling: no NUL, no ``~``, no ``..`` part.
+    a path may not climb out of it by its spelling: no NUL, no ``~``, no ``..`` part. A
+    built-in model reads a .npz, .csv or .parquet file; with `images` (a Caffe net's data
+    set, `core.caffe.trial.CaffeDataset`) the path is an .npz file or else a folder of
+    images by class (`core.caffe.image_folder`), so only the table suffixes are refused.
     """
     if "\x00" in value:
         return "must not contain a NUL character"
@@ -55,13 +66,26 @@ def dataset_path_rule(value: str) -> str | None:
         return "must not start with ~: paths are read from the datasets folder"
     if ".." in PurePath(value).parts:
         return "must not contain a .. part: paths are read from the datasets folder"
-    if PurePath(value).suffix.lower() not in DATASET_FILE_SUFFIXES:
-        return f"must end in one of {', '.join(DATASET_FILE_SUFFIXES)}"
+    suffix = PurePath(value).suffix.lower()
+    if images and suffix in TABLE_SUFFIXES:
+        return (
+            f"a Caffe net reads images, not a {suffix[1:]} table: give an .npz file (X of "
+            "shape N,C,H,W or N,H,W) or a folder with one sub-folder of PNG/JPEG files per class"
+        )
+    if not images and suffix not in DATASET_FILE_SUFFIXES:
+        return f"must end in one of {', '.join(DATASET_FILE_SUFFIXES)}; {FOLDERS_ARE_FOR_CAFFE}"
     return None
 
 
 def _check_dataset_path(value: str | None) -> str | None:
     if value is not None and (rule := dataset_path_rule(value)) is not None:
+        raise ValueError(rule)
+    return value
+
+
+def check_image_path(value: str | None) -> str | None:
+    """`dataset.path`'s validator for a Caffe net: an .npz file or a folder of images."""
+    if value is not None and (rule := dataset_path_rule(value, images=True)) is not None:
         raise ValueError(rule)
     return value
 

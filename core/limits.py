@@ -8,7 +8,9 @@ anything is stored:
 - ``dataset.path`` must lie in the datasets folder (``SWEEPSTACK_DATASETS_DIR``): relative
   to it, or absolute inside it, symlinks followed (`confine`); the worker checks again with
   its own folder before it opens the file; `validate` and `run`, whose workers read this
-  host's files, also check that it names a file (`dataset_file_problems`);
+  host's files, also check that it names a file (`dataset_file_problems`), or for a Caffe
+  net a folder of images by class (`core.caffe.image_folder`), whose first net is built on
+  its images' shape;
 - ``execution.parallel.world_size`` at most ``SWEEPSTACK_MAX_WORLD_SIZE`` processes;
 - the model's parameters, estimated before training from the widest and deepest model the
   spec allows and its data's features and classes, at most ``SWEEPSTACK_MAX_MODEL_PARAMETERS``;
@@ -33,9 +35,10 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
+from core.caffe.checks import folder_problems
 from core.caffe.spec import CaffeSpec
 from core.config import REGRESSION_DATASETS, dataset_path_rule
 from core.errors import Problem, SpecError
@@ -59,14 +62,15 @@ class OutsideDatasets(ValueError):
     """A dataset path that is not inside the datasets folder; the message is the rule."""
 
 
-def confine(value: str, root: Path) -> Path:
+def confine(value: str, root: Path, *, images: bool = False) -> Path:
     """The real path of the dataset file `value` names, inside `root`, or `OutsideDatasets`.
 
     A relative `value` is taken from `root`; an absolute one must lie in it. Symlinks are
     followed (on the path and on `root`), so a link that points out is refused too. The
-    file need not exist: a missing one is reported by whoever opens it.
+    file need not exist: a missing one is reported by whoever opens it. With `images` (a
+    Caffe net's data set) `value` may name a folder of images as well (`dataset_path_rule`).
     """
-    rule = dataset_path_rule(value)
+    rule = dataset_path_rule(value, images=images)
     if rule is not None:
         raise OutsideDatasets(rule)
     real_root = Path(os.path.realpath(root))
@@ -165,27 +169,32 @@ def _dataset_paths(spec: SweepSpec, root: Path, problems: list[Problem]) -> None
         if not isinstance(value, str):
             continue
         try:
-            confine(value, root)
+            confine(value, root, images=isinstance(spec, CaffeSpec))
         except OutsideDatasets as exc:
             problems.append(Problem("dataset.path", f"{exc}, got {value!r}"))
 
 
 def dataset_file_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
-    """Each ``dataset.path`` that names no file in this host's datasets folder.
+    """Each ``dataset.path`` that names no file in this host's datasets folder, and each
+    folder of a Caffe spec that is no data set of images by class (`core.caffe.image_folder`:
+    its classes, files, counts and sizes, and the first trial's net on its images).
 
     For the commands whose workers read the files of this host (`sweepstack validate`,
     `sweepstack run`); the API and `submit` leave the check to the workers, whose folder
     may be another's. A path outside the folder is `spec_limit_problems`' to report.
     """
     problems = []
+    images = isinstance(spec, CaffeSpec)
     for value in _candidates(spec, "dataset.path"):
         if not isinstance(value, str):
             continue
         try:
-            real = confine(value, settings.datasets_dir)
+            real = confine(value, settings.datasets_dir, images=images)
         except OutsideDatasets:
             continue
-        if not real.is_file():
+        if images and PurePath(value).suffix.lower() != ".npz":
+            problems += folder_problems(spec, value, real, settings.datasets_dir)
+        elif not real.is_file():
             what = "is a folder, not a file" if real.is_dir() else "names no file"
             problems.append(
                 Problem(

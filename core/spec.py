@@ -13,11 +13,12 @@ mapping of its own keys, whose leaves are parameters like any other at their ful
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
 from core.config import REGRESSION_DATASETS, SECTIONS, TrialConfig
 from core.documents import SpecLoader, number_error, value_problems
@@ -110,6 +111,11 @@ class SweepSpec(_Strict):
     def check_trials(self, points: list[dict[str, Any]]) -> None:
         """Raise `SpecError` if some of these trials' params cannot train (a Caffe spec
         builds each distinct net, `core.caffe.spec`); the built-in rules need nothing more."""
+
+    def config_model(self, section: str) -> type[BaseModel] | None:
+        """The model that validates a section of this spec's trials (a rule across its
+        fields, `scheduler.expand`); a Caffe spec has its own ``dataset``."""
+        return section_model(section)
 
     def trial_config(self, params: dict[str, Any]) -> TrialConfig:
         """The typed config of one trial, every default filled in."""
@@ -222,8 +228,16 @@ def _parse_document(source: str | Path | dict[str, Any], filename: str) -> dict[
     return data
 
 
-def parse_section(section: str, raw: Any, problems: list[Problem]) -> dict[str, Dimension]:
-    """The dimensions of a section or sub-section (``execution.parallel``), by leaf path."""
+def parse_section(
+    section: str,
+    raw: Any,
+    problems: list[Problem],
+    adapters: Mapping[str, TypeAdapter] | None = None,
+) -> dict[str, Dimension]:
+    """The dimensions of a section or sub-section (``execution.parallel``), by leaf path.
+
+    `adapters` replaces the validators of some leaves by path: a Caffe spec's
+    ``dataset.path`` also names folders (`core.caffe.trial.CaffeDataset`)."""
     space: dict[str, Dimension] = {}
     if raw is None:
         return space
@@ -239,14 +253,14 @@ def parse_section(section: str, raw: Any, problems: list[Problem]) -> dict[str, 
         inner = sub_model(info) if info is not None else None
         if inner is not None:
             if isinstance(leaf, dict) and not any(k in leaf for k in DIMENSION_KEYS):
-                space.update(parse_section(path, leaf, problems))
+                space.update(parse_section(path, leaf, problems, adapters))
             else:
                 # A whole sub-section is never one value: its keys are the parameters.
                 known = ", ".join(inner.model_fields)
                 rule = f"is a section: give its keys ({known}) as a mapping, got {_fmt(leaf)}"
                 problems.append(Problem(path, rule))
             continue
-        adapter = field_adapter(path)
+        adapter = (adapters or {}).get(path) or field_adapter(path)
         if adapter is None:
             problems.append(Problem(path, unknown_key(key, list(model.model_fields))))
             continue

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from core.config import CROSS_FIELDS
 from core.errors import Problem, SpecError, TooManyTrials
-from core.fields import get_in, leaf_defaults, section_model, set_in
+from core.fields import get_in, leaf_defaults, set_in
 from core.space import Dimension, IntRange
 from core.spec import SweepSpec, problems_from
 
@@ -330,7 +330,7 @@ def _check_cross_fields(spec: SweepSpec, points: list[dict[str, Any]]) -> None:
     for section, fields in CROSS_FIELDS.items():
         if section.split(".")[0] not in base:
             continue  # a section a trainable spec does not have (`core.trainable_spec`)
-        model = section_model(section)
+        model = spec.config_model(section)
         if model is None:
             raise ValueError(f"CROSS_FIELDS names {section!r}, which is not a config section")
         paths = [f"{section}.{f}" for f in fields]

@@ -25,7 +25,8 @@ is padded by at most half its width. The fused trainer pads each layer to the wi
 member of its group and masks the padding out exactly.
 
 **Never fused** (a group of one): a user's training function (``trainable``); a Caffe net
-(``caffe``: its layer graph has no stacked form yet); ``fuse:
+(``caffe``: its layer graph has no stacked form yet; its seconds, which the makespan below
+weighs, come from its graph, `core.caffe.cost`); ``fuse:
 off`` or 1; ``training.epochs: 0`` (nothing to train, so nothing to gain: the trial is one
 evaluation); ``execution.dtype: float16``
 (its `GradScaler` skips a step for all parameters at once when any gradient overflows,
@@ -83,6 +84,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.caffe.cost import config_work
 from core.config import SECTIONS
 from core.fields import leaf_defaults
 
@@ -312,7 +314,12 @@ class _Work:
 
 
 def _unit_seconds(config: Mapping[str, Any], members: Sequence[Sequence[int]]) -> float:
-    """Estimated seconds of one unit of work: the trials of these widths, fused if several."""
+    """Estimated seconds of one unit of work: the trials of these widths, fused if several;
+    a Caffe trial (never fused) from its graph (`core.caffe.cost`), not an MLP's widths."""
+    if "caffe" in config:
+        work = config_work(config)
+        arithmetic = 2 * work.macs / FLOPS_PER_SECOND  # two flops a multiply-accumulate
+        return work.steps * work.layers * LAYER_STEP_SECONDS + arithmetic + TRIAL_SECONDS
     return _Work(config).seconds(members)
 
 

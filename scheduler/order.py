@@ -11,7 +11,10 @@ and backward, about 6 x batch x parameters; `scheduler.grouping.step_flops`) plu
 `STEP_OVERHEAD_FLOPS` for what a step costs whatever its size (Python, dispatch, the
 optimiser), times the steps of the whole trial (samples / batch x epochs). A fused group
 takes its members' steps together: the steps of one member, each costing the overhead
-once and every member's multiply-adds. Pure logic: no torch, no broker, no store.
+once and every member's multiply-adds. A Caffe trial counts its own graph instead of an
+MLP's (`caffe_cost`): ``max_iter`` x ``iter_size`` steps, and the multiply-accumulates of
+its Convolution and InnerProduct layers for every sample its TRAIN and TEST nets see
+(`core.caffe.cost`, memoised by net text). Pure logic: no torch, no broker, no store.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from core.caffe.cost import config_work
 from core.fields import leaf_defaults
 from scheduler.grouping import step_flops
 
@@ -60,7 +64,17 @@ def steps(config: Mapping[str, Any]) -> int:
 
 def trial_cost(config: Mapping[str, Any]) -> float:
     """The relative cost of training one trial alone (module docstring)."""
+    if "caffe" in config:
+        return caffe_cost(config)
     return float(steps(config) * (STEP_OVERHEAD_FLOPS + step_flops(config)))
+
+
+def caffe_cost(config: Mapping[str, Any]) -> float:
+    """The relative cost of a Caffe trial, in the MLP's units: its solver's updates, each
+    `STEP_OVERHEAD_FLOPS`, plus two flops per multiply-accumulate of its graph's
+    Convolution and InnerProduct layers over every TRAIN and TEST pass (`core.caffe.cost`)."""
+    work = config_work(config)
+    return float(work.steps * STEP_OVERHEAD_FLOPS + 2 * work.macs)
 
 
 def group_cost(configs: Sequence[Mapping[str, Any]]) -> float:

@@ -9,14 +9,19 @@ trials, at most `MAX_CHECKED` of each; a problem names the values it happened wi
 
 The data set's shape is known here for ``digits`` (1 x 8 x 8, or 1 x H x W with
 ``caffe.resize``); a ``.npz`` file lies in a worker's datasets folder, so for one the graph
-is checked by the worker that reads it (the solver still is here).
+is checked by the worker that reads it (the solver still is here). A folder of images is
+read from its files' headers by the commands whose workers share this host's datasets
+folder (`sweepstack validate`, `run`: `folder_problems`), which build the first trial's net
+on its shape and classes too.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.caffe.image_folder import ImageFolderError, scan_folder
 from core.caffe.net import PHASES, build_graph, check_shared
 from core.caffe.solver import parse_solver
 from core.caffe.targets import Target
@@ -53,11 +58,17 @@ def _problems(exc: SpecError, when: str) -> list[Problem]:
 
 
 def check_messages(
-    spec: CaffeSpec, net: Message | None, solver: Message | None, when: str = ""
+    spec: CaffeSpec,
+    net: Message | None,
+    solver: Message | None,
+    when: str = "",
+    shape: tuple[tuple[int, ...], int | None] | None = None,
 ) -> list[Problem]:
-    """The problems of building `net` (both phases) and parsing `solver`."""
+    """The problems of building `net` (both phases) and parsing `solver`; `shape` is the
+    data set's (sample shape, classes) where the caller read it (a folder), else
+    `input_shape`'s."""
     problems: list[Problem] = []
-    shape = input_shape(spec)
+    shape = shape if shape is not None else input_shape(spec)
     if net is not None and shape is not None:
         try:
             train, test = (build_graph(net, phase, shape[0], shape[1], spec.net_source)
@@ -146,3 +157,21 @@ def check_points(spec: CaffeSpec, points: list[dict[str, Any]]) -> None:
 
 def _kind(target: Target | None) -> str | None:
     return target.kind if target is not None else None
+
+
+def folder_problems(spec: CaffeSpec, value: str, real: Path, datasets: Path) -> list[Problem]:
+    """What is wrong with the folder `value` (at `real` in the datasets folder `datasets`)
+    as this spec's data set (`core.caffe.image_folder`), and, once it is read, with the
+    first trial's net built on its images' shape and classes."""
+    where = f"in the datasets folder {datasets} (SWEEPSTACK_DATASETS_DIR)"
+    if not real.exists():
+        return [Problem("dataset.path", f"names no folder {where}, got {value!r}")]
+    if not real.is_dir():
+        rule = "is a file, but a Caffe net reads an .npz file or a folder of images by class"
+        return [Problem("dataset.path", f"{rule}, got {value!r}")]
+    try:
+        scan = scan_folder(real, value, spec.resize)
+    except ImageFolderError as err:
+        return [Problem("dataset.path", f"{err} ({where})")]
+    net, _ = spec.messages(first_params(spec))
+    return check_messages(spec, net, None, f"dataset.path={value}", (scan.shape, len(scan.classes)))

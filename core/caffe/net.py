@@ -26,6 +26,7 @@ from core.caffe.phases import layers_for_phase
 from core.caffe.prototxt import Message
 from core.caffe.shapes import Ctx, LayerError, Shape, Shaped, count
 from core.errors import Problem, SpecError
+from core.suggest import did_you_mean
 
 PHASES = ("TRAIN", "TEST")
 PATH = "caffe.net"
@@ -192,7 +193,10 @@ def _check_fields(layers: list[Message], source: str) -> None:
         if kind not in LAYER_TYPES:
             why = f" ({REFUSED_TYPES[kind]})" if kind in REFUSED_TYPES else ""
             supported = ", ".join(LAYER_TYPES)
+            # A refused type has its own advice; any other may be a misspelt supported one.
+            guess = "" if why else did_you_mean(kind, list(LAYER_TYPES))
             text = f"the layer type {kind!r} is not supported{why}; supported types: {supported}"
+            text += guess
             problems.append(Problem(PATH, f"{head}{text}{where}"))
             continue
         problems += [Problem(PATH, f"{head}{p}{where}") for p in _field_problems(layer, kind)]

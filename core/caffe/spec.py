@@ -22,7 +22,8 @@ wherever parameters show. Each trial's config holds both texts with its values w
 (`core.caffe.targets`).
 
 Of the built-in sections, ``dataset`` is required (the images the net's data layer reads:
-``digits``, 1x8x8, or a ``.npz`` file), ``training.seed`` and ``execution.device``,
+``digits``, 1x8x8, a ``.npz`` file, or a folder of PNG/JPEG files by class,
+`core.caffe.image_folder`), ``training.seed`` and ``execution.device``,
 ``time_limit`` and ``dtype`` (float32 or float64) apply; the solver says the rest (iterations,
 rates). A Caffe trial trains alone on one process: ``execution.fuse`` and
 ``execution.parallel`` are refused. `core.caffe.checks` builds each net and solver at
@@ -33,11 +34,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import PrivateAttr, ValidationError
+from pydantic import BaseModel, PrivateAttr, TypeAdapter, ValidationError
 
 from core.caffe.prototxt import Message, dumps, parse
 from core.caffe.section import parse_caffe
 from core.caffe.targets import Target, apply
+from core.caffe.trial import CaffeDataset, ImagePath
 from core.documents import value_problems
 from core.errors import Problem, SpecError
 from core.fields import field_adapter, set_in
@@ -67,6 +69,8 @@ _KNOWN = (
     "limits",
 )
 DTYPES = ("float32", "float64")
+#: Leaves whose rule differs for a Caffe net: its data set may be a folder of images.
+_ADAPTERS = {"dataset.path": TypeAdapter(ImagePath)}
 
 
 def is_caffe(config: Any) -> bool:
@@ -139,6 +143,10 @@ class CaffeSpec(SweepSpec):
             }
         return config
 
+    def config_model(self, section: str) -> type[BaseModel] | None:
+        """``dataset`` is a `CaffeDataset` (an .npz file or a folder of images by class)."""
+        return CaffeDataset if section == "dataset" else super().config_model(section)
+
     def planned_epochs(self) -> int:
         """The epoch rows the first trial reports: its solver's evaluations (a pruner's
         largest resource, as ``training.epochs`` is for a built-in trial)."""
@@ -167,7 +175,7 @@ class CaffeSpec(SweepSpec):
 def _parse_builtin(section: str, raw: Any, problems: list[Problem]) -> dict[str, Dimension]:
     allowed = APPLIES.get(section)
     if allowed is None or not isinstance(raw, dict):
-        return parse_section(section, raw, problems)
+        return parse_section(section, raw, problems, _ADAPTERS)
     kept = {}
     for key, value in raw.items():
         if key in allowed:
@@ -225,8 +233,8 @@ def load_caffe_spec(data: dict[str, Any]) -> CaffeSpec:
         (
             "dataset",
             (
-                "is required: the images the net's data layer reads (digits, or a .npz file); "
-                "a Data layer's LMDB/LevelDB source is not read"
+                "is required: the images the net's data layer reads (digits, an .npz file, or "
+                "a folder of images by class); a Data layer's LMDB/LevelDB source is not read"
             ),
         ),
     ):
@@ -238,8 +246,9 @@ def load_caffe_spec(data: dict[str, Any]) -> CaffeSpec:
             Problem(
                 "dataset.name",
                 (
-                    "a Caffe net reads images: digits (1x8x8), or a .npz file as dataset.path "
-                    f"(X of shape N,C,H,W or N,H,W), got {name.values()}"
+                    "a Caffe net reads images: digits (1x8x8), or as dataset.path an .npz file "
+                    "(X of shape N,C,H,W or N,H,W) or a folder with one sub-folder of PNG/JPEG "
+                    f"files per class, got {name.values()}"
                 ),
             )
         )

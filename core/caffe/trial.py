@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from core.config import DatasetConfig, ExecutionConfig
+from core.config import DatasetConfig, ExecutionConfig, check_image_path
+
+#: ``dataset.path`` of a Caffe net: an .npz file of images or a folder of images by class.
+ImagePath = Annotated[str | None, AfterValidator(check_image_path)]
 
 
 class _Section(BaseModel):
@@ -27,6 +30,13 @@ class CaffeTexts(_Section):
     net_source: str = "caffe.net_text"
     solver_source: str = "caffe.solver_text"
     resize: tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]] | None = None
+
+
+class CaffeDataset(DatasetConfig):
+    """``dataset`` of a Caffe trial: digits, an .npz file of images, or a folder of PNG/JPEG
+    files by class (`core.caffe.image_folder`) in the datasets folder."""
+
+    path: ImagePath = None
 
 
 class CaffeTraining(_Section):
@@ -47,6 +57,6 @@ class CaffeTrialConfig(_Section):
     """One Caffe trial's whole config."""
 
     caffe: CaffeTexts
-    dataset: DatasetConfig
+    dataset: CaffeDataset
     training: CaffeTraining = CaffeTraining()
     execution: CaffeExecution = CaffeExecution()

@@ -31,6 +31,7 @@ from core.store import Store
 from scheduler.enqueue import sender_app
 from scheduler.expand import TrialPoint, expand
 from tests.api import ALICE, YAML, queue_depth, small_spec
+from tests.core.caffe.test_image_folder import NET, SOLVER
 from web.app import create_app
 
 SWEEPS = "/api/v1/sweeps"
@@ -130,6 +131,27 @@ def test_a_nul_in_the_path_is_refused_without_a_traceback(
     body = refused(client.post(SWEEPS, data=text, headers={**ALICE, **YAML}), 400)
     assert body["details"]["parameter"] == "body.dataset.path"
     nothing_stored(client, settings)
+
+
+def test_only_a_caffe_spec_names_a_folder_and_it_stays_inside_the_datasets_folder(
+    folder_client: tuple[FlaskClient, Settings], datasets: Path, tmp_path: Path
+) -> None:
+    client, settings = folder_client
+    (datasets / "shapes").mkdir()
+    (datasets / "out").symlink_to(tmp_path / "elsewhere")
+    mlp = small_spec(dataset={"path": "shapes"}, objective={"metric": "val_loss"})
+    body = refused(client.post(SWEEPS, json=mlp, headers=ALICE), 422)
+    assert problem_paths(body) == ["dataset.path"]
+    assert "a folder of images by class is a data set for Caffe nets only" in body["message"]
+    texts = {"net_text": NET.replace("KERNEL", "3"), "solver_text": SOLVER}
+    caffe = {"name": "folder", "caffe": texts, "dataset": {"path": "out"}}
+    body = refused(client.post(SWEEPS, json=caffe, headers=ALICE), 422)
+    assert (
+        problem_paths(body) == ["dataset.path"] and "leads outside (a symlink)" in body["message"]
+    )
+    nothing_stored(client, settings)
+    caffe["dataset"] = {"path": "shapes"}  # its images are the workers' to read
+    assert client.post(SWEEPS, json=caffe, headers=ALICE).status_code == 201
 
 
 # -- 2. ceilings -----------------------------------------------------------------------------

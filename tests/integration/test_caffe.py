@@ -4,8 +4,9 @@ wire-protocol server, a Celery worker, the REST API and the dashboard's data rou
 LeNet on the digits resized to 28x28 reaches 0.95 val accuracy in 300 iterations; the
 sigmoid autoencoder's losses fall; a sweep over ip1's width and the solver's base rate,
 sent through the API as texts, shows both as parallel-coordinates axes; a trial asked to
-stop ends pruned at its next evaluation. One worker serves the module; each test has a
-sweep of its own.
+stop ends pruned at its next evaluation; a small net learns three patterns from a folder of
+generated PNG files by class in the worker's datasets folder. One worker serves the module;
+each test has a sweep of its own.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from flask.testing import FlaskClient
 
 from core.caffe.net import build_graph
 from core.caffe.prototxt import parse
+from core.limits import dataset_file_problems
 from core.spec import load_spec
 from scheduler.enqueue import enqueue
 from scheduler.expand import expand
@@ -34,14 +36,21 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The worker's datasets folder (``SWEEPSTACK_DATASETS_DIR``)."""
+    return tmp_path_factory.mktemp("caffe-datasets")
+
+
+@pytest.fixture(scope="module")
 def cstack(
-    broker_url: str, secantus_url: str, tmp_path_factory: pytest.TempPathFactory
+    broker_url: str, secantus_url: str, tmp_path_factory: pytest.TempPathFactory, datasets: Path
 ) -> Iterator[Stack]:
     stack = Stack(
         broker_url, secantus_url, f"sweepstack_test_{uuid.uuid4().hex[:10]}",
         tmp_path_factory.mktemp("caffe"),
     )  # fmt: skip
     try:
+        stack.env["SWEEPSTACK_DATASETS_DIR"] = str(datasets)
         stack.start_worker()
         yield stack
     finally:
@@ -160,3 +169,60 @@ def test_a_caffe_trial_asked_to_stop_ends_pruned_with_its_rows(cstack: Stack) ->
     assert doc["pruned_epoch"] in (epoch, epoch + 1) and doc["error"] is None
     assert [r["iteration"] for r in rows] == [20 * e for e in range(1, len(rows) + 1)]
     assert rows[-1]["iteration"] < 3000
+
+
+FOLDER_NET = """name: "Patterns"
+layer { name: "data" type: "Data" top: "data" top: "label"
+  transform_param { scale: 0.00390625 } data_param { source: "patterns_lmdb" batch_size: 16 } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 4 kernel_size: 3 weight_filler { type: "xavier" } } }
+layer { name: "relu1" type: "ReLU" bottom: "conv1" top: "conv1" }
+layer { name: "ip1" type: "InnerProduct" bottom: "conv1" top: "ip1"
+  inner_product_param { num_output: 3 weight_filler { type: "xavier" } } }
+layer { name: "accuracy" type: "Accuracy" bottom: "ip1" bottom: "label" top: "accuracy"
+  include { phase: TEST } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip1" bottom: "label" top: "loss" }
+"""
+FOLDER_SOLVER = """base_lr: 0.1\nmomentum: 0.9\nlr_policy: "fixed"\nmax_iter: 60
+test_interval: 30\ntest_iter: 2\nrandom_seed: 1\n"""
+
+
+def _patterns(folder: Path) -> None:
+    """20 noisy 8x8 images each of horizontal stripes, vertical stripes and a checkerboard."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    rows, cols = np.indices((8, 8))
+    patterns = {"horizontal": rows % 2, "vertical": cols % 2, "checker": (rows + cols) % 2}
+    for name, pattern in patterns.items():
+        (folder / name).mkdir(parents=True)
+        for i in range(20):
+            pixels = pattern * 180 + rng.integers(0, 60, size=(8, 8))
+            Image.fromarray(pixels.astype(np.uint8)).save(folder / name / f"{i}.png")
+
+
+def test_a_net_learns_from_a_folder_of_pngs_by_class(
+    cstack: Stack, datasets: Path, tmp_path: Path
+) -> None:
+    _patterns(datasets / "patterns")
+    (tmp_path / "net.prototxt").write_text(FOLDER_NET)
+    (tmp_path / "solver.prototxt").write_text(FOLDER_SOLVER)
+    spec_file = tmp_path / "patterns.yaml"
+    spec_file.write_text(
+        f"name: patterns-{uuid.uuid4().hex[:6]}\n"
+        "caffe: {net: net.prototxt, solver: solver.prototxt}\n"
+        "dataset: {path: patterns, validation_fraction: 0.25}\n"
+    )
+    spec = load_spec(spec_file)
+    settings = dataclasses.replace(cstack.settings, datasets_dir=datasets)
+    assert dataset_file_problems(spec, settings) == []  # what `sweepstack validate` checks
+    sweep_id, _ = submit_sweep(spec, cstack.store, cstack.app, owner="alice")
+    assert cstack.wait_finished(sweep_id, timeout=60)["complete"] == 1, cstack.logs()
+    (doc,) = _trials(cstack, sweep_id)
+    rows = _rows(doc)
+    assert [r["iteration"] for r in rows] == [30, 60]
+    assert rows[-1]["val_accuracy"] >= 0.9, rows
+    assert doc["config"]["dataset"]["path"] == "patterns"
+    assert doc["param_count"] == (4 * 9 + 4) + (4 * 6 * 6 * 3 + 3)
+    assert len(doc["dataset_fingerprint"]) == 64

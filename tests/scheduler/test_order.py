@@ -10,6 +10,7 @@ import pytest
 
 from core.spec import load_spec, load_spec_file
 from scheduler.expand import expand
+from scheduler.grouping import estimate_seconds
 from scheduler.order import group_cost, order_by_cost, steps, trial_cost
 from scheduler.submit import messages
 
@@ -96,3 +97,20 @@ def test_equal_trials_keep_their_expansion_order() -> None:
     )
     trials = expand(spec, with_config=True)
     assert [ids for ids, *_ in messages("s1", trials)] == [f"s1-{t.id}" for t in trials]
+
+
+def test_a_caffe_trial_costs_its_graph_and_the_bigger_net_goes_first() -> None:
+    document = dict(load_spec_file(CONFIGS / "caffe-sweep.yaml").document)
+    document["caffe"] = {**document["caffe"], "layers": {"ip1": {"num_output": [20, 500]}},
+                         "solver_params": {"base_lr": [0.01, 0.03]}}  # fmt: skip
+    trials = expand(load_spec(document), with_config=True)
+    width = {t.id: t.params["caffe.layers.ip1.num_output"] for t in trials}
+    assert [width[t.id] for t in trials] == [20, 20, 500, 500]  # expansion: the small ones first
+    costs = {t.id: trial_cost(t.config) for t in trials}
+    assert len({costs[t.id] for t in trials if width[t.id] == 20}) == 1  # base_lr costs nothing
+    small, big = (next(costs[t.id] for t in trials if width[t.id] == w) for w in (20, 500))
+    assert big > small > trial_cost(config())  # LeNet's convolutions, not a default MLP
+    sent = [ids for ids, *_ in messages("s1", trials)]
+    assert [width[i.removeprefix("s1-")] for i in sent] == [500, 500, 20, 20]
+    alone = [estimate_seconds([t.config]) for t in trials]
+    assert alone[2] > alone[0] > estimate_seconds([{"dataset": {"name": "digits"}}])

@@ -21,6 +21,24 @@ def test_unsupported_type_names_the_layer_its_type_and_the_supported_list() -> N
     )
 
 
+@pytest.mark.parametrize(
+    ("kind", "likeliest"),
+    [("Poolin", "Pooling"), ("ReLu", "ReLU"), ("InnerProdcut", "InnerProduct")],
+)
+def test_a_misspelt_type_says_which_supported_one_it_likely_means(
+    kind: str, likeliest: str
+) -> None:
+    text = refusal(f'layer {{ name: "x" type: "{kind}" bottom: "data" top: "x" }}')
+    assert f"the layer type {kind!r} is not supported; supported types: " in text
+    assert text.endswith(f"; did you mean {likeliest!r}? [t.prototxt:2]")
+
+
+def test_no_guess_for_an_unrelated_type_or_one_refused_with_its_own_advice() -> None:
+    for kind in ("Fancy", "Deconvolution"):
+        text = refusal(f'layer {{ name: "x" type: "{kind}" bottom: "data" top: "x" }}')
+        assert "did you mean" not in text
+
+
 _CONV = "convolution_param { num_output: 2 kernel_size: 3 %s }"
 
 

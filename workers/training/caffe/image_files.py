@@ -1,5 +1,6 @@
 """Image files read into arrays for `workers.training.caffe.images`: a folder of PNG/JPEG
-files by class (Pillow) and an .npz of images, each held to the ceilings before decoding.
+files by class (Pillow; listed and checked by `core.caffe.image_folder`) and an .npz of
+images, each held to the ceilings before decoding.
 
 Both return ``(x, y)``: ``x`` float64 of shape (N, C, H, W), already resized when a
 `resize` is given to `read_folder` (its images may differ in size), and ``y`` as stored
@@ -15,64 +16,26 @@ import numpy as np
 import torch
 from PIL import Image
 
+from core.caffe.image_folder import ImageFolderError, scan_folder
 from core.errors import TrainingError
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-# Pillow modes with one channel; every other mode (palette ones too) reads as colour.
-_GRAY_MODES = {"1", "L", "LA", "I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
 _Limits = tuple[int, int, int]
 
 
 def read_folder(
     folder: Path, shown: str, resize: tuple[int, int] | None, limits: _Limits
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Every image of `folder`'s class sub-folders (sorted names are the classes)."""
-    max_images, max_side, max_elements = limits
-    classes = sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
-    files: list[tuple[Path, str, int]] = []
-    for index, directory in enumerate(classes):
-        for item in sorted(directory.iterdir()):
-            if item.suffix.lower() not in IMAGE_SUFFIXES or not item.is_file():
-                continue
-            name = f"{shown}/{directory.name}/{item.name}"
-            if not item.resolve().is_relative_to(folder):
-                raise TrainingError(f"dataset.path {name}: leads outside the folder (a symlink)")
-            files.append((item, name, index))
-            if len(files) > max_images:
-                raise TrainingError(f"dataset.path {shown}: more than {max_images:,} images")
-    if len(classes) < 1 or not files:
-        raise TrainingError(
-            f"dataset.path {shown}: no images; give a folder with one sub-folder per class "
-            f"holding {', '.join(IMAGE_SUFFIXES)} files"
-        )
-    sizes, gray = [], True
-    for path, name, _ in files:
-        with _open(path, name) as image:
-            width, height = image.size
-            if max(width, height) > max_side:
-                raise TrainingError(
-                    f"dataset.path {name}: {width} x {height} pixels, over the limit of "
-                    f"{max_side} a side"
-                )
-            sizes.append((height, width))
-            gray = gray and image.mode in _GRAY_MODES
-    channels = 1 if gray else 3
-    if resize is None and len(set(sizes)) > 1:
-        odd = next(i for i, size in enumerate(sizes) if size != sizes[0])
-        raise TrainingError(
-            f"dataset.path {files[odd][1]}: {sizes[odd][0]} x {sizes[odd][1]} pixels, but "
-            f"{files[0][1]} has {sizes[0][0]} x {sizes[0][1]}; give caffe.resize [H, W]"
-        )
-    height, width = resize if resize is not None else sizes[0]
-    if len(files) * channels * height * width > max_elements:
-        raise TrainingError(
-            f"dataset.path {shown}: {len(files):,} images of {channels} x {height} x {width} "
-            f"hold more than {max_elements:,} values, over the limit"
-        )
-    x = np.empty((len(files), channels, height, width), dtype=np.float64)
-    for row, (path, name, _) in enumerate(files):
-        x[row] = _decode(path, name, channels, resize)
-    return x, np.asarray([classes[index].name for _, _, index in files])
+    """Every image of `folder`'s class sub-folders (sorted names are the classes), listed
+    and checked by `core.caffe.image_folder.scan_folder` before any is decoded."""
+    try:
+        scan = scan_folder(folder, shown, resize, limits)
+    except ImageFolderError as err:
+        raise TrainingError(f"dataset.path {err}") from None
+    height, width = scan.shape[1:]
+    x = np.empty((len(scan.files), scan.channels, height, width), dtype=np.float64)
+    for row, image in enumerate(scan.files):
+        x[row] = _decode(image.path, image.name, scan.channels, resize)
+    return x, np.asarray([scan.classes[image.label] for image in scan.files])
 
 
 def _open(path: Path, name: str) -> Image.Image:

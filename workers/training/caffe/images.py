@@ -46,20 +46,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.caffe.image_folder import IMAGE_SUFFIXES, MAX_ELEMENTS, MAX_IMAGE_SIDE, MAX_IMAGES
 from core.caffe.prototxt import Message
 from core.caffe.transform import TransformParam, missing_dataset_message
 from core.config import DatasetConfig
 from core.errors import TrainingError
 from workers.training.bundled import load_bundled
-from workers.training.caffe.image_files import IMAGE_SUFFIXES, read_folder, read_npz
+from workers.training.caffe.image_files import read_folder, read_npz
 from workers.training.datasets import AUTO_CLASSIFICATION_MAX_CLASSES
 from workers.training.splits import StratifyError, train_val_split
 
 logger = logging.getLogger(__name__)
-
-MAX_IMAGES = 200_000
-MAX_IMAGE_SIDE = 4096
-MAX_ELEMENTS = 100_000_000
 
 _CACHE_SIZE = 4
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -268,3 +269,32 @@ def test_batches_follow_on_and_wrap_round() -> None:
     assert sequential_batch(x, y, 2, 2)[1].tolist() == [4, 0]
     xb, yb = sequential_batch(x, y, 7, 1)
     assert yb.tolist() == [2, 3, 4, 0, 1, 2, 3] and xb.shape == (7, 1, 1, 1)
+
+
+def test_a_folder_reloads_with_a_new_fingerprint_when_its_files_change(tmp_path: Path) -> None:
+    folder = gray_folder(tmp_path)
+    first = load_images(ImageSource(path="shapes"), base_dir=tmp_path)
+    assert load_images(ImageSource(path="shapes"), base_dir=tmp_path) is first  # cached
+    image = folder / "circle" / "0.png"
+    before = image.stat()
+    write_png(image, np.full((6, 5), 99))  # new pixels; a later mtime, as an edit has
+    os.utime(image, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000_000))
+    edited = load_images(ImageSource(path="shapes"), base_dir=tmp_path)
+    assert edited is not first and edited.fingerprint != first.fingerprint
+    write_png(folder / "square" / "extra.png", np.full((6, 5), 7))
+    added = load_images(ImageSource(path="shapes"), base_dir=tmp_path)
+    assert added.fingerprint not in (first.fingerprint, edited.fingerprint)
+    assert added.n_train + added.n_val == 9
+
+
+def test_a_folder_of_one_class_or_an_empty_class_is_refused(tmp_path: Path) -> None:
+    folder = gray_folder(tmp_path)
+    (folder / "triangle").mkdir()
+    with pytest.raises(TrainingError, match=r"dataset\.path shapes: the class folder\(s\) trian"):
+        load_images(ImageSource(path="shapes"), base_dir=tmp_path)
+    (folder / "triangle").rmdir()
+    for item in (folder / "square").iterdir():
+        item.unlink()
+    (folder / "square").rmdir()
+    with pytest.raises(TrainingError, match=r"dataset\.path shapes: one class \(circle\)"):
+        load_images(ImageSource(path="shapes"), base_dir=tmp_path)

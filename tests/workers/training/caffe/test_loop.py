@@ -137,3 +137,23 @@ def test_a_trial_reads_an_npz_file_of_images_from_the_datasets_folder(tmp_path: 
     assert result.dataset["shape"] == [3, 6, 6] and result.dataset["n_classes"] == 2
     assert result.final["val_accuracy"] > 0.9
     assert result.param_count == 3 * 6 * 6 * 2 + 2
+
+
+def test_a_trial_reads_a_folder_of_pngs_by_class(tmp_path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    for label, value in (("dark", 20), ("light", 220)):
+        (tmp_path / "tones" / label).mkdir(parents=True)
+        for i in range(12):
+            Image.fromarray(np.full((8, 8), value + i, dtype=np.uint8)).save(
+                tmp_path / "tones" / label / f"{i}.png"
+            )
+    net = NET.replace("power_param { scale: 0.0625 }", "power_param { scale: 0.00390625 }")
+    spec = load_spec({"name": "folder", "caffe": {"net_text": net, "solver_text": SOLVER},
+                      "dataset": {"path": "tones", "validation_fraction": 0.25}})  # fmt: skip
+    (trial,) = expand(spec, with_config=True)
+    result = train_caffe(trial.config, data_dir=tmp_path)
+    assert result.dataset["source"] == "tones" and result.dataset["shape"] == [1, 8, 8]
+    assert result.dataset["n_classes"] == 2 and result.dataset["n_train"] == 18
+    assert len(result.dataset_fingerprint) == 64
