@@ -7,7 +7,9 @@ command block cannot slip past: it passes here or it says in the README why it c
 A block marked ``<!-- readme-test: services -->`` runs too, against the services it names
 at their default addresses (RabbitMQ on 5672, MongoDB on 27017: a SecantusDB started there
 when nothing listens), with the ``export`` lines of the services blocks above it, as they
-would be in the user's terminal.
+would be in the user's terminal. A block marked ``<!-- readme-test: serves -->`` serves
+until Ctrl-C: it runs until the first ``http://`` URL it prints answers 200, and is then
+stopped with SIGINT, as the user stops it.
 
 The blocks run in README order, each in its own ``bash -e``, in one sandbox that stands for
 a user's checkout after `make demo`: a copy of the checkout's tracked files with ``.venv``
@@ -28,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +53,10 @@ SKIP_REASONS = {
 }
 #: The marker of a block that runs against RabbitMQ and MongoDB at their default ports.
 SERVICES = "services"
+#: The marker of a block that serves a URL until Ctrl-C.
+SERVES = "serves"
+#: A URL a serving block prints.
+URL = re.compile(r"http://127\.0\.0\.1:\d+/\S*")
 #: Where the README's services blocks find them.
 MONGO_PORT, RABBITMQ_URL = 27017, "amqp://guest:guest@127.0.0.1:5672//"
 EXPORT = re.compile(r"^export [A-Z_][A-Z0-9_]*=.*$", re.MULTILINE)
@@ -87,8 +94,12 @@ class Block:
         return self.marker == SERVICES
 
     @property
+    def serves(self) -> bool:
+        return self.marker == SERVES
+
+    @property
     def skip_reason(self) -> str | None:
-        if self.marker is None or self.services:
+        if self.marker is None or self.services or self.serves:
             return None
         match = SKIP.match(self.marker)
         return match["reason"] if match else None
@@ -153,11 +164,11 @@ def check(blocks: list[Block]) -> list[str]:
         first = block.text.lstrip().splitlines()[0] if block.text.strip() else ""
         if block.lang != "bash" and COMMAND_START.match(first):
             problems.append(f"{block.where}: reads as commands; make it a ```bash block")
-        known = block.services or block.skip_reason in SKIP_REASONS
+        known = block.services or block.serves or block.skip_reason in SKIP_REASONS
         if block.marker is not None and not known:
             problems.append(
-                f"{block.where}: marker {block.marker!r}: must be `{SERVICES}`, `skip "
-                f"REASON` or `skip REASON: why`, REASON one of {', '.join(SKIP_REASONS)}"
+                f"{block.where}: marker {block.marker!r}: must be `{SERVICES}`, `{SERVES}`, "
+                f"`skip REASON` or `skip REASON: why`, REASON one of {', '.join(SKIP_REASONS)}"
             )
         if block.lang == "bash" and block.marker is None and LINGERS.search(block.text):
             problems.append(
@@ -168,7 +179,7 @@ def check(blocks: list[Block]) -> list[str]:
 
 
 def runnable(blocks: list[Block]) -> list[Block]:
-    return [b for b in blocks if b.lang == "bash" and (b.marker is None or b.services)]
+    return [b for b in blocks if b.lang == "bash" and (b.marker is None or b.services or b.serves)]
 
 
 @pytest.fixture(scope="module")
@@ -291,8 +302,10 @@ class Sandbox:
                 start_new_session=True,
             )
             try:
-                code = proc.wait(timeout=BLOCK_TIMEOUT)
-                killed = ""
+                if block.serves:
+                    code, killed = _serve(proc, log)
+                else:
+                    code, killed = proc.wait(timeout=BLOCK_TIMEOUT), ""
             except subprocess.TimeoutExpired:
                 code, killed = -1, f"\n(killed after {BLOCK_TIMEOUT} s)"
             finally:
@@ -302,6 +315,32 @@ class Sandbox:
         output = log.read_text(errors="replace") + killed
         self.ran[block.line] = (code, output, time.monotonic() - started)
         return self.ran[block.line]
+
+
+def _serve(proc: subprocess.Popen[bytes], log: Path) -> tuple[int, str]:
+    """Wait until the first URL `proc` prints answers 200, then Ctrl-C it: (0, a note) if
+    it served and stopped on SIGINT; (-1, why not) otherwise."""
+    deadline = time.monotonic() + BLOCK_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return -1, f"\n(exited with {proc.returncode} before serving)"
+        found = URL.search(log.read_text(errors="replace"))
+        if found is not None:
+            try:
+                with urllib.request.urlopen(found.group(), timeout=10) as page:
+                    served = page.status == 200
+            except OSError:
+                served = False
+            if served:
+                os.killpg(proc.pid, signal.SIGINT)
+                try:
+                    code = proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    return -1, f"\n(served {found.group()}, but did not stop on Ctrl-C)"
+                note = f"\n(served {found.group()}; stopped by Ctrl-C, exit {code})"
+                return (0 if code in (0, 130, -signal.SIGINT) else code), note
+        time.sleep(0.2)
+    raise subprocess.TimeoutExpired(proc.args, BLOCK_TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -405,5 +444,7 @@ def test_the_blocks_left_what_they_promise(sandbox: Sandbox) -> None:
     assert (sandbox.checkout / "trials.csv").read_text().startswith("id,")
     api_csv = (sandbox.checkout / "results.csv").read_text().splitlines()
     assert api_csv[0].startswith("id,") and len(api_csv) == 13, api_csv[:3]  # quickstart: 12
+    demo = next(b for b in _runnable_now() if b.text.startswith("make demo"))
+    assert re.search(r"48/48 .* best val_accuracy", sandbox.ran[demo.line][1])
     watched = next(b for b in _runnable_now() if "status $SWEEP_ID --json" in b.text)
     assert '"complete": 12' in sandbox.ran[watched.line][1], sandbox.ran[watched.line][1][-500:]
