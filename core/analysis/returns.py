@@ -33,7 +33,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.stats import chi2
 
 from core.analysis.rows import Parameter, Trials, label, short
 from core.analysis.scale import Scale
@@ -56,6 +55,8 @@ def seed_noise(trials: Trials, keys: np.ndarray) -> dict[str, Any]:
     repeated = n >= 2
     if not repeated.any():
         return {"std": None, "configs": 0, "trials": 0}
+    from scipy.stats import chi2  # 0.8 s to import: only when a sweep is analysed
+
     dof = n[repeated] - 1
     variance = squares[repeated] / dof
     scaled = variance / (chi2.median(dof) / dof)  # each a median-unbiased estimate of sigma²
