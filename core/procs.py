@@ -5,22 +5,27 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import socket
 from collections.abc import Callable
 
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(sig: int) -> Callable[[], None]:
-    """A `preexec_fn` that has Linux send `sig` to the child when its parent dies.
+def die_with_parent(sig: int, nice: int = 0) -> Callable[[], None]:
+    """A `preexec_fn` that has Linux send `sig` to the child when its parent dies, and
+    lowers the child's CPU priority by `nice` (0: as the parent's).
 
     Without it a `kill -9` of the parent leaves the children running (and holding ports).
-    Elsewhere than Linux it does nothing.
+    Elsewhere than Linux the signal part does nothing.
     """
 
     def set_signal() -> None:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+        if nice:
+            with contextlib.suppress(OSError):
+                os.nice(nice)
 
     return set_signal
 

@@ -75,9 +75,11 @@ class Processes:
         death_signal: int = signal.SIGKILL,
         grace: float = STOP_GRACE_SECONDS,
         pass_fds: tuple[int, ...] = (),
+        nice: int = 0,
     ) -> subprocess.Popen:
         """Start `cmd` in a session of its own, logging to ``DATA/logs/NAME.log``; it gets
-        no descriptor of ours but `pass_fds` (the data folder's lock, for the store)."""
+        no descriptor of ours but `pass_fds` (the data folder's lock, for the store), and
+        runs `nice` steps below our CPU priority."""
         log_file = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
         proc = subprocess.Popen(
             cmd,
@@ -86,7 +88,7 @@ class Processes:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_parent(death_signal),
+            preexec_fn=die_with_parent(death_signal, nice),
             pass_fds=pass_fds,
         )
         log_file.close()
@@ -176,6 +178,8 @@ def start_store(procs: Processes, data_dir: Path, keep_fds: tuple[int, ...] = ()
 
 #: Off in the embedded worker: gossip and mingle talk to other workers (there are none) and
 #: Celery's worker heartbeat events feed monitors (the store has its own heartbeats).
+#: How far below the workers' CPU priority the dashboard of `sweepstack run` runs.
+DASHBOARD_NICE = 10
 EMBEDDED_WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 
 
@@ -204,7 +208,12 @@ def port_free(port: int) -> bool:
 
 
 def start_dashboard(procs: Processes, env: dict[str, str], port: int) -> Service:
-    """The dashboard under gunicorn on 127.0.0.1:port; `Service.wait` for its URL."""
+    """The dashboard under gunicorn on 127.0.0.1:port; `Service.wait` for its URL.
+
+    It runs at `DASHBOARD_NICE` below the workers: its start (Flask, plotly) took CPU from
+    the workers' own start on 2 cores, 2 s of a 12-trial run, and a page it serves can
+    wait a moment where a trial would not.
+    """
     argv = gunicorn_argv(
         "web.dashboard_wsgi:app",
         "127.0.0.1",
@@ -214,5 +223,5 @@ def start_dashboard(procs: Processes, env: dict[str, str], port: int) -> Service
         timeout=60,
         access_log=False,
     )
-    proc = procs.start("dashboard", argv, env)
+    proc = procs.start("dashboard", argv, env, nice=DASHBOARD_NICE)
     return Service("the dashboard", proc, port, f"http://127.0.0.1:{port}/")
