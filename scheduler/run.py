@@ -272,7 +272,8 @@ def run(
         )
         sweep = store.get_sweep(sweep_id)
         total = sum(store.counts(sweep_id).values())
-        err.print(f"sweep [bold]{sweep_id}[/] ({sweep['name']}): {total:,} trials")
+        plural = "" if total == 1 else "s"
+        err.print(f"sweep [bold]{sweep_id}[/] ({sweep['name']}): {total:,} trial{plural}")
         if dashboard:
             err.print(f"dashboard: {dashboard}sweeps/{sweep_id}")
             if busy and board is not None:
