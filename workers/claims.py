@@ -59,13 +59,21 @@ def with_retry(fn: Callable[..., T], *args: Any, budget: float, **kwargs: Any) -
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs. A zombie (killed, not yet reaped by its parent: the
+    Celery pool's parent reaps its children in its own time) answers signal 0 like a live
+    process, so Linux's ``/proc/PID/stat`` is read for its state too."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux), or it ended meanwhile: signal 0 said it ran
+    return state not in (b"Z", b"X")
 
 
 def holder_is_dead(holder: dict[str, Any] | None) -> bool:

@@ -48,7 +48,12 @@ def test_a_trial_killed_on_every_attempt_fails_after_max_attempts(stack: Stack) 
         pid = wait_for(holder, 120, f"attempt {attempt} of the poison trial to start")
         pids.append(pid)
         os.kill(pid, signal.SIGKILL)
-    counts = stack.wait_finished(poison, timeout=120)
+    try:
+        counts = stack.wait_finished(poison, timeout=120)
+    except AssertionError as exc:
+        trial = stack.store.get_trial(tid, with_metrics=False)
+        logs = stack.logs()
+        raise AssertionError(f"{exc}; the trial: {trial}; the worker's log:\n{logs}") from exc
     assert counts["failed"] == 1, stack.logs()
     trial = stack.store.get_trial(tid, with_metrics=False)
     assert trial["attempt"] == 3 and trial["lost_attempts"] == 3

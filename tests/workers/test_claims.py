@@ -3,14 +3,20 @@ process against the real store of the `mongo_url` fixture."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from core.store import Store
 from tests.core import WORKER, make_sweep, open_store, trial_ids
 from tests.integration.stack import wait_for
-from workers.claims import EpochRows, HeartbeatSender, claim_trials
+from workers.claims import EpochRows, HeartbeatSender, claim_trials, holder_is_dead
 
 
 class Ticks:
@@ -96,3 +102,23 @@ def test_epoch_rows_kept_wait_for_take() -> None:
     rows.keep("t-2", 1, 1, {"loss": 0.9})
     assert [(r.trial_id, r.epoch) for r in rows.take()] == [("t-1", 1), ("t-2", 1)]
     assert rows.take() == []
+
+
+def test_a_killed_process_not_yet_reaped_counts_as_dead() -> None:
+    """A zombie answers signal 0 as a live process does; the pool's parent may not have
+    reaped a killed child when its redelivered message is claimed."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    holder = {"host": socket.gethostname(), "pid": child.pid}
+    try:
+        assert not holder_is_dead(holder)
+        child.kill()
+        deadline = time.monotonic() + 10
+        while not Path(f"/proc/{child.pid}/stat").read_bytes().rsplit(b")", 1)[1].startswith(b" Z"):
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.01)
+        os.kill(child.pid, 0)  # signal 0 still reaches it: not reaped
+        assert holder_is_dead(holder)
+    finally:
+        child.kill()
+        child.wait()
+    assert holder_is_dead(holder)
