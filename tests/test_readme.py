@@ -396,6 +396,15 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory, services: None) -> Iterato
         cwd=checkout, env=env, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert imported.startswith(str(checkout)), f"the sandbox imports {imported}"
+    # `make demo` would otherwise reinstall into the linked virtualenv, editable from this
+    # temporary copy, and leave the project's own virtualenv pointing at a deleted folder.
+    stale = subprocess.run(["make", "-q", "venv"], cwd=checkout, env=env, capture_output=True)
+    if stale.returncode != 0:
+        pytest.fail(
+            f"the virtualenv {_venv()} is older than the requirements: run `make venv` "
+            "(`make test` does) before this test",
+            pytrace=False,
+        )
     box = Sandbox(checkout, env)
     yield box
     print("\nREADME blocks run:")
