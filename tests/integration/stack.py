@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -76,6 +77,15 @@ class Process:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self.log.close()
+
+
+class Scheduler(Process):
+    """`sweepstack scheduler` (feeding sweeps, requeueing silent trials) with a lease of
+    `lease` seconds; `kill_all` is a power cut (no lease given back, nothing flushed)."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, lease: float = 3) -> None:
+        argv = [sys.executable, "-m", "scheduler.cli", "scheduler", "--lease", str(lease)]
+        super().__init__(argv, env, log_path, "feeding sweeps every", "scheduler")
 
 
 class Worker(Process):

@@ -10,11 +10,9 @@ start-up is most of the cost.
 
 from __future__ import annotations
 
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +22,7 @@ from core.settings import Settings
 from core.states import TERMINAL_STATES
 from scheduler.enqueue import sender_app
 from tests.api import ALICE_TOKEN
-from tests.integration.stack import Process, Stack, wait_for
+from tests.integration.stack import Scheduler, Stack, wait_for
 from web.app import create_app
 
 pytestmark = pytest.mark.integration
@@ -33,15 +31,6 @@ LIVE = ["queued", "running"]
 TERMINAL = sorted(s.value for s in TERMINAL_STATES)
 #: Seconds a killed scheduler's lease outlives it before another scheduler takes over.
 LEASE = 3
-
-
-class Scheduler(Process):
-    """`sweepstack scheduler` with a short lease; `kill_all` is a power cut (no lease given
-    back, nothing flushed)."""
-
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        argv = [sys.executable, "-m", "scheduler.cli", "scheduler", "--lease", str(LEASE)]
-        super().__init__(argv, env, log_path, "feeding sweeps every", "scheduler")
 
 
 class Sampler:
@@ -94,7 +83,7 @@ def scheduler_log(fed: Stack) -> Iterator[list[Scheduler]]:
 
 
 def start(fed: Stack, started: list[Scheduler]) -> Scheduler:
-    s = Scheduler(fed.env, fed.tmp / f"scheduler-{uuid.uuid4().hex[:6]}.log")
+    s = Scheduler(fed.env, fed.tmp / f"scheduler-{uuid.uuid4().hex[:6]}.log", LEASE)
     started.append(s)
     return s
 
@@ -157,6 +146,7 @@ def test_a_scheduler_killed_mid_sweep_is_replaced_without_losing_or_repeating(
     first.kill_all()
     created = trials.count_documents({"sweep_id": sweep_id})
     assert 15 <= created < 40
+
     # Nobody feeds meanwhile: the workers drain what was sent (all but a window the kill
     # caught stored and not yet sent: the sweep's `sending`), and nothing new appears.
     def drained() -> bool:

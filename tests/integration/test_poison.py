@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import signal
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
 from core.broker import TASK_NAME
-from tests.integration.stack import Stack, wait_for
+from tests.integration.stack import Scheduler, Stack, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +28,21 @@ def _spec(name: str, body: str) -> str:
     )
 
 
-def test_a_trial_killed_on_every_attempt_fails_after_max_attempts(stack: Stack) -> None:
+@pytest.fixture
+def scheduler(stack: Stack) -> Iterator[Scheduler]:
+    """A `sweepstack scheduler`, as a deployment runs one: the worker takes a killed
+    attempt's trial over at once when its message comes back; should that message not
+    come back, the scheduler requeues the trial once its heartbeats are 30 s old. Either
+    way the lost attempt counts once."""
     stack.env["SWEEPSTACK_MAX_ATTEMPTS"] = "3"
+    running = Scheduler(stack.env, stack.tmp / "scheduler.log")
+    yield running
+    running.stop()
+
+
+def test_a_trial_killed_on_every_attempt_fails_after_max_attempts(
+    stack: Stack, scheduler: Scheduler
+) -> None:
     stack.start_worker()
     poison, _ = stack.submit(
         _spec("poison", "training:\n  epochs: 500\nmodel: {hidden_layers: 2, hidden_units: 64}\n")
@@ -52,7 +66,7 @@ def test_a_trial_killed_on_every_attempt_fails_after_max_attempts(stack: Stack) 
         counts = stack.wait_finished(poison, timeout=120)
     except AssertionError as exc:
         trial = stack.store.get_trial(tid, with_metrics=False)
-        logs = stack.logs()
+        logs = f"{stack.logs()}\n--- the scheduler's log:\n{scheduler.log_path.read_text()}"
         raise AssertionError(f"{exc}; the trial: {trial}; the worker's log:\n{logs}") from exc
     assert counts["failed"] == 1, stack.logs()
     trial = stack.store.get_trial(tid, with_metrics=False)
