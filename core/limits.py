@@ -34,12 +34,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from core.caffe.checks import folder_problems
-from core.caffe.spec import CaffeSpec
 from core.config import REGRESSION_DATASETS, dataset_path_rule
 from core.errors import Problem, SpecError
 from core.fields import leaf_defaults
@@ -47,6 +46,9 @@ from core.settings import Settings
 from core.space import Fixed, IntRange, Uniform
 from core.spec import SweepSpec
 from core.trainable_spec import TrainableSpec, trainable_problems
+
+if TYPE_CHECKING:
+    from core.caffe.spec import CaffeSpec
 
 #: (rows, features, classes) of the bundled sets (scikit-learn's loaders).
 BUILTIN_SHAPES = {
@@ -169,7 +171,7 @@ def _dataset_paths(spec: SweepSpec, root: Path, problems: list[Problem]) -> None
         if not isinstance(value, str):
             continue
         try:
-            confine(value, root, images=isinstance(spec, CaffeSpec))
+            confine(value, root, images=_is_caffe_spec(spec))
         except OutsideDatasets as exc:
             problems.append(Problem("dataset.path", f"{exc}, got {value!r}"))
 
@@ -184,7 +186,7 @@ def dataset_file_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
     may be another's. A path outside the folder is `spec_limit_problems`' to report.
     """
     problems = []
-    images = isinstance(spec, CaffeSpec)
+    images = _is_caffe_spec(spec)
     for value in _candidates(spec, "dataset.path"):
         if not isinstance(value, str):
             continue
@@ -193,6 +195,8 @@ def dataset_file_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
         except OutsideDatasets:
             continue
         if images and PurePath(value).suffix.lower() != ".npz":
+            from core.caffe.checks import folder_problems
+
             problems += folder_problems(spec, value, real, settings.datasets_dir)
         elif not real.is_file():
             what = "is a folder, not a file" if real.is_dir() else "names no file"
@@ -204,6 +208,13 @@ def dataset_file_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
                 )
             )
     return problems
+
+
+def _is_caffe_spec(spec: SweepSpec) -> bool:
+    """Whether `spec` is a `CaffeSpec`, without loading the Caffe code for the specs that
+    are not (a `CaffeSpec` exists only once `core.caffe.spec` has been imported)."""
+    module = sys.modules.get("core.caffe.spec")
+    return module is not None and isinstance(spec, module.CaffeSpec)
 
 
 def _caffe_limits(spec: CaffeSpec, settings: Settings, problems: list[Problem]) -> None:
@@ -238,10 +249,11 @@ def spec_limit_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
             _over("execution.parallel.world_size", "processes per trial", world,
                   settings.max_world_size, "SWEEPSTACK_MAX_WORLD_SIZE")
         )  # fmt: skip
-    if isinstance(spec, CaffeSpec):
-        _caffe_limits(spec, settings, problems)
+    caffe = _is_caffe_spec(spec)
+    if caffe:
+        _caffe_limits(spec, settings, problems)  # type: ignore[arg-type]  # a CaffeSpec
     parameters, how = (
-        (0, "") if isinstance(spec, TrainableSpec | CaffeSpec) else _model_parameters(spec)
+        (0, "") if caffe or isinstance(spec, TrainableSpec) else _model_parameters(spec)
     )
     if parameters > settings.max_model_parameters:
         problems.append(

@@ -84,7 +84,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.caffe.cost import config_work
 from core.config import SECTIONS
 from core.fields import leaf_defaults
 
@@ -317,6 +316,8 @@ def _unit_seconds(config: Mapping[str, Any], members: Sequence[Sequence[int]]) -
     """Estimated seconds of one unit of work: the trials of these widths, fused if several;
     a Caffe trial (never fused) from its graph (`core.caffe.cost`), not an MLP's widths."""
     if "caffe" in config:
+        from core.caffe.cost import config_work  # the layer graph loads only for Caffe sweeps
+
         work = config_work(config)
         arithmetic = 2 * work.macs / FLOPS_PER_SECOND  # two flops a multiply-accumulate
         return work.steps * work.layers * LAYER_STEP_SECONDS + arithmetic + TRIAL_SECONDS

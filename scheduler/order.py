@@ -23,7 +23,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from core.caffe.cost import config_work
 from core.fields import leaf_defaults
 from scheduler.grouping import step_flops
 
@@ -73,6 +72,8 @@ def caffe_cost(config: Mapping[str, Any]) -> float:
     """The relative cost of a Caffe trial, in the MLP's units: its solver's updates, each
     `STEP_OVERHEAD_FLOPS`, plus two flops per multiply-accumulate of its graph's
     Convolution and InnerProduct layers over every TRAIN and TEST pass (`core.caffe.cost`)."""
+    from core.caffe.cost import config_work  # the layer graph loads only for Caffe sweeps
+
     work = config_work(config)
     return float(work.steps * STEP_OVERHEAD_FLOPS + 2 * work.macs)
 

@@ -43,7 +43,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
 from core.batch_writes import EpochRow, Finish
-from core.caffe.spec import is_caffe
+from core.caffe import is_caffe
 from core.config import TrialConfig
 from core.errors import NotFound, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS

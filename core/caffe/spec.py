@@ -73,11 +73,6 @@ DTYPES = ("float32", "float64")
 _ADAPTERS = {"dataset.path": TypeAdapter(ImagePath)}
 
 
-def is_caffe(config: Any) -> bool:
-    """Whether a spec document or a trial's config describes a Caffe net."""
-    return isinstance(config, dict) and "caffe" in config
-
-
 class CaffeSpec(SweepSpec):
     """A validated Caffe spec: the net's and solver's texts, and where each dimension lands."""
 
