@@ -75,13 +75,20 @@ def carry(config: dict[str, Any], attempt: int = 0, *, watch: bool = False) -> d
 
 
 def carry_group(
-    configs: list[dict[str, Any]], attempts: list[int], *, watch: bool = False
+    configs: list[dict[str, Any]],
+    attempts: list[int],
+    *,
+    watch: bool = False,
+    sequential: bool = False,
 ) -> dict[str, Any]:
     """The keyword arguments of a `workers.run_group` message, one config and attempt per id
-    (`watch` as in `carry`, for the whole group)."""
+    (`watch` as in `carry`, for the whole group). `sequential`: a chunk of cheap trials
+    (`scheduler.chunks`), trained one after another, never fused; left out when off."""
     kwargs: dict[str, Any] = {"configs": configs, "attempts": attempts}
     if watch:
         kwargs["watch"] = True
+    if sequential:
+        kwargs["sequential"] = True
     return kwargs
 
 

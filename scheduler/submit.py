@@ -4,8 +4,10 @@ scheduler's feeding loop (`scheduler.feed`) creates and enqueues the rest.
 Compatible trials go as fused groups (`scheduler.grouping`, `execution.fuse`): one
 `workers.run_group` message per group, whose soft time limit is the sum of its trials'
 `execution.time_limit` (what they would take one after another, at most the largest limit
-a trial may have), and one `workers.run_trial` message per trial trained alone. Messages go
-most expensive first (`scheduler.order`), so the sweep does not end on one large net.
+a trial may have), and one `workers.run_trial` message per trial trained alone, except
+that cheap lone trials share a ``sequential`` `workers.run_group` message, a few at a time
+(`scheduler.chunks`). Messages go most expensive first (`scheduler.order`), so the sweep
+does not end on one large net.
 
 Also the stale-heartbeat requeue: a trial `running` whose worker stopped beating (its host
 died, or its network) goes back to `queued` with attempt + 1 and a new message. The
@@ -25,9 +27,10 @@ from core.errors import NotFound
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec import SweepSpec
 from core.store import Store
+from scheduler.chunks import chunk_units
 from scheduler.enqueue import Outgoing, carry, carry_group, enqueue
 from scheduler.expand import TrialPoint
-from scheduler.grouping import group_trials
+from scheduler.grouping import DEFAULT_WORKERS, group_trials
 from scheduler.order import group_cost, order_by_cost
 
 log = logging.getLogger(__name__)
@@ -44,22 +47,29 @@ def messages(
     """What `enqueue` sends for these new trials: (trial id, limit, its config and attempt 0)
     or (group's ids, limit, their configs and attempts).
 
-    `workers`, when known, is how many processes will train them (`group_trials`). Most
-    expensive first (`scheduler.order`): workers take messages in the order sent. `watch`:
-    the sweep prunes, so workers look for prune requests (`scheduler.enqueue.carry`)."""
+    `workers`, when known, is how many processes will train them (`group_trials`,
+    `chunk_units`). Most expensive first (`scheduler.order`): workers take messages in the
+    order sent. `watch`: the sweep prunes, so workers look for prune requests
+    (`scheduler.enqueue.carry`)."""
     by_id = {t.id: t for t in trials}
+    configs_by_id = {t.id: t.config for t in trials}
+    units = group_trials(((t.id, t.config) for t in trials), workers)
     out: list[Outgoing] = []
     costs: list[float] = []
-    for group in group_trials(((t.id, t.config) for t in trials), workers):
+    for group, sequential in chunk_units(units, configs_by_id, workers or DEFAULT_WORKERS):
         configs = [by_id[key].config for key in group]
         limits = [_time_limit(config) for config in configs]
         ids = [f"{sweep_id}-{key}" for key in group]
-        costs.append(group_cost([by_id[key].config for key in group]))
+        if sequential:
+            costs.append(sum(group_cost([config]) for config in configs))
+        else:
+            costs.append(group_cost(configs))
         if len(ids) == 1:
             out.append((ids[0], limits[0], carry(configs[0], watch=watch)))
         else:
             limit = min(sum(limits), float(MAX_TIME_LIMIT))
-            out.append((ids, limit, carry_group(configs, [0] * len(ids), watch=watch)))
+            kwargs = carry_group(configs, [0] * len(ids), watch=watch, sequential=sequential)
+            out.append((ids, limit, kwargs))
     return order_by_cost(out, costs)
 
 

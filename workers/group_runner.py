@@ -40,7 +40,8 @@ single-trial runner (`workers.runner`) keeps:
 The message's time limit is the sum of its trials' `execution.time_limit`
 (`scheduler.submit`); a trial's own limit is not enforced separately inside a group.
 Trials that turn out not to be compatible (never from `scheduler.grouping`; possible for
-a hand-made message) are trained one by one, unfused.
+a hand-made message), and a ``sequential`` chunk of cheap trials (`scheduler.chunks`), are
+trained one by one, unfused, each finish written as soon as its trial ends.
 """
 
 from __future__ import annotations
@@ -302,11 +303,13 @@ def execute_group(
     carried: dict[str, tuple[int, dict[str, Any]]] | None = None,
     *,
     watch: bool = False,
+    sequential: bool = False,
 ) -> dict[str, str]:
     """Run the trials of a group this worker can claim; what happened to each, by id.
 
     `carried` maps ids to the (queued attempt, config) the message carries; `watch`: check
-    for prune requests at every epoch end (module docstring). Outcomes as
+    for prune requests at every epoch end (module docstring); `sequential`: a chunk of
+    cheap trials (`scheduler.chunks`), trained one by one and never fused. Outcomes as
     `execute_trial`'s: ``skipped``, ``complete``, ``failed``, ``cancelled``, ``pruned``,
     ``lost``, and ``unknown`` for an id the store does not have.
     """
@@ -346,18 +349,22 @@ def execute_group(
             except ValidationError as exc:
                 run.finish(doc, exc)
         configs = [config for _, config in members]
-        fused = bool(configs) and _fusable(configs)
+        fused = bool(configs) and not sequential and _fusable(configs)
         run.fused = len(configs) if fused else 1
         log.info("group %s: training %d trial(s), fused: %s", run.group, len(configs), fused)
+
+        def done(k: int, outcome: Any) -> None:
+            run.finish(members[k][0], outcome, members[k][1].execution.dtype)
+            if not fused:  # one by one, no two end together: each finish is written now
+                run.flush()
+
         try:
             _train(
                 configs,
                 fused,
                 on_epoch=lambda k, epoch, row: run.report(members[k][0], epoch, row),
                 should_stop=lambda k: beats.should_stop(members[k][0]["_id"]),
-                on_done=lambda k, outcome: run.finish(
-                    members[k][0], outcome, members[k][1].execution.dtype
-                ),
+                on_done=done,
                 data_dir=options.data_dir,
                 on_epoch_end=run.epoch_end,
             )

@@ -5,7 +5,8 @@ message may carry, besides the ids, each trial's config and the attempt it was q
 (`scheduler.enqueue`): the claim is then one write with no read (`workers.claims`). A
 message without them, or with ones that do not check out, reads them from the store. A
 pruning sweep's message also says ``watch: true``: report every epoch at once and check
-for a prune request after each (`workers.runner`).
+for a prune request after each (`workers.runner`). A group message that says ``sequential:
+true`` is a chunk of cheap trials (`scheduler.chunks`): trained one by one, never fused.
 """
 
 from __future__ import annotations
@@ -99,6 +100,7 @@ def register(app: Celery, context: WorkerContext) -> None:
         configs: list | None = None,
         attempts: list | None = None,
         watch: bool = False,
+        sequential: bool = False,
     ) -> str:
         if (
             not isinstance(trial_ids, list)
@@ -119,7 +121,13 @@ def register(app: Celery, context: WorkerContext) -> None:
         worker = worker_identity(self.request.hostname)
         try:
             outcomes = execute_group(
-                context.store, trial_ids, worker, _options(), carried, watch=watch is True
+                context.store,
+                trial_ids,
+                worker,
+                _options(),
+                carried,
+                watch=watch is True,
+                sequential=sequential is True,
             )
         except StoreUnavailable as exc:
             delay = _retry_delay(self.request.retries)
