@@ -12,6 +12,13 @@ objective. Each process's first trial is left out (nothing before it to measure 
 median and p99 of that, per trial, are the figures of issue 14 (target: ≤ 20 ms and
 ≤ 100 ms on a quiet machine).
 
+It runs the sweep twice, in one run: with the default ``execution.fuse: auto``, where such
+cheap trials share messages, a few dozen at a time (`scheduler.chunks`: one delivery, one
+claim write per chunk; each trial still trains alone and is finished as it ends), and with
+``fuse: off``, one message per trial, the path of every trial too large to share one. For
+the second it also splits the cost at the claim (`cost_parts`; in a chunk every trial is
+claimed at its start, so the split says nothing there).
+
 Also printed: the whole run's wall time per trial per worker process (platform cost plus
 training plus any idle time), and the submit time. Needs RabbitMQ on
 SWEEPSTACK_TEST_BROKER_URL (default 127.0.0.1:5672); starts its own SecantusDB. The
@@ -80,53 +87,64 @@ def _percentile(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+def run_once(stack: Stack, trials: int, workers: int, fuse: str) -> None:
+    """Submit `trials` zero-epoch trials under `fuse`, wait for them, print the figures."""
+    text = (
+        f"name: overhead-{uuid.uuid4().hex[:6]}\ndataset: {{name: iris}}\n"
+        f"execution: {{device: cpu, fuse: {fuse}}}\n"
+        f"training:\n  epochs: 0\n  seed: {{int: [1, {trials}]}}\n"
+    )
+    start = time.time()
+    sweep_id, n = stack.submit(text)
+    submitted = time.time()
+    stack.wait_finished(sweep_id, timeout=3600)
+    end = time.time()
+    docs: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page, cursor = stack.store.trials(sweep_id, limit=500, cursor=cursor)
+        docs.extend(page)
+        if not cursor:
+            break
+    costs = platform_costs(docs)
+    messages = len({doc.get("group") or doc["_id"] for doc in docs})
+    train = sorted(doc.get("train_seconds") or 0.0 for doc in docs)
+    print(f"fuse {fuse}: {n} trials in {messages} messages")
+    print(f"  submit (store + enqueue): {submitted - start:.2f} s")
+    print(
+        f"  platform cost per trial: median {statistics.median(costs) * 1000:.1f} ms, "
+        f"p99 {_percentile(costs, 0.99) * 1000:.1f} ms "
+        f"(training function: median {statistics.median(train) * 1000:.1f} ms)"
+    )
+    if fuse == "off":
+        between, inside = cost_parts(docs)
+        print(
+            f"  finish call to next claim (finish writes, ack, delivery, Celery): median "
+            f"{statistics.median(between) * 1000:.1f} ms; claim to finish call minus "
+            f"training (claim, set-up): median {statistics.median(inside) * 1000:.1f} ms"
+        )
+    print(
+        f"  wall time per trial per worker process: "
+        f"{(end - submitted) / n * workers * 1000:.0f} ms ({n / (end - submitted):.1f} trials/s)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--fuse", choices=("auto", "off", "both"), default="both", help="which runs (default both)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         server = SecantusProcess(Path(tmp) / "data")
         stack = Stack(broker_url_or_fail(), server.url, f"bench_{uuid.uuid4().hex[:8]}", Path(tmp))
         try:
             stack.start_worker(concurrency=args.workers)
-            text = (
-                f"name: overhead-{uuid.uuid4().hex[:6]}\ndataset: {{name: iris}}\n"
-                f"execution: {{device: cpu}}\n"
-                f"training:\n  epochs: 0\n  seed: {{int: [1, {args.trials}]}}\n"
-            )
-            start = time.time()
-            sweep_id, n = stack.submit(text)
-            submitted = time.time()
-            stack.wait_finished(sweep_id, timeout=3600)
-            end = time.time()
-            trials: list[dict[str, Any]] = []
-            cursor = None
-            while True:
-                page, cursor = stack.store.trials(sweep_id, limit=500, cursor=cursor)
-                trials.extend(page)
-                if not cursor:
-                    break
-            costs = platform_costs(trials)
-            between, inside = cost_parts(trials)
-            train = sorted(doc.get("train_seconds") or 0.0 for doc in trials)
-            print(f"trials: {n}, workers: {args.workers}")
-            print(f"submit (store + enqueue): {submitted - start:.2f} s")
-            print(
-                f"platform cost per trial: median {statistics.median(costs) * 1000:.1f} ms, "
-                f"p99 {_percentile(costs, 0.99) * 1000:.1f} ms "
-                f"(training function: median {statistics.median(train) * 1000:.1f} ms)"
-            )
-            print(
-                f"  finish call to next claim (finish writes, ack, delivery, Celery): median "
-                f"{statistics.median(between) * 1000:.1f} ms; claim to finish call minus "
-                f"training (claim, set-up): median {statistics.median(inside) * 1000:.1f} ms"
-            )
-            print(
-                f"wall time per trial per worker process: "
-                f"{(end - submitted) / n * args.workers * 1000:.0f} ms "
-                f"({n / (end - submitted):.1f} trials/s)"
-            )
+            print(f"{args.trials} zero-epoch trials, {args.workers} worker processes")
+            for fuse in ("auto", "off") if args.fuse == "both" else (args.fuse,):
+                run_once(stack, args.trials, args.workers, fuse)
         finally:
             stack.close()
             server.stop()

@@ -94,9 +94,7 @@ def test_kill_9_of_the_child_mid_chunk_ends_every_trial_once(stack: Stack) -> No
     os.kill(doc["worker"]["pid"], signal.SIGKILL)
     # Counted from the trials themselves: a kill between a finish's two writes (the trial,
     # then the sweep's counters) leaves the counters one off until a scheduler recounts.
-    wait_for(
-        lambda: stack.store.recount(sweep_id)["complete"] == count, 240, "every trial", 0.5
-    )
+    wait_for(lambda: stack.store.recount(sweep_id)["complete"] == count, 240, "every trial", 0.5)
     retried = 0
     for trial in _all(stack, sweep_id):
         full = stack.store.get_trial(trial["_id"])

@@ -149,7 +149,9 @@ def test_kill_9_of_the_whole_worker_then_restart(stack: Stack) -> None:
 
 
 def test_rabbitmq_restart_with_200_trials_queued_loses_none(stack: Stack) -> None:
-    sweep_id, n = stack.submit(spec("restart", "training:\n  epochs: 0\n  seed: {int: [1, 200]}\n"))
+    # One message per trial (``fuse: off``; under ``auto`` such cheap trials share messages).
+    body = "training:\n  epochs: 0\n  seed: {int: [1, 200]}\n"
+    sweep_id, n = stack.submit(spec("restart", body, "device: cpu, fuse: off"))
     assert n == 200
     wait_for(lambda: stack.queue_depth() == 200, 30, "200 messages in the queue")
     for action in ("stop_app", "start_app"):
