@@ -148,8 +148,10 @@ class Settings:
     # The address the web server is bound to, set by the `sweepstack` launchers; with no
     # tokens and a loopback address the dashboard is open (core.webcontext.local_open).
     bind_host: str | None = None
-    # Torch threads per worker process (`sweepstack worker` sets it from cores / concurrency).
-    torch_threads: int = 1
+    # Torch threads per worker process; None: `sweepstack worker` (and `run`) give each of
+    # its training processes cores / processes (`scheduler.commands.worker_commands`), and a
+    # worker started otherwise uses one.
+    torch_threads: int | None = None
     # Celery task events from the workers (Flower's task list). Off by default: each event is
     # a publish the worker's main process waits on (publisher confirms), several ms a trial.
     # Flower turns them on at run time (`celery control enable_events`) whatever this says.

@@ -162,9 +162,11 @@ def worker_commands(
     queue: str,
     *,
     name: str | None = None,
+    threads: int | None = None,
 ) -> list[tuple[list[str], dict[str, str]]]:
     """The Celery worker processes to start: one per GPU, or one with N CPU children, each
-    with its node name (`node_names`)."""
+    with its node name (`node_names`) and its torch threads: `threads` (the settings'
+    ``torch_threads``) when given, else the usable cores shared out (one per GPU process)."""
     base = [
         sys.executable,
         "-m",
@@ -188,12 +190,12 @@ def worker_commands(
             env = {"CUDA_VISIBLE_DEVICES": gpu, "SWEEPSTACK_TORCH_THREADS": "1"}
             out.append(([*base, "--concurrency", "1", "--hostname", node], env))
         return out
-    threads = os.environ.get("SWEEPSTACK_TORCH_THREADS") or str(max(1, cores // workers))
+    each = str(threads or max(1, cores // workers))
     (node,) = node_names(None, name)
     return [
         (
             [*base, "--concurrency", str(workers), "--hostname", node],
-            {"SWEEPSTACK_TORCH_THREADS": threads, "OMP_NUM_THREADS": threads},
+            {"SWEEPSTACK_TORCH_THREADS": each, "OMP_NUM_THREADS": each},
         )
     ]
 
@@ -279,7 +281,9 @@ def worker(
     if name is not None and (not name.partition("@")[0] or any(c.isspace() for c in name)):
         raise click.BadParameter(f"must be NAME or NAME@HOST, got {name!r}", param_hint="--name")
     workers = workers or old_workers or usable_cores()
-    commands = worker_commands(workers, gpus, loglevel, settings.queue, name=name)
+    commands = worker_commands(
+        workers, gpus, loglevel, settings.queue, name=name, threads=settings.torch_threads
+    )
     names = [host_format(cmd[cmd.index("--hostname") + 1]) for cmd, _ in commands]
     try:
         taken = taken_names(settings, names)
@@ -342,9 +346,7 @@ def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
         settings.stale_after_seconds,
         every,
     )
-    feeders = Feeders(
-        store, app, lease_seconds=lease_seconds, big_window=settings.feed_window
-    )
+    feeders = Feeders(store, app, lease_seconds=lease_seconds, big_window=settings.feed_window)
     last_requeue = last_workers = -float("inf")
     try:
         while True:

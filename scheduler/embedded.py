@@ -183,15 +183,18 @@ DASHBOARD_NICE = 10
 EMBEDDED_WORKER_FLAGS = ("--without-gossip", "--without-mingle", "--without-heartbeat")
 
 
-def start_workers(procs: Processes, env: dict[str, str], workers: int, queue: str) -> None:
-    """One Celery worker with `workers` training processes, one torch thread each at most.
+def start_workers(
+    procs: Processes, env: dict[str, str], workers: int, queue: str, threads: int | None = None
+) -> None:
+    """One Celery worker with `workers` training processes, each with `threads` torch
+    threads (None: the cores shared out, one each at least).
 
     It needs neither the store nor the broker to boot (the store is first used by a task,
     the broker is retried), so it starts at once, alongside the store.
     """
     from scheduler.commands import worker_commands
 
-    for cmd, extra in worker_commands(workers, None, "INFO", queue):
+    for cmd, extra in worker_commands(workers, None, "INFO", queue, threads=threads):
         flags = [flag for flag in EMBEDDED_WORKER_FLAGS if flag not in cmd]
         procs.start("worker", [*cmd, *flags], {**env, **extra})
 

@@ -50,11 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, _STOP)
     from secantus import SecantusDBServer
 
+    # Standalone, as a single mongod: no replica-set advertisement, and so no oplog. The
+    # oplog serves change streams, which Sweepstack never opens, and each entry is one more
+    # document written per insert or update (every epoch row, claim and finish).
     server = SecantusDBServer(
         host=args.host,
         port=args.port,
         storage_path=args.storage_path,
         enable_test_commands=False,
+        replica_set_name=None,
     )
     server.start()
     received = signal.sigwait(_STOP)

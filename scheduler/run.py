@@ -225,7 +225,7 @@ def run(
             "SWEEPSTACK_DATA_DIR": str(settings.data_dir),
         }
         processes = workers or os.cpu_count() or 1
-        embedded.start_workers(procs, env, processes, settings.queue)
+        embedded.start_workers(procs, env, processes, settings.queue, settings.torch_threads)
         board = None
         if not no_dashboard:
             taken = {service.port} if service else set()

@@ -66,11 +66,12 @@ def create_worker_app(settings: Settings) -> Celery:
     context = WorkerContext(settings)
     register(app, context)
     # OpenMP reads this when torch loads, which is here, in the parent, before the fork.
-    os.environ.setdefault("OMP_NUM_THREADS", str(settings.torch_threads))
+    threads = settings.torch_threads or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     preload_training()
 
     @worker_process_init.connect(weak=False)
     def _init_process(**_: object) -> None:
-        set_torch_threads(settings.torch_threads)
+        set_torch_threads(threads)
 
     return app

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from core.settings import Settings
 from scheduler.cli import main
 from scheduler.commands import node_names, usable_cores, worker_commands
 
 
-def test_worker_command_splits_cores_between_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SWEEPSTACK_TORCH_THREADS", raising=False)
+def test_worker_command_splits_cores_between_processes() -> None:
     ((cmd, env),) = worker_commands(2, None, "INFO", "q")
     assert cmd[cmd.index("--concurrency") + 1] == "2"
     cores = usable_cores()
@@ -28,10 +28,11 @@ def test_worker_command_one_process_per_gpu() -> None:
     assert all(cmd[cmd.index("--concurrency") + 1] == "1" for cmd, _ in procs)
 
 
-def test_torch_threads_from_the_environment_win(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SWEEPSTACK_TORCH_THREADS", "3")
-    ((_, env),) = worker_commands(2, None, "INFO", "q")
+def test_torch_threads_from_the_settings_win() -> None:
+    threads = Settings.from_env({"SWEEPSTACK_TORCH_THREADS": "3"}).torch_threads
+    ((_, env),) = worker_commands(2, None, "INFO", "q", threads=threads)
     assert env["SWEEPSTACK_TORCH_THREADS"] == "3" == env["OMP_NUM_THREADS"]
+    assert Settings.from_env({}).torch_threads is None  # unset: the cores, shared out
 
 
 def test_node_names_are_unique_per_command_and_follow_name() -> None:
