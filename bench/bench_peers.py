@@ -56,6 +56,7 @@ class Outcome:
     distinct: int
     best: float | None
     first_start: float | None = None
+    first_epoch: float | None = None
     shutdown: float | None = None
     gap: float | None = None
     work: float | None = None
@@ -74,10 +75,14 @@ def _seconds(value: Any) -> float:
     return float(value.timestamp())
 
 
-def _stored_times(data: Path, sweep_id: str) -> tuple[float, float, float | None, float]:
+def _stored_times(
+    data: Path, sweep_id: str
+) -> tuple[float, float, float | None, float, float | None]:
     """From the sweep's records in its data folder: (first started_at, last finished_at,
     median gap between one trial's end and the next start on the same worker process, sum
-    of the trials' ``train_seconds``)."""
+    of the trials' ``train_seconds``, the first epoch row's ``reported_at``: a worker writes
+    a trial's first row at once, so this is when training first showed, whatever a worker
+    still had to load after its first claim)."""
     import pymongo
 
     from tests.services import SecantusProcess
@@ -87,6 +92,12 @@ def _stored_times(data: Path, sweep_id: str) -> tuple[float, float, float | None
         client = pymongo.MongoClient(server.url, serverSelectionTimeoutMS=10000)
         fields = {"started_at": 1, "finished_at": 1, "worker": 1, "train_seconds": 1}
         docs = list(client["sweepstack"]["trials"].find({"sweep_id": sweep_id}, fields))
+        reported = [
+            row["reported_at"]
+            for row in client["sweepstack"]["metrics"].find(
+                {"sweep_id": sweep_id}, {"reported_at": 1}
+            )
+        ]
         client.close()
     finally:
         server.stop()
@@ -103,7 +114,8 @@ def _stored_times(data: Path, sweep_id: str) -> tuple[float, float, float | None
         gaps += [b[0] - a[1] for a, b in itertools.pairwise(ordered)]
     gap = statistics.median(gaps) if gaps else None
     work = sum(doc.get("train_seconds") or 0.0 for doc in docs)
-    return spans[0][0], max(end for _, end in spans), gap, work
+    first_row = min((_seconds(at) for at in reported), default=None)
+    return spans[0][0], max(end for _, end in spans), gap, work, first_row
 
 
 def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outcome:
@@ -124,7 +136,7 @@ def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outco
     if out.returncode != 0:
         raise RuntimeError(f"sweepstack run (fuse {fuse}) failed:\n{out.stderr[-3000:]}")
     summary = json.loads(out.stdout)
-    first, last, gap, work = _stored_times(data, summary["sweep_id"])
+    first, last, gap, work, first_row = _stored_times(data, summary["sweep_id"])
     best = (summary.get("best") or {}).get("objective")
     count = sum(n for state, n in summary["counts"].items() if state not in ("queued", "running"))
     return Outcome(
@@ -134,6 +146,7 @@ def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outco
         distinct=count,
         best=best,
         first_start=first - started,
+        first_epoch=None if first_row is None else first_row - started,
         shutdown=ended - last,
         gap=gap,
         work=work / workers,
@@ -208,18 +221,20 @@ def _fmt(value: float | None, pattern: str) -> str:
 
 def print_table(outcomes: list[Outcome], workers: int, spec: Path) -> None:
     print(f"spec {spec}, {workers} workers each; noisy if the machine is shared")
-    header = f"{'system':<44} {'wall s':>7} {'1st start s':>11} {'shut-down s':>11}"
+    header = f"{'system':<44} {'wall s':>7} {'1st start s':>11} {'1st epoch s':>11}"
+    header += f" {'shut-down s':>11}"
     print(f"{header} {'gap ms':>7} {'trials (distinct)':>18} {'best':>8}")
     for o in outcomes:
         gap = None if o.gap is None else o.gap * 1000
         print(
             f"{o.system:<44} {o.wall:>7.1f} {_fmt(o.first_start, '.2f'):>11} "
-            f"{_fmt(o.shutdown, '.2f'):>11} {_fmt(gap, '.0f'):>7} "
+            f"{_fmt(o.first_epoch, '.2f'):>11} {_fmt(o.shutdown, '.2f'):>11} {_fmt(gap, '.0f'):>7} "
             f"{f'{o.trials} ({o.distinct})':>18} {_fmt(o.best, '.4f'):>8}"
         )
     print(
-        "1st start: command start to the first trial's claim; shut-down: last trial's end to "
-        "the command's return; gap: median idle time of a worker process between trials"
+        "1st start: command start to the first trial's claim; 1st epoch: to the first epoch "
+        "row written; shut-down: last trial's end to the command's return; gap: median idle "
+        "time of a worker process between trials"
     )
     ours = [o for o in outcomes if o.system.startswith("sweepstack")]
     peer = [o for o in outcomes if o.system.startswith("optuna")]
