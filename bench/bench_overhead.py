@@ -103,7 +103,7 @@ def main() -> None:
             trials: list[dict[str, Any]] = []
             cursor = None
             while True:
-                page, cursor = stack.store.trials(sweep_id, limit=500, cursor=cursor)
+                page, cursor = stack.store.reads.trials(sweep_id, limit=500, cursor=cursor)
                 trials.extend(page)
                 if not cursor:
                     break

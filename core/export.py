@@ -14,7 +14,7 @@ dashboard's downloads and ``sweepstack export``.
 
 Given `indexes` (a caller's selection, such as the dashboard's filtered table), only the
 trials at those indexes are written, read a window of `PAGE` indexes at a time
-(`core.views.Views.trials_at`).
+(`core.reads.Reads.trials_at`).
 """
 
 from __future__ import annotations
@@ -75,12 +75,12 @@ def _pages(store: Store, sweep_id: str, indexes: Sequence[int] | None = None
         start = 0
         while start < len(chosen):
             stop = bisect.bisect_left(chosen, chosen[start] + PAGE, lo=start)
-            yield from store.trials_at(sweep_id, chosen[start:stop], FIELDS)
+            yield from store.reads.trials_at(sweep_id, chosen[start:stop], FIELDS)
             start = stop
         return
     cursor = None
     while True:
-        docs, cursor = store.trials(sweep_id, limit=PAGE, cursor=cursor)
+        docs, cursor = store.reads.trials(sweep_id, limit=PAGE, cursor=cursor)
         yield from docs
         if cursor is None:
             return

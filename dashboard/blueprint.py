@@ -90,7 +90,7 @@ def _own_sweep(sweep_id: str) -> None:
         if table.sweep.get("owner") != owner:
             raise NotFound("sweep", sweep_id)
         return
-    _services().store.get_sweep(sweep_id, owner=owner)
+    _services().store.reads.get_sweep(sweep_id, owner=owner)
 
 
 def _state() -> DashboardState:
@@ -191,7 +191,7 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
 
     @bp.get("/sweeps/<sweep_id>")
     def sweep(sweep_id: str) -> str:
-        doc = _services().store.get_sweep(sweep_id, owner=_owner())
+        doc = _services().store.reads.get_sweep(sweep_id, owner=_owner())
         return render_template("dashboard/sweep.html", sweep=payloads.sweep_meta(doc),
                                spec=doc.get("spec") or {}, **_page_context())
 

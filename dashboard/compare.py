@@ -46,7 +46,7 @@ def compare_rows(store: Store, table: SweepTable, indexes: Sequence[int]) -> lis
         row = table.rows.get(index)
         if row is None:
             raise NotFound("trial", f"{table.sweep_id} #{index}")
-        doc = store.get_trial(row["id"], with_metrics=True)
+        doc = store.reads.get_trial(row["id"], with_metrics=True)
         series = epoch_series(doc.pop("metrics"))
         out.append({**export.row(doc), "series": series})
     return out

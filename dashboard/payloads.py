@@ -60,7 +60,7 @@ class DashboardState:
             if key in self._curves:
                 self._curves.move_to_end(key)
                 return self._curves[key]
-        series = epoch_series(store.metrics_after(row["id"]))
+        series = epoch_series(store.reads.metrics_after(row["id"]))
         curve = (series["epochs"], series["values"].get(metric, []))
         with self._lock:
             self._curves[key] = curve
@@ -262,7 +262,7 @@ def sweeps_payload(state: DashboardState, store: Store, now: datetime,
     With `since` (ms), only sweeps updated after it; a page passes the ``now`` of its last
     answer, less a little, so a change is never missed (it may come twice).
     """
-    sweeps, next_cursor = store.list_sweeps(owner=owner, limit=limit, cursor=cursor)
+    sweeps, next_cursor = store.reads.list_sweeps(owner=owner, limit=limit, cursor=cursor)
     out = []
     for sweep in sweeps:
         meta = sweep_meta(sweep)
@@ -293,7 +293,7 @@ def sweep_summary(table: SweepTable, now: datetime) -> dict[str, Any]:
 
 def _trial_sweep(store: Store, doc: Mapping[str, Any], owner: str | None) -> dict[str, Any]:
     """The trial's sweep; `NotFound` for the trial if the sweep is not `owner`'s."""
-    sweep = store.get_sweep(doc["sweep_id"])
+    sweep = store.reads.get_sweep(doc["sweep_id"])
     if owner is not None and sweep.get("owner") != owner:
         raise NotFound("trial", doc["_id"])
     return sweep
@@ -303,7 +303,7 @@ def trial_payload(store: Store, trial_id: str, now: datetime, *, owner: str | No
                   ) -> dict[str, Any]:
     """A trial's record, timings and per-epoch curves (`NotFound` unless `owner`'s, when
     given)."""
-    doc = store.get_trial(trial_id, with_metrics=True)
+    doc = store.reads.get_trial(trial_id, with_metrics=True)
     sweep = _trial_sweep(store, doc, owner)
     series = epoch_series(doc.pop("metrics"))
     planned = (doc.get("config") or {}).get("training", {}).get("epochs")
@@ -322,9 +322,9 @@ def trial_changes(store: Store, trial_id: str, now: datetime, attempt: int,
 
     ``reset`` when a newer attempt has begun: the page reloads its curves.
     """
-    doc = store.get_trial(trial_id, with_metrics=False)
+    doc = store.reads.get_trial(trial_id, with_metrics=False)
     sweep = _trial_sweep(store, doc, owner)
-    rows = store.metrics_after(trial_id, attempt, epoch)
+    rows = store.reads.metrics_after(trial_id, attempt, epoch)
     if (doc.get("attempt") or 0) > attempt or any(r["attempt"] > attempt for r in rows):
         return {"reset": True}
     series = epoch_series(rows)

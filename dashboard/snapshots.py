@@ -64,9 +64,9 @@ def first_payload(
     """
     default = param is None and mode == "best"
     if default and state.tables.peek(sweep_id) is None:
-        sweep = store.get_sweep(sweep_id)
+        sweep = store.reads.get_sweep(sweep_id)
         version = snapshot_version(sweep)
-        kept = store.view_snapshot(sweep_id, SNAPSHOT_NAME) if version is not None else None
+        kept = store.reads.view_snapshot(sweep_id, SNAPSHOT_NAME) if version is not None else None
         if kept is not None and kept[0] == version:
             payload = json.loads(zlib.decompress(kept[1]))
             active = payload.pop("activity")
@@ -94,7 +94,7 @@ def _keep_snapshot(
     version = snapshot_version(sweep)
     if version is None or table.memo_get("snapshot") == version:
         return
-    kept = store.view_snapshot(table.sweep_id, SNAPSHOT_NAME)
+    kept = store.reads.view_snapshot(table.sweep_id, SNAPSHOT_NAME)
     if kept is None or kept[0] != version:
         # The summary is recomputed when served (its ETA and active time move with the
         # clock while trials are left): keep what it is computed from.
@@ -102,7 +102,7 @@ def _keep_snapshot(
             "activity", aggregate_functions(sweep)["activity"], PREPARED_SECONDS, versioned=False
         )[1]
         body = json.dumps({**payload, "activity": active}, separators=(",", ":"), allow_nan=False)
-        store.keep_view_snapshot(
+        store.reads.keep_view_snapshot(
             table.sweep_id, SNAPSHOT_NAME, version, zlib.compress(body.encode(), 1)
         )
     table.memo_set("snapshot", version)

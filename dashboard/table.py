@@ -5,14 +5,14 @@ on the 2-core test machine; see `core.store`), far over the two seconds a sweep 
 take to draw. So the first visit reads the sweep once, mostly from its finish log
 (`Store.sweep_rows`, projected to `data.FIELDS`: ~0.5 s for 50,000 finished trials), and
 from then on each sync reads only what changed since the last watermark
-(`Store.changed_rows`). All pages of a sweep share one `SweepTable`, and the
+(`Reads.changed_rows`). All pages of a sweep share one `SweepTable`, and the
 store is asked at most once per `min_interval`, however many browsers poll.
 
 Cursors are store times, not anything of this process, so that any server process (the
 API runs several) can answer any page: each row remembers ``changed``, the store's
 ``updated_at`` of the version in which its content last changed (a heartbeat moves
 ``updated_at`` but changes nothing shown, so it is not a change). A page's cursor is the
-watermark of the sync its data came from (``changed_since``'s: the store's clock less
+watermark of the sync its data came from (``changed_rows``': the store's clock less
 its change lag), so it asks for rows changed after it, and gets a row again while the
 change is younger than the lag (a write can land after a later one was read). A page
 places rows by trial index, so a repeat changes nothing.
@@ -76,11 +76,11 @@ class SweepTable:
             started = time.perf_counter()
             # The sweep first: every transition its counts (and `counts_rev`) show is then
             # in the rows read after, so a snapshot of the page is never older than them.
-            sweep = store.get_sweep(self.sweep_id)
+            sweep = store.reads.get_sweep(self.sweep_id)
             if self.loaded:
-                docs, watermark = store.changed_rows(self.sweep_id, self._watermark, FIELDS)
+                docs, watermark = store.reads.changed_rows(self.sweep_id, self._watermark, FIELDS)
             else:
-                docs, watermark = store.sweep_rows(self.sweep_id, FIELDS)
+                docs, watermark = store.reads.sweep_rows(self.sweep_id, FIELDS)
             self.sweep = sweep
             for doc in docs:
                 row = trial_row(doc)

@@ -9,7 +9,7 @@ owner's is 404, as if missing; an admin may act on any).
 - ``GET  /dashboard/data/sweeps/<id>/compare?indexes=3,17``: 2 to 5 trials side by side.
 - ``GET  /dashboard/data/sweeps/<id>/download?format=csv|jsonl&…``: the trials the
   table's filters select (all, without filters), as `core.export` writes them, read by
-  index (`core.views.Views.trials_at`: a whole sweep about as fast as the API's paged
+  index (`core.reads.Reads.trials_at`: a whole sweep about as fast as the API's paged
   export, a selection in a share of that time; by id it took ~2.5 ms a trial).
 - ``POST /dashboard/data/sweeps/<id>/cancel`` and ``…/retry``: cancel the sweep; queue its
   failed (and stale) trials again and enqueue them.
@@ -112,7 +112,7 @@ def trials_blueprint(
         indexes, filtered = trials.selected_indexes(sweep_table, request.args, extra=("format",))
         store = context().store
         if fmt == "csv":
-            body = export.csv_text(store, store.get_sweep(sweep_id), indexes)
+            body = export.csv_text(store, store.reads.get_sweep(sweep_id), indexes)
         else:
             body = export.jsonl(store, sweep_id, indexes)
         name = f"sweep-{sweep_id}{'-filtered' if filtered else ''}.{fmt}"
@@ -125,7 +125,7 @@ def trials_blueprint(
     @bp.post("/dashboard/data/sweeps/<sweep_id>/cancel")
     def cancel(sweep_id: str) -> Response:
         own_sweep(sweep_id)
-        changed = context().store.cancel_sweep(sweep_id)
+        changed = context().store.admin.cancel_sweep(sweep_id)
         return _json({**changed, "counts": fresh(sweep_id)})
 
     @bp.post("/dashboard/data/sweeps/<sweep_id>/retry")

@@ -78,10 +78,10 @@ def recent_activity(
 ) -> list[dict[str, Any]]:
     """Trials of the newest `max_sweeps` sweeps that changed in the last `minutes`."""
     since = now - timedelta(minutes=minutes)
-    sweeps, _ = store.list_sweeps(limit=max_sweeps)
+    sweeps, _ = store.reads.list_sweeps(limit=max_sweeps)
     rows = []
     for sweep in sweeps:
-        docs, _ = store.changed_rows(sweep["_id"], since, WORKER_FIELDS)
+        docs, _ = store.reads.changed_rows(sweep["_id"], since, WORKER_FIELDS)
         for doc in docs:
             worker = doc.get("worker") or {}
             rows.append({

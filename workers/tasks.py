@@ -77,7 +77,7 @@ def register(app: Celery, context: WorkerContext) -> None:
         worker = worker_identity(self.request.hostname)
         try:
             return execute_trial(
-                context.store,
+                context.store.lifecycle,
                 trial_id,
                 worker,
                 _options(),
@@ -119,7 +119,7 @@ def register(app: Celery, context: WorkerContext) -> None:
         worker = worker_identity(self.request.hostname)
         try:
             outcomes = execute_group(
-                context.store, trial_ids, worker, _options(), carried, watch=watch is True
+                context.store.lifecycle, trial_ids, worker, _options(), carried, watch=watch is True
             )
         except StoreUnavailable as exc:
             delay = _retry_delay(self.request.retries)

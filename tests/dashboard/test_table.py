@@ -9,7 +9,7 @@ from core.states import TrialState
 from dashboard.payloads import DashboardState
 from dashboard.snapshots import SNAPSHOT_NAME, first_payload
 from dashboard.table import SweepTable, Tables, digest
-from tests.core import make_sweep
+from tests.core import heartbeat, make_sweep
 from tests.dashboard.conftest import Sweep, small_sweep_spec
 
 
@@ -33,13 +33,13 @@ def test_first_sync_reads_the_whole_sweep_then_only_changes(sweep: Sweep) -> Non
 
 def test_a_heartbeat_is_not_a_change(sweep: Sweep) -> None:
     table = SweepTable(sweep.sweep_id)
-    claimed = sweep.store.claim(sweep.ids[0], {"name": "w"}, stale_after=60)
+    claimed = sweep.store.lifecycle.claim(sweep.ids[0], {"name": "w"}, stale_after=60)
     assert claimed is not None
     table.sync(sweep.store, min_interval=0)
     version = table.version
     cursor, _ = table.snapshot()
     sweep.clock.advance(5)
-    sweep.store.heartbeat(sweep.ids[0], 1)
+    heartbeat(sweep.store, sweep.ids[0], 1)
     table.sync(sweep.store, min_interval=0)
     assert table.version == version and table.changed_after(cursor)[1] == []
 
@@ -119,7 +119,7 @@ def test_a_finished_sweeps_first_payload_is_kept_for_the_next_server_process(
     assert served["payload"] == computed["payload"]
 
     # A retry moves the sweep on: the snapshot no longer matches, the page is computed.
-    sweep.store.retry_failed(sweep.sweep_id)
+    sweep.store.admin.retry_failed(sweep.sweep_id)
     live = _fresh_payload(sweep)
     assert live["table_read"] and live["payload"]["summary"]["counts"]["queued"] == 1
     sweep.finish(3, objective=0.99)
@@ -132,4 +132,4 @@ def test_a_running_sweeps_first_payload_is_never_kept(sweep: Sweep) -> None:
     sweep.finish(0, objective=0.5)
     assert _fresh_payload(sweep)["table_read"]
     assert _fresh_payload(sweep)["table_read"]
-    assert sweep.store.view_snapshot(sweep.sweep_id, SNAPSHOT_NAME) is None
+    assert sweep.store.reads.view_snapshot(sweep.sweep_id, SNAPSHOT_NAME) is None
