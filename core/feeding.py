@@ -245,7 +245,7 @@ class Feeding:
             },
             {"$set": {"lease": lease}},
         )
-        return bool(taken.modified_count)
+        return bool(taken.matched_count)  # a renewal in the same millisecond changes nothing
 
     def lease_for(self, owner: str, seconds: float) -> dict[str, Any]:
         """The lease ``{owner, expires}`` that `owner` holds for `seconds` from now (by the

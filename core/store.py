@@ -37,7 +37,8 @@ Collections, their indexes (created idempotently by `ensure_indexes`), and what 
       filters carry ``prune_requested.attempt $ne`` the attempt, so a request for an
       earlier (lost) attempt never stops a later one.
 - ``metrics``: ``{trial_id: 1, attempt: 1, epoch: 1}`` unique: one row per epoch of an
-  attempt (a repeated report is an upsert that changes nothing), a trial's curve in order.
+  attempt (a repeated report is a duplicate insert that changes nothing), a trial's curve
+  in order.
 - ``sweeps``: ``{owner: 1, created_at: -1}`` and ``{created_at: -1}``: ``list_sweeps``.
 
 Sweeps are fed in windows (`core.feeding`, `scheduler.feed`): a sweep document also holds
@@ -50,9 +51,10 @@ state, for a rebuild). A trial created by a search also holds ``optuna`` ``{numb
 system_attrs}``: with its params, state, objective and epochs, what rebuilds the study
 after a restart so no point is asked twice.
 
-Lifecycle writes are atomic per document: each is an ``update_one`` whose filter names the
-state (and attempt) it expects, so of any number of concurrent callers exactly one sees
-``modified_count == 1``; the document is then read with ``find_one``. (Not
+Lifecycle writes are atomic per document: each is an ``update_one`` (or, for many trials,
+an ``update_many`` or a bulk write of ``update_one``s, `core.batch_writes`) whose filter
+names the state (and attempt) it expects, so of any number of concurrent callers exactly
+one changes a trial; a careful claim then reads it with ``find_one``. (Not
 ``find_one_and_update``: SecantusDB 0.7 runs it in time proportional to the collection,
 ~0.75 s per call on 50,000 trials, against ~2 ms for ``update_one`` by ``_id``.)
 

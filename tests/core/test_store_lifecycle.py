@@ -1,5 +1,6 @@
-"""The store contract, one trial's transitions (`core.lifecycle`): create, claim, heartbeat,
-report, finish.
+"""Contract of the trial lifecycle role (`core.lifecycle.TrialLifecycle`), one trial at a
+time: claim (the careful way), heartbeat, report, finish (the batched writes given one
+trial each: `tests.core.heartbeat`, `report`, `finish`).
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
 when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and drops it.
@@ -7,7 +8,6 @@ when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
@@ -17,10 +17,8 @@ from core.errors import (
     InvalidTransition,
     NotFound,
 )
-from core.records import flatten_params
-from core.states import ALL_STATES, Heartbeat, TrialState
+from core.states import Heartbeat, TrialState
 from core.store import Store
-from scheduler.expand import TrialPoint, expand
 from tests.core import (
     WORKER,
     FakeClock,
@@ -30,59 +28,8 @@ from tests.core import (
     make_sweep,
     report,
     run,
-    small_spec,
     trial_ids,
 )
-
-# -- create ----------------------------------------------------------------------------
-
-
-def test_create_sweep_stores_the_sweep_and_queued_trials(store: Store, clock: FakeClock) -> None:
-    spec = small_spec()
-    sweep_id, points = make_sweep(store, spec, owner="alice")
-    assert re.fullmatch(r"[0-9a-f]{12}", sweep_id)
-    sweep = store.reads.get_sweep(sweep_id)
-    assert sweep["name"] == "store-test"
-    assert sweep["owner"] == "alice"
-    assert sweep["spec"] == spec.document
-    assert sweep["objective"] == {"metric": "val_accuracy", "direction": "maximize"}
-    assert sweep["trial_count"] == 36
-    assert sweep["created_at"] == sweep["updated_at"] == clock.now
-    assert sweep["counts"] == {s.value: (36 if s is TrialState.QUEUED else 0) for s in ALL_STATES}
-
-    point = points[5]
-    trial = store.reads.get_trial(f"{sweep_id}-{point.id}", with_metrics=False)
-    assert trial["sweep_id"] == sweep_id and trial["key"] == point.id and trial["index"] == 5
-    assert flatten_params(trial["params"]) == point.params
-    assert trial["params"]["model"]["hidden_units"] == point.params["model.hidden_units"]
-    assert trial["config"] == point.config and trial["seed"] == point.seed
-    assert trial["state"] == "queued" and trial["attempt"] == 0 and trial["history"] == []
-    assert trial["queued_at"] == trial["updated_at"] == clock.now
-    for field in ("worker", "started_at", "finished_at", "result", "objective", "error"):
-        assert trial[field] is None
-
-
-def test_create_sweep_inserts_in_batches_and_fills_missing_configs(store: Store) -> None:
-    spec = small_spec()
-    bare = [
-        TrialPoint(index=p.index, id=p.id, params=p.params, seed=p.seed)
-        for p in expand(spec, with_config=False)
-    ]
-    small_batches = Store(store.client, store.db.name, insert_batch=5)
-    sweep_id = small_batches.admin.create_sweep(spec, bare)
-    trials, _ = store.reads.trials(sweep_id, limit=100)
-    assert [t["index"] for t in trials] == list(range(36))
-    full = expand(spec, with_config=True)
-    assert [t["config"] for t in trials] == [p.config for p in full]
-
-
-def test_create_sweep_refuses_duplicate_points(store: Store) -> None:
-    spec = small_spec()
-    points = expand(spec, with_config=True)
-    with pytest.raises(InvalidQuery, match="unique"):
-        store.admin.create_sweep(spec, [points[0], points[0]])
-    assert store.reads.list_sweeps()[0] == []
-
 
 # -- claim -----------------------------------------------------------------------------
 
@@ -152,7 +99,10 @@ def test_a_trial_whose_worker_dies_max_attempts_times_ends_failed(
         assert taken is not None and taken["attempt"] == attempt + 1
         assert taken["lost_attempts"] == attempt
     clock.advance(1)
-    assert store.lifecycle.claim(tid, WORKER, stale_after=60, takeover_attempt=3, max_attempts=3) is None
+    assert (
+        store.lifecycle.claim(tid, WORKER, stale_after=60, takeover_attempt=3, max_attempts=3)
+        is None
+    )
     trial = store.reads.get_trial(tid)
     assert trial["state"] == "failed" and trial["attempt"] == 3 and trial["lost_attempts"] == 3
     assert trial["error"].startswith("its worker died 3 times: attempt 3 (host test-host, pid 4242")
@@ -172,7 +122,10 @@ def test_max_attempts_1_fails_at_the_first_loss_and_fewer_losses_finish(store: S
     sweep_id, points = make_sweep(store)
     tid = trial_ids(sweep_id, points)[0]
     run(store, tid)
-    assert store.lifecycle.claim(tid, WORKER, stale_after=60, takeover_attempt=1, max_attempts=1) is None
+    assert (
+        store.lifecycle.claim(tid, WORKER, stale_after=60, takeover_attempt=1, max_attempts=1)
+        is None
+    )
     assert store.reads.get_trial(tid)["state"] == "failed"
     other = trial_ids(sweep_id, points)[1]
     run(store, other)
@@ -293,8 +246,8 @@ def test_finish_is_done_once_by_the_holder(store: Store, clock: FakeClock) -> No
         "dtype": "float32",
         "versions": {"torch": "2.13.0", "sweepstack": "0.1.0"},
     }
-    assert finish(store,
-        tid, 1, "complete", result={"val_accuracy": 0.93, "objective": 0.93}, extra=extra
+    assert finish(
+        store, tid, 1, "complete", result={"val_accuracy": 0.93, "objective": 0.93}, extra=extra
     )
     done = store.reads.get_trial(tid, with_metrics=False)
     assert done["state"] == "complete" and done["objective"] == 0.93
@@ -314,7 +267,10 @@ def test_finish_is_done_once_by_the_holder(store: Store, clock: FakeClock) -> No
     clock.advance(5)
     assert finish(store, tid, 1, "failed", error="again?") is False
     assert store.reads.get_trial(tid, with_metrics=False) == done
-    assert store.reads.counts(sweep_id)["complete"] == 1 and store.reads.counts(sweep_id)["running"] == 0
+    assert (
+        store.reads.counts(sweep_id)["complete"] == 1
+        and store.reads.counts(sweep_id)["running"] == 0
+    )
 
 
 def test_finish_by_a_queued_trial_or_a_stale_attempt_is_a_no_op(store: Store) -> None:

@@ -84,8 +84,13 @@ class Lifecycle(RuleBasedStateMachine):
         tid = self.ids[i]
         before = self.store.reads.get_trial(tid, with_metrics=False)
         try:
-            done = finish(self.store,
-                tid, self._attempt(i, pick), state, result={"objective": objective}, error="e"
+            done = finish(
+                self.store,
+                tid,
+                self._attempt(i, pick),
+                state,
+                result={"objective": objective},
+                error="e",
             )
         except InvalidTransition:
             assert state == "cancelled" and not before.get("stop_requested")

@@ -250,14 +250,16 @@ def test_a_trial_that_finishes_shows_up_without_a_reload(
         claimed = live_store.lifecycle.claim(ids[index], WORKER, stale_after=60)
         assert claimed is not None
         for epoch in (1, 2, 3):
-            report(live_store,
+            report(
+                live_store,
                 ids[index],
                 1,
                 epoch,
                 {"val_accuracy": (objective or 0) * epoch / 3, "val_loss": 1 / epoch},
             )
         result = {"objective": objective} if objective is not None else None
-        assert finish(live_store,
+        assert finish(
+            live_store,
             ids[index], 1, state, result=result, error=error, extra={"train_seconds": 1.5}
         )
 
@@ -316,7 +318,8 @@ def test_the_first_result_of_an_empty_sweep_draws_every_figure(
     claimed = live_store.lifecycle.claim(trial_id, WORKER, stale_after=60)
     assert claimed is not None
     report(live_store, trial_id, 1, 1, {"val_accuracy": 0.7})
-    finish(live_store,
+    finish(
+        live_store,
         trial_id, 1, TrialState.COMPLETE, result={"objective": 0.7}, extra={"train_seconds": 2.0}
     )
     wait_until(lambda: trace_lengths(page, "fig-scatter") == [1], 15, "the first point")
@@ -348,7 +351,8 @@ def test_parallel_coordinates_keep_the_cap_as_better_trials_arrive(
 
     def complete(index: int, objective: float) -> None:
         assert live_store.lifecycle.claim(ids[index], WORKER, stale_after=60) is not None
-        assert finish(live_store,
+        assert finish(
+            live_store,
             ids[index], 1, TrialState.COMPLETE, result={"objective": objective}
         )
 
@@ -388,7 +392,8 @@ def test_a_running_trial_page_extends_its_curves(
     sweep_id, points = make_sweep(live_store, small_sweep_spec(), owner="alice")
     trial_id = trial_ids(sweep_id, points)[0]
     assert live_store.lifecycle.claim(trial_id, WORKER, stale_after=60) is not None
-    report(live_store,
+    report(
+        live_store,
         trial_id,
         1,
         1,
@@ -397,7 +402,8 @@ def test_a_running_trial_page_extends_its_curves(
     page, console = open_drawn(context, f"{base_url}/trials/{trial_id}")
     assert trace_lengths(page, "fig-loss") == [1, 1]
     for epoch in (2, 3):
-        report(live_store,
+        report(
+            live_store,
             trial_id,
             1,
             epoch,
@@ -411,7 +417,8 @@ def test_a_running_trial_page_extends_its_curves(
     wait_until(lambda: trace_lengths(page, "fig-loss") == [3, 3], 15, "epochs 2 and 3")
     assert trace_lengths(page, "fig-metrics") == [3]
     assert trace_lengths(page, "fig-seconds") == [3]
-    finish(live_store,
+    finish(
+        live_store,
         trial_id,
         1,
         TrialState.COMPLETE,
@@ -493,7 +500,8 @@ def test_a_data_parallel_sweep_shows_tau_and_the_communication_split(
     for index, trial_id in enumerate(ids):
         assert live_store.lifecycle.claim(trial_id, WORKER, stale_after=60) is not None
         for epoch in (1, 2, 3):
-            report(live_store,
+            report(
+                live_store,
                 trial_id,
                 1,
                 epoch,
@@ -501,7 +509,8 @@ def test_a_data_parallel_sweep_shows_tau_and_the_communication_split(
                  "epoch_seconds": 0.5, "compute_seconds": 0.3, "comm_seconds": 0.1 / (index + 1),
                  "comm_bytes": 1e6 / (index + 1)},
             )
-        finish(live_store,
+        finish(
+            live_store,
             trial_id, 1, TrialState.COMPLETE, result={"objective": 0.8 + index / 100},
             extra={"train_seconds": 1.5, "device_info": {"world_size": 2, "backend": "gloo"}},
         )

@@ -43,7 +43,8 @@ def test_a_caffe_sweep_shows_its_fields_as_axes_and_its_layers(
             metrics = {"iteration": 50 * epoch, "train_loss": 1 / epoch, "val_loss": 1 / epoch,
                        "val_accuracy": 0.9 + index / 100, "lr": 0.01}  # fmt: skip
             report(live_store, trial_id, 1, epoch, metrics)
-        finish(live_store,
+        finish(
+            live_store,
             trial_id, 1, TrialState.COMPLETE, result={"objective": 0.9 + index / 100},
             extra={"param_count": graph.param_count, "layer_table": graph.layer_table()},
         )  # fmt: skip

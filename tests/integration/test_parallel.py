@@ -100,7 +100,8 @@ def test_a_sweep_over_tau_runs_and_shows_on_the_dashboard(stack: Stack) -> None:
     assert taus == {1, 5, 20}
     # Fewer synchronisations, fewer bytes: tau 20 moves less than tau 1.
     by_tau = {
-        t["params"]["execution"]["parallel"]["tau"]: stack.store.reads.get_trial(t["_id"]) for t in trials
+        t["params"]["execution"]["parallel"]["tau"]: stack.store.reads.get_trial(t["_id"])
+        for t in trials
     }
     assert (
         by_tau[20]["metrics"][0]["metrics"]["comm_bytes"]

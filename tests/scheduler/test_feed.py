@@ -58,8 +58,8 @@ def finish_some(stack: Stack, sweep_id: str, k: int) -> int:
         claimed = stack.store.lifecycle.claim(doc["_id"], WORKER, stale_after=60)
         assert claimed is not None
         value = objective(flatten_params(doc["params"]))
-        finish(stack.store,
-            doc["_id"], claimed["attempt"], "complete", result={"val_accuracy": value}
+        finish(
+            stack.store, doc["_id"], claimed["attempt"], "complete", result={"val_accuracy": value}
         )
         done += 1
     return done

@@ -58,14 +58,16 @@ def test_one_heartbeat_thread_beats_for_every_held_trial(store: Store) -> None:
     sweep_id, points = make_sweep(store)
     ids = trial_ids(sweep_id, points)[:3]
     configs = {t: (0, p.config) for t, p in zip(ids, points, strict=False)}
-    claims = claim_trials(store, ids, WORKER, 60.0, configs, budget=5.0)
+    claims = claim_trials(store.lifecycle, ids, WORKER, 60.0, configs, budget=5.0)
     assert [claims[t]["attempt"] for t in ids] == [1, 1, 1]
-    sender = HeartbeatSender.of_process(store, 0.2)
-    assert HeartbeatSender.of_process(store, 0.2) is sender  # one per process and store
+    sender = HeartbeatSender.of_process(store.lifecycle, 0.2)
+    assert HeartbeatSender.of_process(store.lifecycle, 0.2) is sender  # one per process and store
     for trial_id in ids:
         sender.hold(trial_id, 1)
     before = {t: store.reads.get_trial(t)["heartbeat_at"] for t in ids}
-    wait_for(lambda: all(store.reads.get_trial(t)["heartbeat_at"] > before[t] for t in ids), 10, "beats")
+    wait_for(
+        lambda: all(store.reads.get_trial(t)["heartbeat_at"] > before[t] for t in ids), 10, "beats"
+    )
     other = {**WORKER, "pid": WORKER["pid"] + 1}
     assert store.lifecycle.claim(ids[0], other, stale_after=60, takeover_attempt=1) is not None
     wait_for(lambda: sender.lost(ids[0]), 10, "the lost claim noted")
@@ -82,8 +84,8 @@ def test_an_epoch_check_notes_a_prune_request_at_once(store: Store) -> None:
     sweep_id, points = make_sweep(store)
     pruned, going_on = trial_ids(sweep_id, points)[:2]
     configs = {t: (0, p.config) for t, p in zip((pruned, going_on), points, strict=False)}
-    claim_trials(store, [pruned, going_on], WORKER, 60.0, configs, budget=5.0)
-    sender = HeartbeatSender(store, interval=3600.0)  # its thread would not beat in time
+    claim_trials(store.lifecycle, [pruned, going_on], WORKER, 60.0, configs, budget=5.0)
+    sender = HeartbeatSender(store.lifecycle, interval=3600.0)  # its thread would not beat in time
     sender.hold(pruned, 1)
     sender.hold(going_on, 1)
     assert store.admin.request_prune({pruned: (1, 4)}) == [pruned]

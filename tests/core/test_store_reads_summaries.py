@@ -1,8 +1,9 @@
-"""Contract of the sweep summaries (`core.summaries`): after any sequence of lifecycle
-writes, what `Store.best` and `Store.sweep_rows` answer from them equals a recomputation
-from every trial.
+"""Contract of the sweep summaries (`core.summaries`) behind the reads role: after any
+sequence of lifecycle writes, what `Reads.best` and `Reads.sweep_rows` answer from them
+equals a recomputation from every trial; `SweepAdmin.rebuild_summaries` repairs them.
 
-Against the real server of the `mongo_url` fixture, each test on a database of its own.
+Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
+when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and drops it.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def random_step(store: Store, rng: random.Random, ids: list[str], clock: FakeClo
         if doc.get("stop_requested"):
             state = "cancelled"
         objective = rng.choice((None, 0.5, 0.75, 0.9, round(rng.random(), 3)))
-        finish(store,
+        finish(
+            store,
             tid,
             doc["attempt"],
             state,

@@ -1,4 +1,5 @@
-"""The store contract, reads (`core.views`): sweeps, counts, trial pages, the best, one trial.
+"""Contract of the reads role (`core.reads.Reads`): sweeps, counts, trial pages, the best,
+one trial, trials by id and by index.
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
 when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and drops it.
@@ -103,8 +104,13 @@ def finished_sweep(store: Store) -> tuple[str, list[dict]]:
         else:
             attempt = run(store, tid)["attempt"]
             result = {"objective": round((i * 7 % 10) / 10, 1), "val_loss": 1.0 - i / 100}
-            finish(store,
-                tid, attempt, "complete", result=result, extra={"train_seconds": float(i % 3)}
+            finish(
+                store,
+                tid,
+                attempt,
+                "complete",
+                result=result,
+                extra={"train_seconds": float(i % 3)},
             )
     for tid in ids[20:24]:
         run(store, tid)

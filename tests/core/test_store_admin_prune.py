@@ -1,5 +1,6 @@
-"""The store contract of early stopping (`core.prune_requests`): a prune request marks a
-running attempt, its heartbeats answer ``prune``, and it ends ``pruned``.
+"""Contract of the sweep administration role (`core.admin.SweepAdmin`), early stopping
+(`request_prune`, `core.prune_requests`): a prune request marks a running attempt, its
+heartbeats answer ``prune``, and it ends ``pruned``.
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
 when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and drops it.
@@ -110,7 +111,9 @@ def test_heartbeats_answer_prune_to_the_named_attempt_only(store: Store, clock: 
     clock.advance(10)
     answers = store.lifecycle.heartbeat_many({pruned: 1, going_on: 1, lost: 2})
     assert answers == {pruned: "prune", going_on: "ok", lost: "lost"}
-    assert store.reads.get_trial(pruned, with_metrics=False)["heartbeat_at"] == clock.now  # beats on
+    assert (
+        store.reads.get_trial(pruned, with_metrics=False)["heartbeat_at"] == clock.now
+    )  # beats on
     store.admin.cancel_sweep(sweep_id)
     assert heartbeat(store, pruned, 1) is Heartbeat.STOP  # a cancel wins over a prune
     assert store.lifecycle.heartbeat_many({pruned: 1}) == {pruned: "stop"}

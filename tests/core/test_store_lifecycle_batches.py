@@ -1,5 +1,6 @@
-"""The store contract for many trials at once (`core.batch_writes`): claim, heartbeat,
-report and finish keep, trial by trial, every promise of the single methods.
+"""Contract of the trial lifecycle role (`core.lifecycle.TrialLifecycle`), many trials at
+once (`core.batch_writes`): claim, heartbeat, report and finish keep, trial by trial,
+every promise of one trial's transitions.
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
 when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and drops it.
@@ -95,7 +96,9 @@ def test_heartbeat_many_says_ok_stop_or_lost_per_trial(store: Store, clock: Fake
     store.admin.cancel_sweep(sweep_id)
     clock.advance(10)
     assert store.lifecycle.heartbeat_many({first: 1, third: 1}) == {first: "stop", third: "stop"}
-    assert store.reads.get_trial(third)["heartbeat_at"] == clock.now  # a stopping attempt still beats
+    assert (
+        store.reads.get_trial(third)["heartbeat_at"] == clock.now
+    )  # a stopping attempt still beats
 
 
 def test_report_many_keeps_one_row_per_attempt_and_epoch(store: Store) -> None:
@@ -135,7 +138,9 @@ def test_report_many_refuses_bad_rows_before_writing_any(store: Store) -> None:
     with pytest.raises(InvalidQuery, match="attempt"):
         store.lifecycle.report_many([good, EpochRow(tid, 3, 0, {"val_loss": 1.0})])
     with pytest.raises(NotFound):
-        store.lifecycle.report_many([good, EpochRow(f"{sweep_id}-0000000000000000", 1, 0, {"a": 1})])
+        store.lifecycle.report_many(
+            [good, EpochRow(f"{sweep_id}-0000000000000000", 1, 0, {"a": 1})]
+        )
     assert store.db["metrics"].count_documents({}) == 0
 
 
@@ -199,7 +204,9 @@ def test_finish_many_raises_for_what_only_the_store_knows_after_the_others(
     assert store.reads.get_trial(first)["state"] == "complete"
     assert store.reads.get_trial(second)["state"] == "running"
     with pytest.raises(NotFound):
-        store.lifecycle.finish_many([Finish(second, 1, "failed"), Finish(f"{sweep_id}-00", 1, "failed")])
+        store.lifecycle.finish_many(
+            [Finish(second, 1, "failed"), Finish(f"{sweep_id}-00", 1, "failed")]
+        )
     assert store.reads.get_trial(second)["state"] == "failed"
     store.admin.cancel_sweep(sweep_id)
     assert store.lifecycle.finish_many([Finish(third, 1, "cancelled")]) == {third: True}

@@ -1,11 +1,14 @@
-"""The store contract, actions on a whole sweep (`core.sweep_actions`): cancel, requeue
-stale, retry failed.
+"""Contract of the sweep administration role (`core.admin.SweepAdmin`): create a sweep,
+cancel it, requeue stale trials, retry failed ones (deleting: `test_store_admin_delete`;
+prune requests: `test_store_admin_prune`).
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
 when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and drops it.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -14,9 +17,71 @@ from core.errors import (
     InvalidTransition,
     NotFound,
 )
-from core.states import Heartbeat
+from core.records import flatten_params
+from core.states import ALL_STATES, Heartbeat, TrialState
 from core.store import Store
-from tests.core import WORKER, FakeClock, complete, finish, heartbeat, make_sweep, run, trial_ids
+from scheduler.expand import TrialPoint, expand
+from tests.core import (
+    WORKER,
+    FakeClock,
+    complete,
+    finish,
+    heartbeat,
+    make_sweep,
+    run,
+    small_spec,
+    trial_ids,
+)
+
+# -- create ----------------------------------------------------------------------------
+
+
+def test_create_sweep_stores_the_sweep_and_queued_trials(store: Store, clock: FakeClock) -> None:
+    spec = small_spec()
+    sweep_id, points = make_sweep(store, spec, owner="alice")
+    assert re.fullmatch(r"[0-9a-f]{12}", sweep_id)
+    sweep = store.reads.get_sweep(sweep_id)
+    assert sweep["name"] == "store-test"
+    assert sweep["owner"] == "alice"
+    assert sweep["spec"] == spec.document
+    assert sweep["objective"] == {"metric": "val_accuracy", "direction": "maximize"}
+    assert sweep["trial_count"] == 36
+    assert sweep["created_at"] == sweep["updated_at"] == clock.now
+    assert sweep["counts"] == {s.value: (36 if s is TrialState.QUEUED else 0) for s in ALL_STATES}
+
+    point = points[5]
+    trial = store.reads.get_trial(f"{sweep_id}-{point.id}", with_metrics=False)
+    assert trial["sweep_id"] == sweep_id and trial["key"] == point.id and trial["index"] == 5
+    assert flatten_params(trial["params"]) == point.params
+    assert trial["params"]["model"]["hidden_units"] == point.params["model.hidden_units"]
+    assert trial["config"] == point.config and trial["seed"] == point.seed
+    assert trial["state"] == "queued" and trial["attempt"] == 0 and trial["history"] == []
+    assert trial["queued_at"] == trial["updated_at"] == clock.now
+    for field in ("worker", "started_at", "finished_at", "result", "objective", "error"):
+        assert trial[field] is None
+
+
+def test_create_sweep_inserts_in_batches_and_fills_missing_configs(store: Store) -> None:
+    spec = small_spec()
+    bare = [
+        TrialPoint(index=p.index, id=p.id, params=p.params, seed=p.seed)
+        for p in expand(spec, with_config=False)
+    ]
+    small_batches = Store(store.client, store.db.name, insert_batch=5)
+    sweep_id = small_batches.admin.create_sweep(spec, bare)
+    trials, _ = store.reads.trials(sweep_id, limit=100)
+    assert [t["index"] for t in trials] == list(range(36))
+    full = expand(spec, with_config=True)
+    assert [t["config"] for t in trials] == [p.config for p in full]
+
+
+def test_create_sweep_refuses_duplicate_points(store: Store) -> None:
+    spec = small_spec()
+    points = expand(spec, with_config=True)
+    with pytest.raises(InvalidQuery, match="unique"):
+        store.admin.create_sweep(spec, [points[0], points[0]])
+    assert store.reads.list_sweeps()[0] == []
+
 
 # -- cancel, requeue, retry ------------------------------------------------------------
 
@@ -135,7 +200,9 @@ def test_requeue_without_counting_never_fails_a_trial(store: Store, clock: FakeC
     for _ in range(3):  # a `sweepstack run` stopped and resumed three times
         run(store, tid)
         clock.advance(1)
-        assert store.admin.requeue_stale(0, sweep_id=sweep_id, max_attempts=1, count_lost=False) == [tid]
+        assert store.admin.requeue_stale(
+            0, sweep_id=sweep_id, max_attempts=1, count_lost=False
+        ) == [tid]
     trial = store.reads.get_trial(tid)
     assert trial["state"] == "queued" and trial["attempt"] == 3
     assert trial.get("lost_attempts", 0) == 0

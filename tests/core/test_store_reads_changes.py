@@ -1,6 +1,8 @@
-"""Contract of the reads a live page polls (`Reads`): `changed_rows` and `metrics_after`.
+"""Contract of the reads role (`core.reads.Reads`) for live pages: the change feed
+(`changed_rows`), a running trial's curve (`metrics_after`), a sweep's pace (`throughput`).
 
-Against the real server of the `mongo_url` fixture, each test on a database of its own.
+Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
+when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and drops it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tests.core import (
     report,
     run,
     trial_ids,
+    width_spec,
 )
 
 FIELDS = ["state", "params", "objective", "worker.name", "config.model.hidden_units"]
@@ -58,7 +61,9 @@ def test_changed_rows_follows_changes_in_change_order(store: Store, clock: FakeC
 
 def test_changed_rows_accepts_overlapping_paths(store: Store) -> None:
     sweep_id, _ = make_sweep(store)
-    rows, _ = store.reads.changed_rows(sweep_id, None, ["config.model", "config.model.hidden_units"])
+    rows, _ = store.reads.changed_rows(
+        sweep_id, None, ["config.model", "config.model.hidden_units"]
+    )
     assert "activation" in rows[0]["config"]["model"]
 
 
@@ -130,3 +135,45 @@ def test_changed_rows_delivers_heartbeats_and_never_moves_the_watermark_back(
 def lagged(store: Store, clock: FakeClock, seconds: float) -> Store:
     """Another store on the same database whose change feed repeats `seconds` of changes."""
     return Store(store.client, store.db.name, clock=clock, change_lag=seconds)
+
+
+def end_trial(store: Store, trial_id: str, state: TrialState = TrialState.COMPLETE) -> None:
+    claimed = store.lifecycle.claim(trial_id, WORKER, stale_after=60)
+    assert claimed is not None
+    report(store, trial_id, claimed["attempt"], 1, {"val_loss": 0.5})
+    assert finish(store, trial_id, claimed["attempt"], state, result={"objective": 0.5})
+
+
+def test_throughput_counts_recent_finishes_and_estimates_the_rest(
+    store: Store, clock: FakeClock
+) -> None:
+    sweep_id, points = make_sweep(store, width_spec(10))
+    ids = trial_ids(sweep_id, points)
+    fresh = store.reads.throughput(sweep_id)
+    assert fresh["per_minute"] is None and fresh["eta_seconds"] is None
+    assert fresh["remaining"] == 10
+    clock.advance(30)
+    end_trial(store, ids[0])
+    end_trial(store, ids[1], TrialState.FAILED)
+    clock.advance(30)  # two finished in the first minute of the sweep
+    rate = store.reads.throughput(sweep_id)
+    assert rate["window_seconds"] == pytest.approx(60)
+    assert rate["per_minute"] == pytest.approx(2.0)
+    assert rate["eta_seconds"] == pytest.approx(8 * 30.0)
+    clock.advance(3600)  # nothing finished in the last ten minutes
+    idle = store.reads.throughput(sweep_id, minutes=10)
+    assert idle["window_seconds"] == pytest.approx(600) and idle["per_minute"] is None
+
+
+def test_throughput_of_a_finished_or_cancelled_sweep(store: Store) -> None:
+    sweep_id, points = make_sweep(store, width_spec(2))
+    for trial_id in trial_ids(sweep_id, points):
+        end_trial(store, trial_id)
+    assert store.reads.throughput(sweep_id)["eta_seconds"] == 0.0
+    cancelled, _ = make_sweep(store, width_spec(2, name="c"))
+    store.admin.cancel_sweep(cancelled)
+    assert store.reads.throughput(cancelled)["remaining"] == 0
+    with pytest.raises(InvalidQuery, match="minutes"):
+        store.reads.throughput(sweep_id, minutes=0)
+    with pytest.raises(NotFound):
+        store.reads.throughput("nope")
