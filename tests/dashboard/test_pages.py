@@ -125,8 +125,8 @@ def test_sweep_data_then_only_what_changed(client: FlaskClient, sweep: Sweep) ->
     assert changed["reasons"] == [{"reason": "NaN loss at epoch 1", "n": 1, "example": 4}]
     assert "width" in changed and changed["summary"]["best"]["index"] == 3
     sweep.clock.advance(1)
-    heartbeat = sweep.store.lifecycle.claim(sweep.ids[5], {"name": "w"}, stale_after=60)
-    assert heartbeat is not None
+    claimed = sweep.store.lifecycle.claim(sweep.ids[5], {"name": "w"}, stale_after=60)
+    assert claimed is not None
     again = get_json(client, f"{base}/changes?since={changed['since']}")
     assert [r["index"] for r in again["rows"]] == [5]
     sweep.clock.advance(1)
