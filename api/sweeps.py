@@ -143,9 +143,9 @@ def export_trials(sweep_id: str) -> Response:
     store = context().store
     sweep = store.reads.get_sweep(sweep_id, owner=owner())
     if fmt == "csv":
-        body, mimetype = export.csv_text(store, sweep), "text/csv"
+        body, mimetype = export.csv_text(store.reads, sweep), "text/csv"
     else:
-        body, mimetype = export.jsonl(store, sweep_id), "application/x-ndjson"
+        body, mimetype = export.jsonl(store.reads, sweep_id), "application/x-ndjson"
     filename = f"sweep-{sweep_id}.{fmt}"
     headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
     return Response(body, mimetype=mimetype, headers=headers)
@@ -156,5 +156,5 @@ def analysis(sweep_id: str) -> dict[str, Any]:
     """What the sweep found: plateaus, cost laws, importance and the accuracy-cost front."""
     accept(())
     ctx = context()
-    return sweep_analysis(ctx.store, sweep_id, owner=owner(), importance=ctx.importance,
+    return sweep_analysis(ctx.store.reads, sweep_id, owner=owner(), importance=ctx.importance,
                           memo=ctx.analyses)  # fmt: skip

@@ -85,12 +85,12 @@ def run(url: str, seeds: int) -> None:
                    {}, few.params, few.objective.tolist(), "maximize"))  # fmt: skip
         found = _timed(
             "analysis, first time (rows, plateaus, laws, fronts, importance)",
-            lambda: sweep_analysis(store, sweep_id, importance=importance.param_importances),
+            lambda: sweep_analysis(store.reads, sweep_id, importance=importance.param_importances),
             BUDGET_S,
         )
         _timed(
             "analysis again (stored with the finished sweep)",
-            lambda: sweep_analysis(store, sweep_id, importance=importance.param_importances),
+            lambda: sweep_analysis(store.reads, sweep_id, importance=importance.param_importances),
         )
         sweep = store.reads.get_sweep(sweep_id)
         docs, _ = _timed("  of which: reading the rows (finish log)",

@@ -185,12 +185,12 @@ def _time_downloads(url: str, db_name: str, sweep_id: str) -> None:
     store = Store.connect(url, db_name)
     try:
         table = SweepTable(sweep_id)
-        table.sync(store, min_interval=0)
+        table.sync(store.reads, min_interval=0)
         sweep = store.reads.get_sweep(sweep_id)
 
         def timed(indexes: list[int] | None) -> tuple[float, int]:
             start = time.perf_counter()
-            size = sum(len(chunk) for chunk in export.csv_text(store, sweep, indexes))
+            size = sum(len(chunk) for chunk in export.csv_text(store.reads, sweep, indexes))
             return time.perf_counter() - start, size
 
         paged, size = timed(None)

@@ -78,13 +78,13 @@ def trials_blueprint(
 
     def table_of(sweep_id: str) -> SweepTable:
         own_sweep(sweep_id)
-        return state().tables.get(context().store, sweep_id)
+        return state().tables.get(context().store.reads, sweep_id)
 
     def fresh(sweep_id: str) -> dict[str, Any]:
         """The sweep's counts after an action, its table read again at once."""
-        store = context().store
-        table = state().tables.get(store, sweep_id)
-        table.sync(store, min_interval=0)
+        reads = context().store.reads
+        table = state().tables.get(reads, sweep_id)
+        table.sync(reads, min_interval=0)
         table.prepared(0)  # the next page shows the change, not a snapshot from before
         return dict(table.sweep.get("counts") or {})
 
@@ -96,7 +96,7 @@ def trials_blueprint(
     def compare_trials(sweep_id: str) -> Response:
         indexes = compare.parse_indexes(request.args.get("indexes", ""))
         sweep_table = table_of(sweep_id)
-        return _json(compare.compare_payload(context().store, sweep_table, indexes))
+        return _json(compare.compare_payload(context().store.reads, sweep_table, indexes))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/download")
     def download(sweep_id: str) -> Response:
@@ -110,11 +110,11 @@ def trials_blueprint(
             )
         sweep_table = table_of(sweep_id)
         indexes, filtered = trials.selected_indexes(sweep_table, request.args, extra=("format",))
-        store = context().store
+        reads = context().store.reads
         if fmt == "csv":
-            body = export.csv_text(store, store.reads.get_sweep(sweep_id), indexes)
+            body = export.csv_text(reads, reads.get_sweep(sweep_id), indexes)
         else:
-            body = export.jsonl(store, sweep_id, indexes)
+            body = export.jsonl(reads, sweep_id, indexes)
         name = f"sweep-{sweep_id}{'-filtered' if filtered else ''}.{fmt}"
         headers = {
             "Content-Disposition": f'attachment; filename="{name}"',

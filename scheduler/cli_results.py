@@ -267,10 +267,11 @@ def export(sweep_id: str, data_dir: str | None, fmt: str, out_path: str | None) 
     sweep = _sweep(store, sweep_id)
     trials = sum(sweep["counts"].values()) - int(sweep.get("planned") or 0)
     if fmt == "parquet":
-        written = exporting.write_parquet(store, sweep, str(out_path))
+        written = exporting.write_parquet(store.reads, sweep, str(out_path))
         click.echo(f"wrote {written:,} trials of sweep {sweep_id} to {out_path}", err=True)
         return
-    chunks = exporting.csv_text(store, sweep) if fmt == "csv" else exporting.jsonl(store, sweep_id)
+    reads = store.reads
+    chunks = exporting.csv_text(reads, sweep) if fmt == "csv" else exporting.jsonl(reads, sweep_id)
     if out_path is None:
         for chunk in chunks:
             click.echo(chunk, nl=False)

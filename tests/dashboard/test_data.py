@@ -174,7 +174,7 @@ def test_trial_detail_and_epoch_series(scenario: Sweep) -> None:
 
 
 def test_worker_rows_from_the_store_and_from_inspect(scenario: Sweep) -> None:
-    activity = recent_activity(scenario.store, scenario.clock.now)
+    activity = recent_activity(scenario.store.reads, scenario.clock.now)
     now = data.to_ms(scenario.clock.now) or 0
     rows = {r["name"]: r for r in worker_rows(None, activity, now)}
     one, two = rows["celery@w1"], rows["celery@w2"]
@@ -194,7 +194,7 @@ def test_worker_rows_from_the_store_and_from_inspect(scenario: Sweep) -> None:
     # w2 answered now: seen now, though its trial last moved minutes ago.
     assert online[0]["last_seen"] == now + 600_000 and online[0]["last_activity"] == now
     assert inspect_workers(None) == {"workers": None, "error": None}
-    later = recent_activity(scenario.store, scenario.clock.now.replace(year=2031))
+    later = recent_activity(scenario.store.reads, scenario.clock.now.replace(year=2031))
     assert later == []
 
 

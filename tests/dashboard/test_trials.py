@@ -215,7 +215,8 @@ def test_downloads_hold_the_filtered_trials(
     assert rows[0]["val_accuracy"] and rows[0]["param_count"] and rows[0]["model.hidden_units"]
     every = client.get(f"/dashboard/data/sweeps/{sid}/download?format=csv")
     assert every.headers["Content-Disposition"].endswith(f'"sweep-{sid}.csv"')
-    api = "".join(export.csv_text(store, store.reads.get_sweep(sid)))  # what the API's export holds
+    # What the API's export holds:
+    api = "".join(export.csv_text(store.reads, store.reads.get_sweep(sid)))
     assert every.get_data(as_text=True) == api and api.count("\n") == 17
     whole = client.get(f"/dashboard/data/sweeps/{sid}/download?format=jsonl")
     assert whole.mimetype == "application/x-ndjson"
