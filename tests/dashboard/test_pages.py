@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 from core.states import TrialState
 from dashboard import payloads
 from scheduler.cli_dashboard import dashboard, gunicorn_argv
-from tests.core import report
+from tests.core import heartbeat, report
 from tests.dashboard.conftest import Sweep, fresh_app, login
 from tests.services import free_port, wait_listening
 
