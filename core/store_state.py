@@ -98,6 +98,7 @@ class StoreState:
         return doc
 
     def cancelled(self, sweep_id: str) -> bool:
+        """Whether the sweep was cancelled (False for one the store does not have)."""
         doc = self.sweeps.find_one({"_id": sweep_id}, {"cancelled_at": 1})
         return doc is not None and doc.get("cancelled_at") is not None
 

@@ -90,8 +90,8 @@ def test_tables_forget_unknown_sweeps_and_evict_the_least_recently_used(sweep: S
     tables.get(sweep.store.reads, other)  # 32 rows > 20: the older table goes
     assert tables.peek(sweep.sweep_id) is None and tables.peek(other) is not None
     idle = Tables(idle_seconds=0, min_interval=0)
-    idle.get(sweep.store, sweep.sweep_id)
-    idle.get(sweep.store, other)
+    idle.get(sweep.store.reads, sweep.sweep_id)
+    idle.get(sweep.store.reads, other)
     assert idle.peek(sweep.sweep_id) is None and idle.peek(other) is not None
 
 
