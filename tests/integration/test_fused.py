@@ -159,10 +159,11 @@ def test_redelivered_group_changes_nothing_and_unknown_ids_are_left_out(stack: S
     options = RunnerOptions(heartbeat_seconds=1.0, stale_after_seconds=30.0)
     worker = worker_identity("in-process")
     missing = f"{sweep_id}-0000000000000000"
-    outcomes = execute_group(stack.store, [*ids, missing], worker, options)
+    outcomes = execute_group(stack.store.lifecycle, [*ids, missing], worker, options)
     assert outcomes == {ids[0]: "complete", ids[1]: "complete", missing: "unknown"}
     before = [stack.store.reads.get_trial(i) for i in ids]
-    assert execute_group(stack.store, ids, worker, options) == dict.fromkeys(ids, "skipped")
+    again = execute_group(stack.store.lifecycle, ids, worker, options)
+    assert again == dict.fromkeys(ids, "skipped")
     assert [stack.store.reads.get_trial(i) for i in ids] == before
 
 
@@ -199,7 +200,7 @@ def test_a_time_limit_fails_every_unfinished_trial_of_the_group(
 
     monkeypatch.setattr(group_runner, "_train", out_of_time)
     options = RunnerOptions(heartbeat_seconds=1.0, stale_after_seconds=30.0)
-    outcomes = execute_group(stack.store, ids, worker_identity("in-process"), options)
+    outcomes = execute_group(stack.store.lifecycle, ids, worker_identity("in-process"), options)
     assert outcomes == dict.fromkeys(ids, "failed")
     for trial_id in ids:
         doc = stack.store.reads.get_trial(trial_id, with_metrics=False)
@@ -216,7 +217,9 @@ def test_cancelling_the_sweep_ends_the_group_cancelled(stack: Stack) -> None:
     outcomes: dict[str, str] = {}
     runner = threading.Thread(
         target=lambda: outcomes.update(
-            execute_group(stack.store, ids, worker_identity("in-process"), options)
+            execute_group(
+                stack.store.lifecycle, ids, worker_identity("in-process"), options
+            )
         )
     )
     runner.start()

@@ -181,7 +181,7 @@ def test_without_watch_the_heartbeat_thread_still_stops_a_pruned_trial(stack: St
     options = RunnerOptions(heartbeat_seconds=0.2, stale_after_seconds=30.0)
     carried = (0, trials[0].config)
     outcome = execute_trial(
-        stack.store, trial_id, worker_identity("in-process"), options, carried=carried
+        stack.store.lifecycle, trial_id, worker_identity("in-process"), options, carried=carried
     )
     pruner.join()
     assert outcome == "pruned"
