@@ -75,7 +75,7 @@ def index() -> dict[str, Any]:
     accept(("limit", "cursor"))
     ctx = context()
     limit = page_limit(ctx.settings)
-    docs, nxt = ctx.store.list_sweeps(owner=owner(), limit=limit, cursor=cursor())
+    docs, nxt = ctx.store.reads.list_sweeps(owner=owner(), limit=limit, cursor=cursor())
     return page([sweep_view(doc) for doc in docs], nxt)
 
 
@@ -84,9 +84,9 @@ def show(sweep_id: str) -> dict[str, Any]:
     """A sweep: its spec, counts by state, best trial, throughput and ETA."""
     accept(())
     store = context().store
-    doc = store.get_sweep(sweep_id, owner=owner())
-    best = store.best(sweep_id, 1)
-    return sweep_detail(doc, best[0] if best else None, store.throughput(sweep_id))
+    doc = store.reads.get_sweep(sweep_id, owner=owner())
+    best = store.reads.best(sweep_id, 1)
+    return sweep_detail(doc, best[0] if best else None, store.reads.throughput(sweep_id))
 
 
 @blueprint.post("/<sweep_id>/cancel")
@@ -94,9 +94,9 @@ def cancel(sweep_id: str) -> dict[str, Any]:
     """Cancel: queued trials end cancelled, running ones are asked to stop (idempotent)."""
     accept(())
     store = context().store
-    store.get_sweep(sweep_id, owner=owner())
-    changed = store.cancel_sweep(sweep_id)
-    return {**changed, "sweep": sweep_view(store.get_sweep(sweep_id))}
+    store.reads.get_sweep(sweep_id, owner=owner())
+    changed = store.admin.cancel_sweep(sweep_id)
+    return {**changed, "sweep": sweep_view(store.reads.get_sweep(sweep_id))}
 
 
 @blueprint.post("/<sweep_id>/retry")
@@ -104,16 +104,16 @@ def retry(sweep_id: str) -> dict[str, Any]:
     """Queue failed and stale trials again and enqueue them; 409 if the sweep is cancelled."""
     accept(())
     ctx = context()
-    ctx.store.get_sweep(sweep_id, owner=owner())
+    ctx.store.reads.get_sweep(sweep_id, owner=owner())
     body = retry_sweep(ctx.store, ctx.sender, ctx.settings, sweep_id)
-    return {**body, "sweep": sweep_view(ctx.store.get_sweep(sweep_id))}
+    return {**body, "sweep": sweep_view(ctx.store.reads.get_sweep(sweep_id))}
 
 
 @blueprint.delete("/<sweep_id>")
 def delete(sweep_id: str) -> dict[str, Any]:
     """Remove a sweep with its trials and metrics; 409 while any trial is queued or running."""
     accept(())
-    removed = context().store.delete_sweep(sweep_id, owner=owner())
+    removed = context().store.admin.delete_sweep(sweep_id, owner=owner())
     return {"id": sweep_id, "deleted": True, **removed}
 
 
@@ -122,8 +122,8 @@ def trials(sweep_id: str) -> dict[str, Any]:
     """A page of the sweep's trials, filtered by state and parameters, in any order."""
     accept(("state", "param", "sort", "order", "limit", "cursor"))
     ctx = context()
-    ctx.store.get_sweep(sweep_id, owner=owner())
-    docs, nxt = ctx.store.trials(
+    ctx.store.reads.get_sweep(sweep_id, owner=owner())
+    docs, nxt = ctx.store.reads.trials(
         sweep_id,
         state=state_filter(),
         params=param_filters(),
@@ -141,11 +141,11 @@ def export_trials(sweep_id: str) -> Response:
     accept(("format",))
     fmt = choice("format", ("csv", "jsonl"), "csv")
     store = context().store
-    sweep = store.get_sweep(sweep_id, owner=owner())
+    sweep = store.reads.get_sweep(sweep_id, owner=owner())
     if fmt == "csv":
-        body, mimetype = export.csv_text(store, sweep), "text/csv"
+        body, mimetype = export.csv_text(store.reads, sweep), "text/csv"
     else:
-        body, mimetype = export.jsonl(store, sweep_id), "application/x-ndjson"
+        body, mimetype = export.jsonl(store.reads, sweep_id), "application/x-ndjson"
     filename = f"sweep-{sweep_id}.{fmt}"
     headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
     return Response(body, mimetype=mimetype, headers=headers)
@@ -156,5 +156,5 @@ def analysis(sweep_id: str) -> dict[str, Any]:
     """What the sweep found: plateaus, cost laws, importance and the accuracy-cost front."""
     accept(())
     ctx = context()
-    return sweep_analysis(ctx.store, sweep_id, owner=owner(), importance=ctx.importance,
+    return sweep_analysis(ctx.store.reads, sweep_id, owner=owner(), importance=ctx.importance,
                           memo=ctx.analyses)  # fmt: skip

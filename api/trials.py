@@ -24,9 +24,9 @@ def show(trial_id: str) -> dict[str, Any]:
     """The trial with its config, attempts history and metrics by attempt and epoch."""
     accept(())
     store = context().store
-    doc = store.get_trial(trial_id)
+    doc = store.reads.get_trial(trial_id)
     try:
-        store.get_sweep(doc["sweep_id"], owner=owner())
+        store.reads.get_sweep(doc["sweep_id"], owner=owner())
     except NotFound as exc:
         raise NotFound("trial", trial_id) from exc
     return trial_view(doc, detail=True)

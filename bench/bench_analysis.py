@@ -59,7 +59,7 @@ def _ranking(shares: dict[str, float]) -> str:
 
 def seeded_rows(store: Store, sweep_id: str) -> list[dict]:
     """A few complete trials' rows, to load the evaluators before anything is timed."""
-    docs, _ = store.trials(sweep_id, state="complete", limit=50)
+    docs, _ = store.reads.trials(sweep_id, state="complete", limit=50)
     return docs
 
 
@@ -75,7 +75,7 @@ def run(url: str, seeds: int) -> None:
         sweep_id = seeded.sweep_id
         print(f"seeded {len(seeded.points):,} finished trials ({seeded.count('complete'):,} "
               f"complete) in {time.perf_counter() - start:.1f} s")  # fmt: skip
-        store.rebuild_summaries(sweep_id)
+        store.admin.rebuild_summaries(sweep_id)
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"{os.cpu_count()} CPUs, load average {load}")
 
@@ -85,16 +85,16 @@ def run(url: str, seeds: int) -> None:
                    {}, few.params, few.objective.tolist(), "maximize"))  # fmt: skip
         found = _timed(
             "analysis, first time (rows, plateaus, laws, fronts, importance)",
-            lambda: sweep_analysis(store, sweep_id, importance=importance.param_importances),
+            lambda: sweep_analysis(store.reads, sweep_id, importance=importance.param_importances),
             BUDGET_S,
         )
         _timed(
             "analysis again (stored with the finished sweep)",
-            lambda: sweep_analysis(store, sweep_id, importance=importance.param_importances),
+            lambda: sweep_analysis(store.reads, sweep_id, importance=importance.param_importances),
         )
-        sweep = store.get_sweep(sweep_id)
+        sweep = store.reads.get_sweep(sweep_id)
         docs, _ = _timed("  of which: reading the rows (finish log)",
-                         lambda: store.sweep_rows(sweep_id, FIELDS))  # fmt: skip
+                         lambda: store.reads.sweep_rows(sweep_id, FIELDS))  # fmt: skip
         _timed("  of which: plateaus, cost laws, fronts", lambda: analyse(sweep, docs))
         trials = complete_trials(docs)
         _timed(

@@ -145,7 +145,7 @@ def run(url: str, seeds: int, verbose: bool = False) -> None:
         )
 
         start = time.perf_counter()
-        store.rebuild_summaries(seeded.sweep_id)
+        store.admin.rebuild_summaries(seeded.sweep_id)
         print(
             f"built its summaries from the trials in {time.perf_counter() - start:.1f} s"
             " (the lifecycle keeps them as trials finish; this is the once-only slow path)"

@@ -62,7 +62,7 @@ def mcleod(variant: str) -> dict[str, Any]:
 def _all_trials(stack: Stack, sweep_id: str) -> list[dict[str, Any]]:
     out, cursor = [], None
     while True:
-        page, cursor = stack.store.trials(sweep_id, limit=500, cursor=cursor)
+        page, cursor = stack.store.reads.trials(sweep_id, limit=500, cursor=cursor)
         out += page
         if not cursor:
             return out

@@ -102,7 +102,7 @@ def run_once(stack: Stack, trials: int, workers: int, fuse: str) -> None:
     docs: list[dict[str, Any]] = []
     cursor = None
     while True:
-        page, cursor = stack.store.trials(sweep_id, limit=500, cursor=cursor)
+        page, cursor = stack.store.reads.trials(sweep_id, limit=500, cursor=cursor)
         docs.extend(page)
         if not cursor:
             break

@@ -21,7 +21,7 @@ from bench import store_url
 from bench.bench_expand import GRID
 from core.records import trial_document, utcnow
 from core.spec import load_spec
-from core.store import Store
+from core.store import INSERT_BATCH, Store
 from scheduler.expand import expand
 
 PAGE = 50
@@ -53,12 +53,12 @@ def run(url: str) -> None:
         store.ensure_indexes()
 
         start = time.perf_counter()
-        sweep_id = store.create_sweep(spec, points)
+        sweep_id = store.admin.create_sweep(spec, points)
         took = time.perf_counter() - start
         n = len(points)
         print(
             f"create_sweep  {n:,} trials: {took:6.2f} s ({n / took:,.0f} trials/s, "
-            f"batches of {store.insert_batch}, 3 secondary indexes)"
+            f"batches of {INSERT_BATCH}, 3 secondary indexes)"
         )
         now = utcnow()
         raw = [
@@ -74,8 +74,8 @@ def run(url: str) -> None:
             for p in points
         ]
         start = time.perf_counter()
-        for i in range(0, n, store.insert_batch):
-            store.db["bench_raw"].insert_many(raw[i : i + store.insert_batch], ordered=False)
+        for i in range(0, n, INSERT_BATCH):
+            store.db["bench_raw"].insert_many(raw[i : i + INSERT_BATCH], ordered=False)
         floor = time.perf_counter() - start
         print(
             f"  vs insert_many into an unindexed collection: {floor:6.2f} s "
@@ -85,15 +85,15 @@ def run(url: str) -> None:
         trials = store.db["trials"]
         query = {"state": "queued", "params": {"model.activation": "relu"}}
         mongo = {"sweep_id": sweep_id, "state": "queued", "params.model.activation": "relu"}
-        _, deep = store.trials(sweep_id, **query, limit=PAGE, cursor=None)
+        _, deep = store.reads.trials(sweep_id, **query, limit=PAGE, cursor=None)
         for _ in range(249):  # walk to page 250, ~25,000 trials in
-            _, deep = store.trials(sweep_id, **query, limit=PAGE, cursor=deep)
+            _, deep = store.reads.trials(sweep_id, **query, limit=PAGE, cursor=deep)
 
         print(f"one page of {PAGE}, state=queued and model.activation=relu, by index:")
-        print("  store, page 1:       ", _ms(_timed(lambda: store.trials(sweep_id, **query))))
+        print("  store, page 1:       ", _ms(_timed(lambda: store.reads.trials(sweep_id, **query))))
         print(
             "  store, page 251:     ",
-            _ms(_timed(lambda: store.trials(sweep_id, **query, cursor=deep))),
+            _ms(_timed(lambda: store.reads.trials(sweep_id, **query, cursor=deep))),
         )
         print(
             "  find.sort.skip(0):   ",
@@ -109,15 +109,15 @@ def run(url: str) -> None:
         by = {**query, "sort": "model.hidden_units", "descending": True}
         server = [("params.model.hidden_units", -1), ("index", -1)]
         print(f"one page of {PAGE}, same filter, by model.hidden_units descending:")
-        print("  store, page 1:       ", _ms(_timed(lambda: store.trials(sweep_id, **by))))
+        print("  store, page 1:       ", _ms(_timed(lambda: store.reads.trials(sweep_id, **by))))
         print(
             "  find.sort.limit:     ",
             _ms(_timed(lambda: list(trials.find(mongo).sort(server).limit(PAGE)), 1)),
         )
 
         print("counts by state:")
-        print("  store.counts:        ", _ms(_timed(lambda: store.counts(sweep_id))))
-        print("  store.recount:       ", _ms(_timed(lambda: store.recount(sweep_id), 1)))
+        print("  reads.counts:        ", _ms(_timed(lambda: store.reads.counts(sweep_id))))
+        print("  admin.recount:       ", _ms(_timed(lambda: store.admin.recount(sweep_id), 1)))
     finally:
         store.client.drop_database(db_name)
         store.close()

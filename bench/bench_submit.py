@@ -103,11 +103,11 @@ def phases(settings: Settings, text: str) -> list[tuple[str, float]]:
         ranked = order_by_cost(trials, costs)
         window = ranked[:BIG_WINDOW]
         sweep_id = _timed(f"store: create_sweep (first {len(window):,} of {len(trials):,})",
-                          lambda: store.create_sweep(spec, window, owner="bench",
+                          lambda: store.admin.create_sweep(spec, window, owner="bench",
                                                      total=len(trials)), rows)  # fmt: skip
         batch = _timed("group trials into messages", lambda: messages(sweep_id, window), rows)
         _timed(f"enqueue {len(batch):,} messages (confirmed)", lambda: enqueue(app, batch), rows)
-        _timed("store: note them sent", lambda: store.end_sending(sweep_id), rows)
+        _timed("store: note them sent", lambda: store.feeding.end_sending(sweep_id), rows)
     finally:
         _drop(settings, store)
         store.close()

@@ -69,7 +69,7 @@ def _seed(store: Store, seeds: int) -> tuple[str, int]:
     spec = load_spec(text + "objective: {metric: val_accuracy, direction: maximize}\n")
     start = time.perf_counter()
     seeded = seed_sweep(store, spec, failed=125 * seeds, curves=20, spacing=0.05)
-    store.rebuild_summaries(seeded.sweep_id)
+    store.admin.rebuild_summaries(seeded.sweep_id)
     n = len(seeded.points)
     print(
         f"seeded {n:,} finished trials and their summaries in {time.perf_counter() - start:.1f} s"
@@ -175,7 +175,7 @@ def _visit(context: Any, page_url: str, *, table: bool) -> dict[str, Any]:
 
 def _time_downloads(url: str, db_name: str, sweep_id: str) -> None:
     """A download of the whole sweep and of a filter's selection, read by index as the
-    dashboard reads them (`core.views.Views.trials_at`), against the API's paged export."""
+    dashboard reads them (`core.reads.Reads.trials_at`), against the API's paged export."""
     from werkzeug.datastructures import MultiDict
 
     from core import export
@@ -185,12 +185,12 @@ def _time_downloads(url: str, db_name: str, sweep_id: str) -> None:
     store = Store.connect(url, db_name)
     try:
         table = SweepTable(sweep_id)
-        table.sync(store, min_interval=0)
-        sweep = store.get_sweep(sweep_id)
+        table.sync(store.reads, min_interval=0)
+        sweep = store.reads.get_sweep(sweep_id)
 
         def timed(indexes: list[int] | None) -> tuple[float, int]:
             start = time.perf_counter()
-            size = sum(len(chunk) for chunk in export.csv_text(store, sweep, indexes))
+            size = sum(len(chunk) for chunk in export.csv_text(store.reads, sweep, indexes))
             return time.perf_counter() - start, size
 
         paged, size = timed(None)

@@ -1,13 +1,15 @@
 """Store writes per trial, before and after batching: claim, epoch report, heartbeat, finish.
 
-"Before" is what a worker sent per trial until now (the single methods of
-`core.lifecycle`, once per trial: a fused group of K paid K times); "after" is what it
-sends now (`core.batch_writes`: one write for a whole group, a claim with no read, epoch
-rows in batches). Both run in one process against one SecantusDB it starts, on fresh
-queued trials, and print the median milliseconds per trial of each path, for one trial
-alone and for a fused group of K. The epoch row is counted per epoch of one trial; "after"
-for a trial alone writes one row per batch, so it is the worst case (an epoch slower than
-the 2 s between batches); a faster trial shares one write among all its epochs of 2 s.
+"Before" is one call per trial (the careful `claim`, and the batched methods of
+`core.lifecycle.TrialLifecycle` given one trial each: a fused group of K pays K round
+trips; the store's single-trial report, heartbeat and finish, which also read the trial
+first, are gone); "after" is what a worker sends (`core.batch_writes`: one write for a
+whole group, a claim with no read, epoch rows in batches). Both run in one process
+against one SecantusDB it starts, on fresh queued trials, and print the median
+milliseconds per trial of each path, for one trial alone and for a fused group of K. The
+epoch row is counted per epoch of one trial; "after" for a trial alone writes one row per
+batch, so it is the worst case (an epoch slower than the 2 s between batches); a faster
+trial shares one write among all its epochs of 2 s.
 
     python -m bench.bench_writes [--group 32] [--repeats 15]
 
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from core.batch_writes import EpochRow, Finish
+from core.lifecycle import EpochRow, Finish
 from core.spec import load_spec
 from core.store import Store
 from scheduler.expand import expand
@@ -43,7 +45,7 @@ def _sweep(store: Store, n: int) -> list[str]:
         }
     )
     points = expand(spec, with_config=True)
-    sweep_id = store.create_sweep(spec, points)
+    sweep_id = store.admin.create_sweep(spec, points)
     return [f"{sweep_id}-{p.id}" for p in points]
 
 
@@ -57,6 +59,7 @@ def _measure(store: Store, k: int, repeats: int) -> dict[str, tuple[float, float
     """Median ms per trial of each path for groups of `k` (1: a trial alone)."""
     before: dict[str, list[float]] = {"claim": [], "report": [], "heartbeat": [], "finish": []}
     after: dict[str, list[float]] = {key: [] for key in before}
+    lc = store.lifecycle
     for _ in range(repeats):
         old, new = _sweep(store, k), _sweep(store, k)
         rows = [EpochRow(t, 1, 1, ROW) for t in new]
@@ -65,20 +68,22 @@ def _measure(store: Store, k: int, repeats: int) -> dict[str, tuple[float, float
         ends = [Finish(t, 1, "complete", result) for t in new]
         paths: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
             "claim": (
-                lambda old=old: [store.claim(t, WORKER, stale_after=60) for t in old],
-                lambda new=new: store.claim_queued(dict.fromkeys(new, 0), WORKER),
+                lambda old=old: [lc.claim(t, WORKER, stale_after=60) for t in old],
+                lambda new=new: lc.claim_queued(dict.fromkeys(new, 0), WORKER),
             ),
             "report": (
-                lambda old=old: [store.report(t, 1, 1, ROW) for t in old],
-                lambda rows=rows: store.report_many(rows),
+                lambda old=old: [lc.report_many([EpochRow(t, 1, 1, ROW)]) for t in old],
+                lambda rows=rows: lc.report_many(rows),
             ),
             "heartbeat": (
-                lambda old=old: [store.heartbeat(t, 1) for t in old],
-                lambda held=held: store.heartbeat_many(held),
+                lambda old=old: [lc.heartbeat_many({t: 1}) for t in old],
+                lambda held=held: lc.heartbeat_many(held),
             ),
             "finish": (
-                lambda old=old, r=result: [store.finish(t, 1, "complete", result=r) for t in old],
-                lambda ends=ends: store.finish_many(ends),
+                lambda old=old, r=result: [
+                    lc.finish_many([Finish(t, 1, "complete", r)]) for t in old
+                ],
+                lambda ends=ends: lc.finish_many(ends),
             ),
         }
         for key, (was, now) in paths.items():  # in lifecycle order: each needs the one before

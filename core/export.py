@@ -14,7 +14,7 @@ dashboard's downloads and ``sweepstack export``.
 
 Given `indexes` (a caller's selection, such as the dashboard's filtered table), only the
 trials at those indexes are written, read a window of `PAGE` indexes at a time
-(`core.views.Views.trials_at`).
+(`core.reads.Reads.trials_at`).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from core.errors import SpecError, SweepstackError
+from core.reads import Reads
 from core.records import flatten_params
 from core.spec import METRICS, load_spec
-from core.store import Store
 
 log = logging.getLogger(__name__)
 PAGE = 1000
@@ -68,19 +68,19 @@ def param_columns(sweep: dict[str, Any]) -> list[str]:
         return []
 
 
-def _pages(store: Store, sweep_id: str, indexes: Sequence[int] | None = None
+def _pages(reads: Reads, sweep_id: str, indexes: Sequence[int] | None = None
            ) -> Iterator[dict[str, Any]]:
     if indexes is not None:  # a window of PAGE indexes at a time: a short range, or a few
         chosen = sorted(set(indexes))
         start = 0
         while start < len(chosen):
             stop = bisect.bisect_left(chosen, chosen[start] + PAGE, lo=start)
-            yield from store.trials_at(sweep_id, chosen[start:stop], FIELDS)
+            yield from reads.trials_at(sweep_id, chosen[start:stop], FIELDS)
             start = stop
         return
     cursor = None
     while True:
-        docs, cursor = store.trials(sweep_id, limit=PAGE, cursor=cursor)
+        docs, cursor = reads.trials(sweep_id, limit=PAGE, cursor=cursor)
         yield from docs
         if cursor is None:
             return
@@ -117,22 +117,22 @@ def _cell(value: Any) -> Any:
     return value
 
 
-def jsonl(store: Store, sweep_id: str, indexes: Sequence[int] | None = None
+def jsonl(reads: Reads, sweep_id: str, indexes: Sequence[int] | None = None
           ) -> Iterator[str]:
     """The export as JSON Lines (of the trials at `indexes` only, when given)."""
     try:
-        for doc in _pages(store, sweep_id, indexes):
+        for doc in _pages(reads, sweep_id, indexes):
             yield json.dumps(row(doc), allow_nan=False) + "\n"
     except SweepstackError as exc:  # the status is sent: all that is left is to stop
         log.error("export of sweep %s stopped: %s", sweep_id, exc)
 
 
-def csv_text(store: Store, sweep: dict[str, Any], indexes: Sequence[int] | None = None
+def csv_text(reads: Reads, sweep: dict[str, Any], indexes: Sequence[int] | None = None
              ) -> Iterator[str]:
     """The export as CSV, the header first (of the trials at `indexes` only, when given)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    docs = _pages(store, sweep["_id"], indexes)
+    docs = _pages(reads, sweep["_id"], indexes)
     try:
         first = next(docs, None)
         columns = _columns(sweep, first)
@@ -186,7 +186,7 @@ def _arrow_column(values: list[Any]) -> Any:
         return pa.array([None if v is None else str(v) for v in values], pa.string())
 
 
-def write_parquet(store: Store, sweep: dict[str, Any], path: str) -> int:
+def write_parquet(reads: Reads, sweep: dict[str, Any], path: str) -> int:
     """The export as a Parquet file at `path` (the CSV's columns, typed); the rows written.
 
     The columns are built in memory (a 50,000-trial sweep is a few MB), so that each gets
@@ -195,7 +195,7 @@ def write_parquet(store: Store, sweep: dict[str, Any], path: str) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    docs = _pages(store, sweep["_id"])
+    docs = _pages(reads, sweep["_id"])
     first = next(docs, None)
     columns = _columns(sweep, first)
     names = [*HEAD, *columns, *METRICS, *TAIL]

@@ -1,5 +1,6 @@
-"""Store writes and reads of the scheduler's feeding loop (`scheduler.feed`): creating a
-sweep with its first window of trials, and adding the rest.
+"""The feeding loop's role: the store's writes and reads for the scheduler that feeds a
+sweep (`scheduler.feed`, `scheduler.feeders`) once its first window is stored
+(`core.admin.SweepAdmin.create_sweep`): adding the rest, and the pruning decision's input.
 
 A sweep is stored with its first window of trials only; the rest are **planned**: the sweep
 document's ``planned`` says how many trials are still to be created, and they count as
@@ -7,7 +8,7 @@ document's ``planned`` says how many trials are still to be created, and they co
 sees the whole sweep. `add_trials` creates more (idempotently: a trial's ``_id`` is its
 sweep and point id, and a repeat insert is a duplicate key that changes nothing) and moves
 them from planned to real; `shrink_plan` drops planned trials a search cannot ask (a space
-used up), and cancelling a sweep drops them all (`drop_plan`).
+used up), and cancelling a sweep drops them all (`core.admin`).
 
 A window's trial ids are written to the sweep's ``sending`` list before the trials are
 created, and the list is emptied once their messages are sent: a feeder that restarts sends
@@ -23,22 +24,17 @@ one feeds a sweep, and another takes over once the holder stops renewing.
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import bson
-from pymongo.errors import BulkWriteError, PyMongoError
+from pymongo.errors import BulkWriteError
 
-from core import summaries
-from core.errors import InvalidQuery
-from core.lifecycle import Lifecycle
 from core.query import check_id, check_seconds
-from core.records import TrialPointLike, sweep_document, trial_document
+from core.records import TrialPointLike, trial_document
 from core.spec import SweepSpec
 from core.states import TrialState
-from core.views import available
+from core.store_state import StoreState, available
 
 log = logging.getLogger(__name__)
 
@@ -59,110 +55,53 @@ FEED_FIELDS = {
 }
 
 
-class Feeding(Lifecycle):
-    """Planned trials, idempotent additions, enqueue marks and the feeding lease."""
+def trial_doc(
+    sweep_id: str, spec: SweepSpec, base: dict, point: TrialPointLike, now: datetime
+) -> dict[str, Any]:
+    """A new trial document of `point` (its config made from the spec if it has none)."""
+    config = point.config or spec.seeded_config(point.params, point.seed, base)
+    return trial_document(
+        sweep_id,
+        key=point.id,
+        index=point.index,
+        params=point.params,
+        config=config,
+        seed=point.seed,
+        now=now,
+    )
 
-    @available
-    def create_sweep(
-        self,
-        spec: SweepSpec,
-        trials: Sequence[TrialPointLike],
-        *,
-        owner: str | None = None,
-        total: int | None = None,
-        extras: Mapping[str, Mapping[str, Any]] | None = None,
-        sweep_fields: Mapping[str, Any] | None = None,
-    ) -> str:
-        """Store a sweep and its trials (queued, attempt 0); return the new sweep id.
 
-        `total` (at least ``len(trials)``), when given, is the sweep's size: the trials
-        beyond these are planned (`core.feeding`), counted as queued, and these are noted
-        in the sweep's ``sending`` list until the caller has sent them (`end_sending`).
-        `extras` adds fields per trial id (the search's ``optuna`` record), `sweep_fields`
-        to the sweep document (the submitter's feeding ``lease``).
-
-        Trials go in first, in batches, and the sweep document last: a sweep that is
-        visible is complete. The sweep document (which holds the whole spec) and the first
-        trial are encoded before anything is written, so a value BSON cannot store is
-        refused with nothing written. Should anything fail part way (the store, an encoding,
-        an interrupt), what was inserted is removed (best effort) and the error is raised.
-        Not idempotent: a retry makes another sweep.
-        """
-        if owner is not None and not isinstance(owner, str):
-            raise InvalidQuery("owner", f"must be a string, got {owner!r}")
-        indexes = [p.index for p in trials]
-        if len({p.id for p in trials}) != len(trials) or len(set(indexes)) != len(trials):
-            raise InvalidQuery("trials", "ids and indexes must be unique within a sweep")
-        if any(not isinstance(i, int) or i < 0 for i in indexes):
-            raise InvalidQuery("trials", "indexes must be integers >= 0")
-        if total is not None and (
-            isinstance(total, bool) or not isinstance(total, int) or total < len(trials)
-        ):
-            raise InvalidQuery("total", f"must be an integer >= {len(trials)}, got {total!r}")
-        if not self._indexed:
-            self.ensure_indexes()
-        sweep_id = secrets.token_hex(6)
-        now = self._clock()
-        base = spec.base_config()
-        sweep = sweep_document(
-            sweep_id,
-            name=spec.name,
-            description=spec.description,
-            spec=spec.document,
-            metric=spec.objective.metric,
-            direction=spec.objective.direction,
-            owner=owner,
-            trial_count=len(trials) if total is None else total,
-            max_index=max(indexes, default=-1) if total is None else max([*indexes, total - 1]),
-            now=now,
+def shrink_plan(s: StoreState, sweep_id: str, n: int | None = None) -> int:
+    """`Feeding.shrink_plan` (its docstring says what it does)."""
+    check_id("sweep_id", sweep_id)
+    while True:
+        doc = s.sweeps.find_one({"_id": sweep_id}, {"planned": 1})
+        planned = int((doc or {}).get("planned") or 0)
+        k = planned if n is None else min(n, planned)
+        if k <= 0:
+            return 0
+        moved = s.sweeps.update_one(
+            {"_id": sweep_id, "planned": planned},
+            {
+                "$inc": {
+                    "planned": -k,
+                    "trial_count": -k,
+                    f"counts.{_QUEUED}": -k,
+                    "counts_rev": 1,
+                },
+                "$set": {"updated_at": s.clock()},
+            },
         )
-        if total is not None:
-            sweep["planned"] = total - len(trials)
-            sweep["sending"] = [f"{sweep_id}-{p.id}" for p in trials]
-        sweep.update(sweep_fields or {})
+        if moved.modified_count:
+            return k
 
-        def doc_of(p: TrialPointLike) -> dict[str, Any]:
-            doc = self._trial_doc(sweep_id, spec, base, p, now)
-            doc.update((extras or {}).get(p.id, {}))
-            return doc
 
-        first = [doc_of(p) for p in trials[:1]]
-        try:
-            for doc in (sweep, *first):
-                bson.encode(doc)
-        except (bson.errors.InvalidDocument, OverflowError) as exc:
-            raise InvalidQuery("spec", f"cannot be stored: {exc}") from exc
-        try:
-            for start in range(0, len(trials), self.insert_batch):
-                batch = trials[start : start + self.insert_batch]
-                docs = [doc_of(p) for p in batch]
-                self._trials.insert_many(docs, ordered=False)
-            self._sweeps.insert_one(sweep)
-        except BaseException:
-            try:
-                self._trials.delete_many({"sweep_id": sweep_id})
-            except PyMongoError as exc:
-                log.warning("could not remove the trials of failed sweep %s: %s", sweep_id, exc)
-            raise
-        self._objectives[sweep_id] = (spec.objective.metric, spec.objective.direction)
-        summaries.on_created(self.db, sweep_id, spec.objective.direction)
-        log.info("created sweep %s (%s) with %d trials", sweep_id, spec.name, len(trials))
-        return sweep_id
+class Feeding:
+    """The scheduler's feeding writes: planned trials, idempotent additions, the window
+    being sent, the search's state, the feeding lease, and what a feeder reads back."""
 
-    @staticmethod
-    def _trial_doc(
-        sweep_id: str, spec: SweepSpec, base: dict, point: TrialPointLike, now: datetime
-    ) -> dict[str, Any]:
-        config = point.config or spec.seeded_config(point.params, point.seed, base)
-        return trial_document(
-            sweep_id,
-            key=point.id,
-            index=point.index,
-            params=point.params,
-            config=config,
-            seed=point.seed,
-            now=now,
-        )
+    def __init__(self, state: StoreState) -> None:
+        self._s = state
 
     @available
     def add_trials(
@@ -183,16 +122,16 @@ class Feeding(Lifecycle):
         check_id("sweep_id", sweep_id)
         if not points:
             return []
-        now = self._clock()
+        now = self._s.clock()
         base = spec.base_config()
         docs = []
         for p in points:
-            doc = self._trial_doc(sweep_id, spec, base, p, now)
+            doc = trial_doc(sweep_id, spec, base, p, now)
             doc.update((extras or {}).get(p.id, {}))
             docs.append(doc)
         dup: set[str] = set()
         try:
-            self._trials.insert_many(docs, ordered=False)
+            self._s.trials.insert_many(docs, ordered=False)
         except BulkWriteError as exc:
             for error in exc.details.get("writeErrors", []):
                 if error.get("code") != _DUPLICATE_KEY:
@@ -203,7 +142,7 @@ class Feeding(Lifecycle):
         if not n:
             return []
         top = max(d["index"] for d in docs)
-        moved = self._sweeps.update_one(
+        moved = self._s.sweeps.update_one(
             {"_id": sweep_id, "planned": {"$gte": n}},
             {
                 "$inc": {"planned": -n, "counts_rev": 1},
@@ -212,7 +151,7 @@ class Feeding(Lifecycle):
             },
         )
         if not moved.modified_count:
-            self._sweeps.update_one(
+            self._s.sweeps.update_one(
                 {"_id": sweep_id},
                 {
                     "$inc": {"trial_count": n, f"counts.{_QUEUED}": n, "counts_rev": 1},
@@ -220,24 +159,24 @@ class Feeding(Lifecycle):
                     "$set": {"updated_at": now},
                 },
             )
-        if self._cancelled(sweep_id):
-            ended = self._trials.update_many(
+        if self._s.cancelled(sweep_id):
+            ended = self._s.trials.update_many(
                 {"_id": {"$in": created}, "state": _QUEUED},
                 {"$set": {"state": _CANCELLED, "finished_at": now, "updated_at": now}},
             )
             k = ended.modified_count
-            self._bump(sweep_id, {_QUEUED: -k, _CANCELLED: k}, now)
+            self._s.bump(sweep_id, {_QUEUED: -k, _CANCELLED: k}, now)
         return created
 
     @available
     def begin_sending(self, sweep_id: str, trial_ids: Sequence[str]) -> None:
         """Note the ids of a window about to be created and sent (module docstring)."""
-        self._sweeps.update_one({"_id": sweep_id}, {"$set": {"sending": list(trial_ids)}})
+        self._s.sweeps.update_one({"_id": sweep_id}, {"$set": {"sending": list(trial_ids)}})
 
     @available
     def end_sending(self, sweep_id: str) -> None:
         """The window's messages are sent: nothing to send again after a restart."""
-        self._sweeps.update_one({"_id": sweep_id}, {"$set": {"sending": []}})
+        self._s.sweeps.update_one({"_id": sweep_id}, {"$set": {"sending": []}})
 
     @available
     def shrink_plan(self, sweep_id: str, n: int | None = None) -> int:
@@ -246,31 +185,7 @@ class Feeding(Lifecycle):
         Conditional on the planned count read, so a concurrent `add_trials` or cancel is
         never counted twice; retried until it holds.
         """
-        check_id("sweep_id", sweep_id)
-        while True:
-            doc = self._sweeps.find_one({"_id": sweep_id}, {"planned": 1})
-            planned = int((doc or {}).get("planned") or 0)
-            k = planned if n is None else min(n, planned)
-            if k <= 0:
-                return 0
-            moved = self._sweeps.update_one(
-                {"_id": sweep_id, "planned": planned},
-                {
-                    "$inc": {
-                        "planned": -k,
-                        "trial_count": -k,
-                        f"counts.{_QUEUED}": -k,
-                        "counts_rev": 1,
-                    },
-                    "$set": {"updated_at": self._clock()},
-                },
-            )
-            if moved.modified_count:
-                return k
-
-    def drop_plan(self, sweep_id: str) -> int:
-        """Drop every planned trial (a cancelled sweep creates no more)."""
-        return self.shrink_plan(sweep_id)
+        return shrink_plan(self._s, sweep_id, n)
 
     @available
     def repair_plan(self, sweep_id: str, total: int, created: int) -> None:
@@ -278,14 +193,14 @@ class Feeding(Lifecycle):
         and moving the count leaves it high). The queued count stays: it counted those
         trials as planned and counts them now as created (`add_trials` moves it the same)."""
         while True:
-            doc = self._sweeps.find_one({"_id": sweep_id}, {"planned": 1, "cancelled_at": 1})
+            doc = self._s.sweeps.find_one({"_id": sweep_id}, {"planned": 1, "cancelled_at": 1})
             if doc is None or doc.get("cancelled_at") is not None:
                 return
             planned = int(doc.get("planned") or 0)
             diff = planned - max(total - created, 0)
             if diff <= 0:
                 return
-            moved = self._sweeps.update_one(
+            moved = self._s.sweeps.update_one(
                 {"_id": sweep_id, "planned": planned},
                 {"$inc": {"planned": -diff, "counts_rev": 1}},
             )
@@ -294,9 +209,7 @@ class Feeding(Lifecycle):
                 return
 
     @available
-    def feed_trials(
-        self, sweep_id: str, ids: Sequence[str] | None = None
-    ) -> list[dict[str, Any]]:
+    def feed_trials(self, sweep_id: str, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """The sweep's trials (or those of `ids`) with what a feeder needs (`FEED_FIELDS`)."""
         check_id("sweep_id", sweep_id)
         query: dict[str, Any] = {"_id": {"$in": list(ids)}} if ids is not None else {}
@@ -304,12 +217,12 @@ class Feeding(Lifecycle):
         fields = dict(FEED_FIELDS)
         if ids is not None:
             fields.pop("config")
-        return list(self._trials.find(query, fields))
+        return list(self._s.trials.find(query, fields))
 
     @available
     def set_study_attrs(self, sweep_id: str, attrs: Mapping[str, Any]) -> None:
         """Keep the search's study state (QMC's position) on the sweep, for a rebuild."""
-        self._sweeps.update_one({"_id": sweep_id}, {"$set": {"study_attrs": dict(attrs)}})
+        self._s.sweeps.update_one({"_id": sweep_id}, {"$set": {"study_attrs": dict(attrs)}})
 
     @available
     def take_lease(self, sweep_id: str, owner: str, seconds: float) -> bool:
@@ -319,9 +232,9 @@ class Feeding(Lifecycle):
         at most one gets a free lease.
         """
         check_id("sweep_id", sweep_id)
-        now = self._clock()
-        expires = now + timedelta(seconds=check_seconds("seconds", seconds))
-        taken = self._sweeps.update_one(
+        now = self._s.clock()
+        lease = self.lease_for(owner, seconds)
+        taken = self._s.sweeps.update_one(
             {
                 "_id": sweep_id,
                 "$or": [
@@ -330,21 +243,30 @@ class Feeding(Lifecycle):
                     {"lease.expires": {"$lt": now}},
                 ],
             },
-            {"$set": {"lease": {"owner": owner, "expires": expires}}},
+            {"$set": {"lease": lease}},
         )
-        return bool(taken.modified_count)
+        return bool(taken.matched_count)  # a renewal in the same millisecond changes nothing
+
+    def lease_for(self, owner: str, seconds: float) -> dict[str, Any]:
+        """The lease ``{owner, expires}`` that `owner` holds for `seconds` from now (by the
+        store's clock): what `take_lease` writes, and what a sweep created by its feeder
+        carries from the start (`core.admin.SweepAdmin.create_sweep`'s `sweep_fields`)."""
+        expires = self._s.clock() + timedelta(seconds=check_seconds("seconds", seconds))
+        return {"owner": owner, "expires": expires}
 
     @available
     def release_lease(self, sweep_id: str, owner: str) -> None:
         """Give the lease back, if `owner` holds it, so another scheduler may feed at once."""
-        self._sweeps.update_one({"_id": sweep_id, "lease.owner": owner}, {"$set": {"lease": None}})
+        self._s.sweeps.update_one(
+            {"_id": sweep_id, "lease.owner": owner}, {"$set": {"lease": None}}
+        )
 
     @available
     def unfinished_sweeps(self) -> list[dict[str, Any]]:
         """Sweeps that may need feeding: not cancelled, and with planned or live trials
         (``_id``, ``planned``, ``counts``, ``lease``; not the spec, which may be large: the
         scheduler asks this every pass, of every sweep ever submitted)."""
-        docs = self._sweeps.find({"cancelled_at": None}, {"planned": 1, "counts": 1, "lease": 1})
+        docs = self._s.sweeps.find({"cancelled_at": None}, {"planned": 1, "counts": 1, "lease": 1})
         out = []
         for doc in docs:
             counts = doc.get("counts") or {}
@@ -361,7 +283,7 @@ class Feeding(Lifecycle):
         if not attempts:
             return {}
         out: dict[str, dict[int, dict[str, Any]]] = {tid: {} for tid in attempts}
-        rows = self._metrics.find(
+        rows = self._s.metrics.find(
             {"trial_id": {"$in": list(attempts)}}, {"trial_id": 1, "attempt": 1, "epoch": 1,
                                                     "metrics": 1, "_id": 0}
         )  # fmt: skip

@@ -1,34 +1,34 @@
-"""The trial lifecycle as store writes: claim, heartbeat, report, finish.
+"""The trial lifecycle, the store's role for workers: claim, heartbeat, report, finish.
 
-Creating a sweep and its trials is in `core.feeding`; whole-sweep actions (cancel, requeue
-stale, retry failed, delete) are in `core.sweep_actions`.
+`TrialLifecycle` is all a worker needs of the store (`workers/`): it claims trials, beats
+for the attempts it holds, reports their epochs and finishes them, many trials per round
+trip where it can (the batched writes are in `core.batch_writes`). Creating a sweep and
+whole-sweep actions (cancel, requeue stale, retry failed, delete, prune requests) are the
+administration's (`core.admin`); see `core.states` for the diagram of states.
 
-Every transition is one ``update_one`` whose filter names the state and attempt it
-expects, so of concurrent callers exactly one changes the trial; that caller then moves
-the sweep's counts. Why this shape, and not ``find_one_and_update``, is in `core.store`.
+Every transition is one ``update_one`` (or ``update_many``) whose filter names the state
+and attempt it expects, so of concurrent callers exactly one changes the trial; that caller
+then moves the sweep's counts. Why this shape, and not ``find_one_and_update``, is in
+`core.store`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from pymongo.errors import DuplicateKeyError
-
-from core import summaries
-from core.errors import InvalidQuery, InvalidTransition, NotFound
+from core import batch_writes
+from core.batch_writes import EpochRow, Finish, running_fields
+from core.errors import InvalidQuery, NotFound
 from core.query import check_attempt, check_id, check_keys, check_seconds
-from core.records import (
-    RESERVED_TRIAL_FIELDS,
-    finite_number,
-    history_entry,
-)
+from core.records import history_entry
 from core.settings import DEFAULT_MAX_ATTEMPTS
-from core.states import FINISH_STATES, Heartbeat, TrialState
-from core.views import Views, available, summaries_projection
+from core.states import Heartbeat, TrialState
+from core.store_state import StoreState, available
+
+__all__ = ["EpochRow", "Finish", "TrialLifecycle", "check_max_attempts", "poison_reason"]
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +36,6 @@ _QUEUED = TrialState.QUEUED.value
 _RUNNING = TrialState.RUNNING.value
 _FAILED = TrialState.FAILED.value
 _CANCELLED = TrialState.CANCELLED.value
-_STATES = frozenset(s.value for s in TrialState)
-# What `finish` accepts: a finish state, or cancelled after a stop request.
-_FINISHES = frozenset(s.value for s in FINISH_STATES) | {_CANCELLED}
 
 
 def check_max_attempts(max_attempts: Any) -> int:
@@ -63,38 +60,18 @@ def poison_reason(doc: Mapping[str, Any], max_attempts: int) -> str:
     )
 
 
-#: The path of the attempt a prune request names (`core.prune_requests`).
-PRUNE_ATTEMPT = "prune_requested.attempt"
+class TrialLifecycle:
+    """The writes of a trial's attempts, for the workers that run them.
 
+    A worker claims a trial (`claim_queued` for those its message says are queued, `claim`
+    the careful way for the rest), sends `heartbeat_many` for the attempts it holds, writes
+    their epochs with `report_many` and ends them with `finish_many`. Only the attempt
+    that holds the claim can change a trial; a stale attempt's write is a no-op. It also
+    reads the little a worker needs: a `trial` as it stands and a sweep's `objective`.
+    """
 
-def not_pruned(attempt: int) -> dict[str, Any]:
-    """The filter clause of an attempt that no prune request names (an older attempt's
-    request, or none at all, leaves it alone)."""
-    return {PRUNE_ATTEMPT: {"$ne": attempt}}
-
-
-def running_fields(worker: Mapping[str, Any], now: datetime) -> dict[str, Any]:
-    """What a claim sets on a trial that starts an attempt (with the attempt's number moved
-    by the caller): one shape for the careful claim and the batched one."""
-    return {
-        "state": _RUNNING,
-        "worker": worker,
-        "started_at": now,
-        "heartbeat_at": now,
-        "updated_at": now,
-        "progress": None,
-    }
-
-
-class Lifecycle(Views):
-    """The writes of the trial lifecycle (see `core.states` for the diagram)."""
-
-    insert_batch = 1000
-    _indexed: bool
-
-    def ensure_indexes(self) -> None:
-        """Create the store's indexes; `core.store.Store` defines them."""
-        raise NotImplementedError
+    def __init__(self, state: StoreState) -> None:
+        self._s = state
 
     @available
     def claim(
@@ -122,19 +99,19 @@ class Lifecycle(Views):
         if takeover_attempt is not None:
             check_attempt(takeover_attempt)
         check_max_attempts(max_attempts)
-        doc = self._trials.find_one({"_id": trial_id})
+        doc = self._s.trials.find_one({"_id": trial_id})
         if doc is None:
             raise NotFound("trial", trial_id)
-        now = self._clock()
+        now = self._s.clock()
         if doc["state"] == _QUEUED:
-            if self._cancelled(doc["sweep_id"]):
+            if self._s.cancelled(doc["sweep_id"]):
                 self._cancel_queued(doc, now)
                 return None
             expect = {"_id": trial_id, "state": _QUEUED, "attempt": doc["attempt"]}
             if not self._start_attempt(expect, worker, now):
                 return None
-            self._bump(doc["sweep_id"], {_QUEUED: -1, _RUNNING: 1}, now)
-            return self._trials.find_one({"_id": trial_id})
+            self._s.bump(doc["sweep_id"], {_QUEUED: -1, _RUNNING: 1}, now)
+            return self._s.trials.find_one({"_id": trial_id})
         if doc["state"] != _RUNNING:
             return None
         attempt, beat = doc["attempt"], doc.get("heartbeat_at")
@@ -150,8 +127,8 @@ class Lifecycle(Views):
             else f"no heartbeat since {beat.isoformat() if beat else 'the start'}"
         )
         lost = history_entry(doc, "lost", now, why)
-        if doc.get("stop_requested") or self._cancelled(doc["sweep_id"]):
-            ended = self._trials.update_one(
+        if doc.get("stop_requested") or self._s.cancelled(doc["sweep_id"]):
+            ended = self._s.trials.update_one(
                 expect,
                 {
                     "$set": {"state": _CANCELLED, "finished_at": now, "updated_at": now},
@@ -159,7 +136,7 @@ class Lifecycle(Views):
                 },
             )
             if ended.modified_count:
-                self._bump(doc["sweep_id"], {_RUNNING: -1, _CANCELLED: 1}, now)
+                self._s.bump(doc["sweep_id"], {_RUNNING: -1, _CANCELLED: 1}, now)
             return None
         if doc.get("lost_attempts", 0) + 1 >= max_attempts:
             self._end_poisoned(doc, expect, lost, max_attempts, now)
@@ -167,7 +144,7 @@ class Lifecycle(Views):
         if not self._start_attempt(expect, worker, now, lost=lost):
             return None
         log.info("trial %s: attempt %d lost (%s); taken over", trial_id, attempt, why)
-        return self._trials.find_one({"_id": trial_id})
+        return self._s.trials.find_one({"_id": trial_id})
 
     def _start_attempt(
         self,
@@ -180,19 +157,79 @@ class Lifecycle(Views):
         if lost is not None:
             update["$push"] = {"history": lost}
             update["$inc"]["lost_attempts"] = 1
-        return self._trials.update_one(expect, update).modified_count == 1
+        return self._s.trials.update_one(expect, update).modified_count == 1
 
-    def _log_finished(self, trial_ids: Sequence[str]) -> None:
-        """Enter trials that a write without a read just ended into their sweeps' summaries
-        (`core.summaries`): one read of their rows, one summary write per sweep."""
-        if not trial_ids:
-            return
-        by_sweep: dict[str, list[dict[str, Any]]] = {}
-        fields = summaries_projection(["sweep_id"])
-        for doc in self._trials.find({"_id": {"$in": list(trial_ids)}}, fields):
-            by_sweep.setdefault(doc["sweep_id"], []).append(doc)
-        for sweep_id, docs in by_sweep.items():
-            summaries.on_finished(self.db, sweep_id, docs)
+    @available
+    def claim_queued(self, expected: Mapping[str, int], worker: Mapping[str, Any]) -> list[str]:
+        """Claim queued trials for `worker` in one write; the ids this call claimed, in order.
+
+        `expected` maps each trial id to the attempt it is queued at (0 for a new trial; a
+        message carries it, `scheduler.enqueue`); a claimed trial runs attempt
+        ``expected + 1`` and its document need not be read. A trial in another state or at
+        another attempt, unknown, or of a cancelled sweep is left alone and not returned:
+        the caller asks `claim`, which takes over dead attempts and cancels.
+        """
+        return batch_writes.claim_queued(self._s, expected, worker)
+
+    @available
+    def heartbeat_many(self, attempts: Mapping[str, int]) -> dict[str, Heartbeat]:
+        """Record that each attempt (trial id -> attempt) is alive, in one write; what each
+        should do (`Heartbeat`).
+
+        ``ok``: it holds the claim. ``stop``: it holds the claim but its sweep was
+        cancelled (finish it ``cancelled``). ``prune``: it holds the claim and a prune
+        request names this attempt (finish it ``pruned``); ``stop`` wins over ``prune``.
+        ``lost``: it no longer holds the claim (requeued, taken over, or the trial is gone).
+        """
+        return batch_writes.heartbeat_many(self._s, attempts)
+
+    @available
+    def report_many(self, rows: Sequence[EpochRow]) -> None:
+        """Store many epochs' metrics (of any trials and attempts) in two writes.
+
+        The first row of an (attempt, epoch) is kept, never overwritten: a repeated one
+        changes nothing. Each trial's ``progress`` shows its latest epoch of the batch while
+        the attempt holds the claim. `NotFound` for an unknown trial and `InvalidQuery` for
+        an attempt it has not had (or a bad field), before any row is written.
+        """
+        batch_writes.report_many(self._s, rows)
+
+    @available
+    def finish_many(self, finishes: Sequence[Finish]) -> dict[str, bool]:
+        """End running attempts; by trial id, True where this call ended it.
+
+        Only the attempt that holds the claim can finish, once: a second finish, or one by
+        an attempt that lost the claim, changes nothing (False). A `Finish`'s state is
+        complete, failed or pruned (`InvalidTransition` otherwise); cancelled is accepted
+        from an attempt whose sweep asked it to stop. Its `result` holds the final metrics,
+        whose ``objective`` (or else the sweep's objective metric) is also stored at top
+        level; its `extra` fields (param_count, train_seconds, device, dtype, versions, ...)
+        are stored at top level and may not name a lifecycle field. The ended attempt goes
+        into the trial's ``history``.
+
+        The input is checked before anything is written (a bad field raises and changes
+        nothing). Then each finish is one conditional update that builds the attempt's
+        history entry on the server (a pipeline update: no read first). A trial the store
+        does not have (`NotFound`), or a cancelled finish without a stop request
+        (`InvalidTransition`), is found after the write: the others of the call are
+        written, and the error is raised.
+        """
+        return batch_writes.finish_many(self._s, finishes)
+
+    @available
+    def trial(self, trial_id: str) -> dict[str, Any]:
+        """The trial as it stands (no metric rows); `NotFound` if the store does not have it."""
+        check_id("trial_id", trial_id)
+        doc = self._s.trials.find_one({"_id": trial_id})
+        if doc is None:
+            raise NotFound("trial", trial_id)
+        return doc
+
+    @available
+    def objective(self, sweep_id: str) -> dict[str, str]:
+        """The sweep's objective, ``{metric, direction}``; `NotFound` for an unknown sweep."""
+        metric, direction = self._s.objective(sweep_id)
+        return {"metric": metric, "direction": direction}
 
     def _end_poisoned(
         self,
@@ -205,7 +242,7 @@ class Lifecycle(Views):
         """End a running trial `failed` whose attempts died `max_attempts` times; True if
         this call did (`expect` is the filter that proves the attempt is still the dead one)."""
         error = poison_reason(doc, max_attempts)
-        ended = self._trials.update_one(
+        ended = self._s.trials.update_one(
             expect,
             {
                 "$set": {
@@ -221,165 +258,15 @@ class Lifecycle(Views):
         )
         if not ended.modified_count:
             return False
-        self._bump(doc["sweep_id"], {_RUNNING: -1, _FAILED: 1}, now)
-        self._log_finished([doc["_id"]])
+        self._s.bump(doc["sweep_id"], {_RUNNING: -1, _FAILED: 1}, now)
+        self._s.log_finished([doc["_id"]])
         log.warning("trial %s failed: %s", doc["_id"], error)
         return True
 
     def _cancel_queued(self, doc: Mapping[str, Any], now: datetime) -> None:
-        done = self._trials.update_one(
+        done = self._s.trials.update_one(
             {"_id": doc["_id"], "state": _QUEUED, "attempt": doc["attempt"]},
             {"$set": {"state": _CANCELLED, "finished_at": now, "updated_at": now}},
         )
         if done.modified_count:
-            self._bump(doc["sweep_id"], {_QUEUED: -1, _CANCELLED: 1}, now)
-
-    @available
-    def heartbeat(self, trial_id: str, attempt: int) -> Heartbeat:
-        """Record that `attempt` is alive; say whether it should go on (see `Heartbeat`).
-
-        ``ok``: it holds the claim. ``stop``: it holds the claim but its sweep was
-        cancelled. ``prune``: it holds the claim and a prune request names this attempt.
-        ``lost``: it no longer holds the claim (requeued or taken over).
-        Raises `NotFound` for an unknown trial.
-        """
-        check_id("trial_id", trial_id)
-        check_attempt(attempt)
-        now = self._clock()
-        beat = {"$set": {"heartbeat_at": now, "updated_at": now}}
-        holder = {"_id": trial_id, "state": _RUNNING, "attempt": attempt}
-        going_on = {**holder, "stop_requested": False, **not_pruned(attempt)}
-        if self._trials.update_one(going_on, beat).matched_count:
-            return Heartbeat.OK
-        if self._trials.update_one({**holder, "stop_requested": True}, beat).matched_count:
-            return Heartbeat.STOP
-        if self._trials.update_one({**holder, PRUNE_ATTEMPT: attempt}, beat).matched_count:
-            return Heartbeat.PRUNE
-        if self._trials.find_one({"_id": trial_id}, {"_id": 1}) is None:
-            raise NotFound("trial", trial_id)
-        return Heartbeat.LOST
-
-    @available
-    def report(self, trial_id: str, attempt: int, epoch: int, metrics: Mapping[str, Any]) -> None:
-        """Store one epoch's metrics of an attempt; the same (attempt, epoch) again is a no-op.
-
-        The first report of an (attempt, epoch) is kept, never overwritten. The trial's
-        ``progress`` shows the latest report while the attempt holds the claim.
-        """
-        check_id("trial_id", trial_id)
-        check_attempt(attempt)
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise InvalidQuery("epoch", f"must be an integer >= 0, got {epoch!r}")
-        metrics = check_keys("metrics", metrics)
-        now = self._clock()
-        shown = self._trials.update_one(
-            {"_id": trial_id, "state": _RUNNING, "attempt": attempt},
-            {"$set": {"progress": {"epoch": epoch, "metrics": metrics}, "updated_at": now}},
-        )
-        if shown.matched_count:
-            sweep_id = trial_id.partition("-")[0]
-        else:
-            doc = self._trials.find_one({"_id": trial_id}, {"sweep_id": 1, "attempt": 1})
-            if doc is None:
-                raise NotFound("trial", trial_id)
-            if attempt > doc["attempt"]:
-                raise InvalidQuery(
-                    "attempt", f"trial {trial_id} has had {doc['attempt']} attempts, got {attempt}"
-                )
-            sweep_id = doc["sweep_id"]
-        # A concurrent identical report may insert the row first; one row it is.
-        with contextlib.suppress(DuplicateKeyError):
-            self._metrics.update_one(
-                {"trial_id": trial_id, "attempt": attempt, "epoch": epoch},
-                {"$setOnInsert": {"sweep_id": sweep_id, "metrics": metrics, "reported_at": now}},
-                upsert=True,
-            )
-
-    @available
-    def finish(
-        self,
-        trial_id: str,
-        attempt: int,
-        state: TrialState | str,
-        *,
-        result: Mapping[str, Any] | None = None,
-        error: str | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> bool:
-        """End the running `attempt` in `state`; True if this call did, False if a no-op.
-
-        Only the attempt that holds the claim can finish, once: a second finish, or one by
-        an attempt that lost the claim, changes nothing and returns False. `state` is
-        complete, failed or pruned (`InvalidTransition` otherwise); cancelled is accepted
-        from an attempt whose sweep asked it to stop. `result` holds the final metrics; its
-        ``objective`` (or else the sweep's objective metric) is also stored at top level.
-        `extra` fields (param_count, train_seconds, device, dtype, versions, ...) are stored
-        at top level and may not name a lifecycle field.
-        """
-        check_id("trial_id", trial_id)
-        check_attempt(attempt)
-        target = self._finish_state(state)
-        result = check_keys("result", result) if result is not None else None
-        extra = check_keys("extra", extra) if extra is not None else {}
-        reserved = sorted(set(extra) & RESERVED_TRIAL_FIELDS)
-        if reserved:
-            raise InvalidQuery(f"extra.{reserved[0]}", "is a lifecycle field that finish sets")
-        if error is not None and not isinstance(error, str):
-            raise InvalidQuery("error", f"must be a string, got {error!r}")
-        doc = self._trials.find_one({"_id": trial_id})
-        if doc is None:
-            raise NotFound("trial", trial_id)
-        if doc["state"] != _RUNNING or doc["attempt"] != attempt:
-            log.info("trial %s: finish by attempt %d ignored (%s)", trial_id, attempt, doc["state"])
-            return False
-        if target == _CANCELLED and not doc.get("stop_requested"):
-            raise InvalidTransition(
-                _RUNNING,
-                _CANCELLED,
-                "only an attempt whose sweep was cancelled may finish cancelled; "
-                "use complete, failed or pruned",
-            )
-        now = self._clock()
-        fields = {
-            **extra,
-            "state": target,
-            "finished_at": now,
-            "updated_at": now,
-            "result": result,
-            "objective": self._objective_of(doc["sweep_id"], result),
-            "error": error,
-        }
-        done = self._trials.update_one(
-            {"_id": trial_id, "state": _RUNNING, "attempt": attempt},
-            {"$set": fields, "$push": {"history": history_entry(doc, target, now, error)}},
-        )
-        if not done.modified_count:
-            return False
-        self._bump(doc["sweep_id"], {_RUNNING: -1, target: 1}, now)
-        summaries.on_finished(self.db, doc["sweep_id"], [{**doc, **fields}])
-        return True
-
-    @staticmethod
-    def _finish_state(state: Any) -> str:
-        value = getattr(state, "value", state)
-        names = ", ".join(sorted(s.value for s in FINISH_STATES))
-        if value not in _STATES:
-            raise InvalidTransition(
-                _RUNNING, str(value), f"not a trial state; finish accepts {names}"
-            )
-        if value not in _FINISHES:
-            raise InvalidTransition(_RUNNING, value, f"not a finish; finish accepts {names}")
-        return value
-
-    def _bump(self, sweep_id: str, moves: Mapping[str, int], now: datetime) -> None:
-        inc: dict[str, int] = {f"counts.{state}": n for state, n in moves.items() if n}
-        if inc:
-            inc["counts_rev"] = 1
-            self._sweeps.update_one({"_id": sweep_id}, {"$inc": inc, "$set": {"updated_at": now}})
-
-    def _objective_of(self, sweep_id: str, result: Mapping[str, Any] | None) -> float | None:
-        if not result:
-            return None
-        if "objective" in result:
-            return finite_number(result["objective"])
-        return finite_number(result.get(self._objective(sweep_id)[0]))
+            self._s.bump(doc["sweep_id"], {_QUEUED: -1, _CANCELLED: 1}, now)

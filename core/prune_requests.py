@@ -1,4 +1,5 @@
-"""The scheduler's side of early stopping: ask running attempts to stop (`request_prune`).
+"""The scheduler's side of early stopping: ask running attempts to stop
+(`core.admin.SweepAdmin.request_prune`; implemented here).
 
 The scheduler decides on the epoch rows that a trial should stop (Optuna's pruners,
 `scheduler.search`) and writes the decision here; the worker that holds the attempt learns
@@ -20,12 +21,11 @@ from typing import Any
 
 from pymongo import UpdateOne
 
-from core.batch_writes import BatchWrites
+from core.batch_writes import not_pruned
 from core.errors import InvalidQuery
-from core.lifecycle import not_pruned
 from core.query import check_attempt, check_id
 from core.states import TrialState
-from core.views import available
+from core.store_state import StoreState
 
 log = logging.getLogger(__name__)
 
@@ -46,47 +46,33 @@ def _check_request(trial_id: Any, request: Any) -> tuple[int, int]:
     return attempt, epoch
 
 
-class PruneRequests(BatchWrites):
-    """The prune request: the one write by which the scheduler stops a running attempt."""
-
-    @available
-    def request_prune(self, requests: Mapping[str, tuple[int, int]]) -> list[str]:
-        """Ask running attempts to stop early; the ids this call marked, in input order.
-
-        `requests` maps a trial id to (attempt, epoch the decision was taken at). Each trial
-        still ``running`` at that attempt gets ``prune_requested: {attempt, epoch, at}``,
-        all in one round trip (a bulk write of conditional updates). Idempotent: a trial
-        already asked for that attempt keeps its first request and is not returned again;
-        a trial in another state or at another attempt, or unknown, is left alone and not
-        returned. The input is checked before anything is written.
-        """
-        if not isinstance(requests, Mapping):
-            raise InvalidQuery(
-                "requests", f"must map trial ids to (attempt, epoch), got {requests!r}"
-            )
-        checked = {t: _check_request(t, r) for t, r in requests.items()}
-        if not checked:
-            return []
-        now = self._call_time()
-        ops = [
-            UpdateOne(
-                {"_id": trial_id, "state": _RUNNING, "attempt": attempt, **not_pruned(attempt)},
-                {"$set": {"prune_requested": {"attempt": attempt, "epoch": epoch, "at": now}}},
-            )
-            for trial_id, (attempt, epoch) in checked.items()
+def request_prune(s: StoreState, requests: Mapping[str, tuple[int, int]]) -> list[str]:
+    """`SweepAdmin.request_prune` (its docstring says what it does)."""
+    if not isinstance(requests, Mapping):
+        raise InvalidQuery("requests", f"must map trial ids to (attempt, epoch), got {requests!r}")
+    checked = {t: _check_request(t, r) for t, r in requests.items()}
+    if not checked:
+        return []
+    now = s.call_time()
+    ops = [
+        UpdateOne(
+            {"_id": trial_id, "state": _RUNNING, "attempt": attempt, **not_pruned(attempt)},
+            {"$set": {"prune_requested": {"attempt": attempt, "epoch": epoch, "at": now}}},
+        )
+        for trial_id, (attempt, epoch) in checked.items()
+    ]
+    done = s.trials.bulk_write(ops, ordered=False)
+    if done.modified_count == len(checked):
+        marked = list(checked)
+    elif done.modified_count == 0:
+        marked = []
+    else:  # rare: some were finished, lost or asked already; which did this call mark?
+        docs = s.docs(checked, {"prune_requested": 1})
+        marked = [
+            t
+            for t, (attempt, _) in checked.items()
+            if (docs.get(t, {}).get("prune_requested") or {}).get("at") == now
+            and docs[t]["prune_requested"].get("attempt") == attempt
         ]
-        done = self._trials.bulk_write(ops, ordered=False)
-        if done.modified_count == len(checked):
-            marked = list(checked)
-        elif done.modified_count == 0:
-            marked = []
-        else:  # rare: some were finished, lost or asked already; which did this call mark?
-            docs = self._docs(checked, {"prune_requested": 1})
-            marked = [
-                t
-                for t, (attempt, _) in checked.items()
-                if (docs.get(t, {}).get("prune_requested") or {}).get("at") == now
-                and docs[t]["prune_requested"].get("attempt") == attempt
-            ]
-        log.info("prune requested for %d of %d trial(s)", len(marked), len(checked))
-        return marked
+    log.info("prune requested for %d of %d trial(s)", len(marked), len(checked))
+    return marked

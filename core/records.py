@@ -81,6 +81,11 @@ RESERVED_TRIAL_FIELDS = frozenset(
 )
 
 
+def sweep_of(trial_id: str) -> str:
+    """The sweep id inside a trial id (``f"{sweep_id}-{key}"``)."""
+    return trial_id.partition("-")[0]
+
+
 def utcnow() -> datetime:
     """Now, in UTC, to the millisecond (BSON's resolution)."""
     return truncate_to_millis(datetime.now(UTC))

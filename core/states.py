@@ -42,7 +42,7 @@ TERMINAL_STATES = frozenset(
 )
 
 #: The states a worker may finish an attempt in. `cancelled` is accepted as well, but only
-#: from an attempt whose sweep asked it to stop (see `Store.finish`).
+#: from an attempt whose sweep asked it to stop (see `TrialLifecycle.finish_many`).
 FINISH_STATES = frozenset({TrialState.COMPLETE, TrialState.FAILED, TrialState.PRUNED})
 
 #: Every state, in lifecycle order: the keys of every `counts` mapping.
@@ -50,16 +50,16 @@ ALL_STATES = tuple(TrialState)
 
 
 class Heartbeat(StrEnum):
-    """What `Store.heartbeat` answers an attempt.
+    """What `TrialLifecycle.heartbeat_many` answers an attempt.
 
     ``ok``: the attempt holds the claim; go on. ``stop``: it still holds the claim, but its
     sweep was cancelled; stop and finish (``cancelled`` is accepted). ``prune``: it holds
-    the claim and the scheduler asked this attempt to stop early (`Store.request_prune`);
+    the claim and the scheduler asked this attempt to stop early (`SweepAdmin.request_prune`);
     stop at the end of the epoch and finish ``pruned``. ``lost``: another attempt took the
     trial over or it was requeued; stop and do not finish (a finish would be a no-op).
     A cancelled sweep's stop wins over a prune request.
 
-    Truthy only for ``ok``, so ``if not store.heartbeat(...)`` means "stop training".
+    Truthy only for ``ok``, so ``if not answers[trial_id]`` means "stop training".
     """
 
     OK = "ok"

@@ -2,13 +2,22 @@
 
 `Store` is the platform's one source of truth (DESIGN.md). It is thread-safe (one pymongo
 client, shared), must be created after a fork (pymongo clients are not fork-safe), and turns
-every connection failure into `StoreUnavailable`, which callers retry. Its writes are in
-`core.lifecycle` (one trial's transitions), `core.batch_writes` (the same, for many trials
-in one round trip), `core.prune_requests` (the scheduler's request that a running attempt
-stop early) and `core.sweep_actions` (cancel, requeue, retry, delete), sweep creation
-and the scheduler's feeding writes in `core.feeding`, its reads in `core.views` (sweeps,
-trial pages) and `core.dashboard_reads` (changes and aggregates), the document shapes in
-`core.records`, and the checking of user input and the paging order in `core.query`.
+every connection failure into `StoreUnavailable`, which callers retry. It owns the
+connection (`connect`, `ensure_indexes`, `ping`, `close`) and offers each user a small
+documented role, as an attribute; each role holds the store's one shared state
+(`core.store_state`: the collections, clock and caches), none inherits from another:
+
+- ``store.lifecycle``, `core.lifecycle.TrialLifecycle` (workers): claim, heartbeat, report
+  and finish attempts, many per round trip (`core.batch_writes`);
+- ``store.admin``, `core.admin.SweepAdmin` (API, scheduler): create, cancel, requeue stale,
+  retry failed, delete, request prunes (`core.prune_requests`), recount, rebuild summaries;
+- ``store.feeding``, `core.feeding.Feeding` (scheduler): a sweep fed in windows, below;
+- ``store.reads``, `core.reads.Reads` (API, dashboard, CLI): sweeps, trial pages and the
+  best (`core.views`), a trial and its curve, the change feed and aggregates
+  (`core.changes`).
+
+The document shapes are in `core.records`, the checking of user input and the paging order
+in `core.query`, the per-sweep summaries (best trials, finish log) in `core.summaries`.
 
 Collections, their indexes (created idempotently by `ensure_indexes`), and what they serve:
 
@@ -20,7 +29,7 @@ Collections, their indexes (created idempotently by `ensure_indexes`), and what 
     - ``{state: 1, sweep_id: 1, index: 1}``: counts and pages of one state, ``best``
       (complete trials), ``retry_failed`` (failed), ``cancel_sweep`` (queued, running),
       ``requeue_stale`` (every running trial of every sweep: few).
-    - ``{sweep_id: 1, updated_at: 1}``: ``changed_since`` and ``finished_per_minute``.
+    - ``{sweep_id: 1, updated_at: 1}``: the change feed (``changed_rows``) and ``throughput``.
     - Claims, heartbeats, reports, finishes and prune requests address trials by ``_id``.
     - ``prune_requested {attempt, epoch, at}`` (absent until asked): `request_prune` sets it
       on a running attempt; heartbeats of that attempt answer ``prune`` and its worker
@@ -28,7 +37,8 @@ Collections, their indexes (created idempotently by `ensure_indexes`), and what 
       filters carry ``prune_requested.attempt $ne`` the attempt, so a request for an
       earlier (lost) attempt never stops a later one.
 - ``metrics``: ``{trial_id: 1, attempt: 1, epoch: 1}`` unique: one row per epoch of an
-  attempt (a repeated report is an upsert that changes nothing), a trial's curve in order.
+  attempt (a repeated report is a duplicate insert that changes nothing), a trial's curve
+  in order.
 - ``sweeps``: ``{owner: 1, created_at: -1}`` and ``{created_at: -1}``: ``list_sweeps``.
 
 Sweeps are fed in windows (`core.feeding`, `scheduler.feed`): a sweep document also holds
@@ -41,9 +51,10 @@ state, for a rebuild). A trial created by a search also holds ``optuna`` ``{numb
 system_attrs}``: with its params, state, objective and epochs, what rebuilds the study
 after a restart so no point is asked twice.
 
-Lifecycle writes are atomic per document: each is an ``update_one`` whose filter names the
-state (and attempt) it expects, so of any number of concurrent callers exactly one sees
-``modified_count == 1``; the document is then read with ``find_one``. (Not
+Lifecycle writes are atomic per document: each is an ``update_one`` (or, for many trials,
+an ``update_many`` or a bulk write of ``update_one``s, `core.batch_writes`) whose filter
+names the state (and attempt) it expects, so of any number of concurrent callers exactly
+one changes a trial; a careful claim then reads it with ``find_one``. (Not
 ``find_one_and_update``: SecantusDB 0.7 runs it in time proportional to the collection,
 ~0.75 s per call on 50,000 trials, against ~2 ms for ``update_one`` by ``_id``.)
 
@@ -69,8 +80,8 @@ each) without pushing a limit into the index. Every secondary index also slows i
   states (in the whole sweep when parameters are filtered too), as a server sort would.
 
 Times come from the clock of the process that writes (UTC, to the millisecond): hosts
-should keep their clocks in step. ``changed_since`` repeats changes younger than
-`change_lag` seconds, so a write that lands late or from a host whose clock lags is still
+should keep their clocks in step. The change feed (``changed_rows``) repeats changes younger
+than `change_lag` seconds, so a write that lands late or from a host whose clock lags is still
 delivered (at least once).
 """
 
@@ -86,15 +97,19 @@ from bson.codec_options import CodecOptions
 from pymongo import IndexModel
 from pymongo.errors import ConfigurationError
 
-from core.dashboard_reads import DashboardReads
+from core.admin import SweepAdmin
 from core.errors import ConfigError
-from core.prune_requests import PruneRequests
+from core.feeding import Feeding
+from core.lifecycle import TrialLifecycle
 from core.query import check_seconds
-from core.records import TrialPointLike, utcnow
-from core.sweep_actions import SweepActions
-from core.views import available
+from core.reads import Reads
+from core.records import utcnow
+from core.store_state import StoreState, available
 
-__all__ = ["INDEXES", "Store", "TrialPointLike"]
+__all__ = ["INDEXES", "INSERT_BATCH", "Store"]
+
+#: Trials per insert when a sweep is created (the default of `Store`'s `insert_batch`).
+INSERT_BATCH = 1000
 
 INDEXES: dict[str, list[IndexModel]] = {
     "trials": [
@@ -116,11 +131,12 @@ INDEXES: dict[str, list[IndexModel]] = {
 }
 
 
-class Store(PruneRequests, SweepActions, DashboardReads):
+class Store:
     """Sweeps, trials and metrics in one MongoDB database (see the module docstring).
 
-    `clock` returns the current UTC time (tests pass a fake one); `change_lag` is how many
-    seconds of changes `changed_since` repeats. `insert_batch` trials go in one insert.
+    Use its roles: `lifecycle`, `admin`, `feeding`, `reads`. `clock` returns the current
+    UTC time (tests pass a fake one); `change_lag` is how many seconds of changes the change
+    feed repeats; `insert_batch` trials go in one insert.
     """
 
     def __init__(
@@ -130,19 +146,28 @@ class Store(PruneRequests, SweepActions, DashboardReads):
         *,
         clock: Callable[[], datetime] = utcnow,
         change_lag: float = 2.0,
+        insert_batch: int = INSERT_BATCH,
     ) -> None:
         self.client = client
         self.db = client.get_database(
             db_name, codec_options=CodecOptions(tz_aware=True, tzinfo=UTC)
         )
-        self._sweeps = self.db["sweeps"]
-        self._trials = self.db["trials"]
-        self._metrics = self.db["metrics"]
-        self._clock = clock
-        self.change_lag = timedelta(seconds=check_seconds("change_lag", change_lag))
-        self._objectives = {}
-        self._best = {}
-        self._indexed = False
+        state = StoreState(
+            self.db,
+            clock=clock,
+            change_lag=timedelta(seconds=check_seconds("change_lag", change_lag)),
+            ensure_indexes=self.ensure_indexes,
+            insert_batch=insert_batch,
+        )
+        self._state = state
+        #: The trial lifecycle, for workers.
+        self.lifecycle = TrialLifecycle(state)
+        #: Sweep administration, for the API and the scheduler.
+        self.admin = SweepAdmin(state)
+        #: The feeding loop's writes, for the scheduler.
+        self.feeding = Feeding(state)
+        #: Reads, for the API, the dashboard and the CLI.
+        self.reads = Reads(state)
 
     @classmethod
     def connect(
@@ -170,7 +195,7 @@ class Store(PruneRequests, SweepActions, DashboardReads):
         """Create the indexes the module docstring lists; a no-op when they exist."""
         for name, models in INDEXES.items():
             self.db[name].create_indexes(models)
-        self._indexed = True
+        self._state.indexed = True
 
     def close(self) -> None:
         """Close the client's connections."""

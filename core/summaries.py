@@ -2,7 +2,7 @@
 (the best trials, the dashboard's table) need not read every trial.
 
 Why: SecantusDB reads ~60 µs per document, so anything that reads every trial of a
-50,000-trial sweep takes seconds (the dashboard's first open: ~10 s; `Store.best`: ~4 s).
+50,000-trial sweep takes seconds (the dashboard's first open: ~10 s; `Reads.best`: ~4 s).
 A summary is written by whoever finishes trials (`on_finished`, called by
 `core.lifecycle`), and is a *cache* of what the trials say: `rebuild` makes it again from
 the trials, and a sweep that has none (made before summaries existed) gets one on its
@@ -27,7 +27,7 @@ Collection ``summaries``, two kinds of document:
   ~0.2 s, against ~7 s for the trials themselves). A trial finished twice (failed,
   retried, finished again) has two entries: the later ``updated_at`` wins. The log holds
   finishes only: `finished_rows` is merged with the live trials that are not finished
-  (queued, running, cancelled; `core.dashboard_reads`), newest ``updated_at`` first.
+  (queued, running, cancelled; `core.changes`), newest ``updated_at`` first.
 
 The summary write comes after the trial write, so a process killed between them leaves a
 summary short of that finish (as with the sweep's counts and `recount`): `rebuild`

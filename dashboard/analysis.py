@@ -23,7 +23,7 @@ PANEL_MAX_AGE = 10.0
 def panel_payload(ctx: AppContext, sweep_id: str, version: str | None) -> dict[str, Any]:
     """``{version, analysis, figures}``, or ``{version, unchanged: true}`` when the page
     already has this version. The caller has checked that the sweep is the viewer's."""
-    analysis = sweep_analysis(ctx.store, sweep_id, importance=ctx.importance,
+    analysis = sweep_analysis(ctx.store.reads, sweep_id, importance=ctx.importance,
                               memo=ctx.analyses, max_age=PANEL_MAX_AGE)  # fmt: skip
     if version is not None and version == analysis["version"]:
         return {"version": version, "unchanged": True}

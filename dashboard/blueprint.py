@@ -90,7 +90,7 @@ def _own_sweep(sweep_id: str) -> None:
         if table.sweep.get("owner") != owner:
             raise NotFound("sweep", sweep_id)
         return
-    _services().store.get_sweep(sweep_id, owner=owner)
+    _services().store.reads.get_sweep(sweep_id, owner=owner)
 
 
 def _state() -> DashboardState:
@@ -184,26 +184,26 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
     @bp.get("/")
     def sweeps() -> str:
         cursor = request.args.get("cursor") or None
-        initial = payloads.sweeps_payload(_state(), _services().store, _now(), owner=_owner(),
+        initial = payloads.sweeps_payload(_state(), _services().store.reads, _now(), owner=_owner(),
                                           cursor=cursor, limit=SWEEPS_PAGE)
         return render_template("dashboard/sweeps.html", initial=initial, cursor=cursor,
                                **_page_context())
 
     @bp.get("/sweeps/<sweep_id>")
     def sweep(sweep_id: str) -> str:
-        doc = _services().store.get_sweep(sweep_id, owner=_owner())
+        doc = _services().store.reads.get_sweep(sweep_id, owner=_owner())
         return render_template("dashboard/sweep.html", sweep=payloads.sweep_meta(doc),
                                spec=doc.get("spec") or {}, **_page_context())
 
     @bp.get("/trials/<trial_id>")
     def trial(trial_id: str) -> str:
-        initial = payloads.trial_payload(_services().store, trial_id, _now(), owner=_owner())
+        initial = payloads.trial_payload(_services().store.reads, trial_id, _now(), owner=_owner())
         return render_template("dashboard/trial.html", initial=initial, **_page_context())
 
     @bp.get("/sweeps/<sweep_id>/trials/<int:index>")
     def trial_by_index(sweep_id: str, index: int) -> Response:
         _own_sweep(sweep_id)
-        table = _state().tables.get(_services().store, sweep_id)
+        table = _state().tables.get(_services().store.reads, sweep_id)
         row = table.rows.get(index)
         if row is None:
             raise NotFound("trial", f"{sweep_id} #{index}")
@@ -226,7 +226,7 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
         since = request.args.get("since")
         since_ms = _int_arg("since") if since else None
         return _json(payloads.sweeps_payload(
-            _state(), _services().store, _now(), since_ms, owner=_owner(),
+            _state(), _services().store.reads, _now(), since_ms, owner=_owner(),
             cursor=request.args.get("cursor") or None, limit=SWEEPS_PAGE))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>")
@@ -235,19 +235,19 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
         mode = request.args.get("mode", "best")
         if mode not in ("best", "recent"):
             raise InvalidQuery("mode", f"must be best or recent, got {mode!r}")
-        return _json(snapshots.first_payload(_state(), _services().store, sweep_id, _now(),
+        return _json(snapshots.first_payload(_state(), _services().store.reads, sweep_id, _now(),
                                             param=request.args.get("param"), mode=mode))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/summary")
     def sweep_summary(sweep_id: str) -> Response:
         _own_sweep(sweep_id)
-        table = _state().tables.get(_services().store, sweep_id)
+        table = _state().tables.get(_services().store.reads, sweep_id)
         return _json(payloads.sweep_summary(table, _now()))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/changes")
     def sweep_changes(sweep_id: str) -> Response:
         _own_sweep(sweep_id)
-        table = _state().tables.get(_services().store, sweep_id)
+        table = _state().tables.get(_services().store.reads, sweep_id)
         versions = {name: request.args.get(name, "") for name in payloads.AGGREGATES}
         return _json(payloads.sweep_changes(table, _now(), _int_arg("since"), versions))
 
@@ -274,23 +274,23 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
                 "indexes", f"must be trial indexes, comma-separated, got {raw!r}"
             ) from None
         _own_sweep(sweep_id)
-        store = _services().store
-        table = _state().tables.get(store, sweep_id)
-        return _json(payloads.curves_payload(_state(), store, table, indexes))
+        reads = _services().store.reads
+        table = _state().tables.get(reads, sweep_id)
+        return _json(payloads.curves_payload(_state(), reads, table, indexes))
 
     @bp.get("/dashboard/data/trials/<trial_id>")
     def trial_data(trial_id: str) -> Response:
-        store = _services().store
+        reads = _services().store.reads
         if request.args.get("attempt") is None:
-            return _json(payloads.trial_payload(store, trial_id, _now(), owner=_owner()))
-        return _json(payloads.trial_changes(store, trial_id, _now(), _int_arg("attempt"),
+            return _json(payloads.trial_payload(reads, trial_id, _now(), owner=_owner()))
+        return _json(payloads.trial_changes(reads, trial_id, _now(), _int_arg("attempt"),
                                             _int_arg("epoch", -1, low=-1), owner=_owner()))
 
     @bp.get("/dashboard/data/workers")
     def workers_data() -> Response:
         services = _services()
         return _json(payloads.workers_payload(
-            _state(), services.store, services.sender, _now(), services.settings.flower_url,
+            _state(), services.store.reads, services.sender, _now(), services.settings.flower_url,
         ))
 
     return bp
@@ -299,8 +299,7 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
 def _partial(sweep_id: str, which: str) -> dict[str, Any]:
     """One figure of the sweep page again, for another parameter or parallel mode."""
     _own_sweep(sweep_id)
-    store = _services().store
-    table = _state().tables.get(store, sweep_id)
+    table = _state().tables.get(_services().store.reads, sweep_id)
     mode = request.args.get("mode", "best")
     if mode not in ("best", "recent"):
         raise InvalidQuery("mode", f"must be best or recent, got {mode!r}")

@@ -14,7 +14,7 @@ from typing import Any
 
 from core import export
 from core.errors import InvalidQuery, NotFound
-from core.store import Store
+from core.reads import Reads
 from dashboard.detail import epoch_series
 from dashboard.figures import PALETTE, base_layout
 from dashboard.table import SweepTable
@@ -38,7 +38,7 @@ def parse_indexes(raw: str) -> list[int]:
     return indexes
 
 
-def compare_rows(store: Store, table: SweepTable, indexes: Sequence[int]) -> list[dict[str, Any]]:
+def compare_rows(reads: Reads, table: SweepTable, indexes: Sequence[int]) -> list[dict[str, Any]]:
     """Each trial's export row with its per-epoch ``series`` (`detail.epoch_series`), in
     the order asked; `NotFound` for an index the sweep does not have."""
     out = []
@@ -46,7 +46,7 @@ def compare_rows(store: Store, table: SweepTable, indexes: Sequence[int]) -> lis
         row = table.rows.get(index)
         if row is None:
             raise NotFound("trial", f"{table.sweep_id} #{index}")
-        doc = store.get_trial(row["id"], with_metrics=True)
+        doc = reads.get_trial(row["id"], with_metrics=True)
         series = epoch_series(doc.pop("metrics"))
         out.append({**export.row(doc), "series": series})
     return out
@@ -108,10 +108,10 @@ def compare_figures(
     return figures
 
 
-def compare_payload(store: Store, table: SweepTable, indexes: Sequence[int]) -> dict[str, Any]:
+def compare_payload(reads: Reads, table: SweepTable, indexes: Sequence[int]) -> dict[str, Any]:
     """What the comparison shows of trials `indexes` of the table's sweep."""
     objective = (table.sweep.get("objective") or {}).get("metric", "objective")
-    rows = compare_rows(store, table, indexes)
+    rows = compare_rows(reads, table, indexes)
     metrics = metric_names(rows, objective)
     trials = [{key: value for key, value in row.items() if key != "series"} for row in rows]
     return {

@@ -25,7 +25,7 @@ from core import summaries
 from core.records import finite_number
 from core.states import FINISH_STATES, TrialState
 
-#: The trial fields the in-memory table reads (`core.views.Views.changed_rows`).
+#: The trial fields the in-memory table reads (`core.reads.Reads.changed_rows`).
 #: The trial fields the dashboard's table keeps: the finish log's (`core.summaries`), so a
 #: finished sweep's rows come from the log; ``updated_at`` is the table's own watermark.
 FIELDS = tuple(f for f in summaries.ROW_FIELDS if f != "updated_at")

@@ -55,7 +55,7 @@ def timings(doc: Mapping[str, Any], now: datetime) -> dict[str, Any]:
 
 
 def trial_detail(doc: Mapping[str, Any], sweep: Mapping[str, Any], now: datetime) -> dict[str, Any]:
-    """What the trial page shows of a trial document (`Store.get_trial`)."""
+    """What the trial page shows of a trial document (`Reads.get_trial`)."""
     worker = doc.get("worker") or {}
     return {
         "id": doc["_id"],

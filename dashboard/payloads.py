@@ -22,8 +22,8 @@ from datetime import datetime
 from typing import Any
 
 from core.errors import NotFound
+from core.reads import Reads
 from core.search_settings import describe, pruning_settings, search_settings
-from core.store import Store
 from dashboard import data, figures, params, parcoords
 from dashboard.detail import epoch_series, trial_detail
 from dashboard.history import best_history, history_figures
@@ -52,7 +52,7 @@ class DashboardState:
         self._workers: tuple[float, dict[str, Any]] | None = None
 
     def curve(
-        self, store: Store, row: Mapping[str, Any], metric: str
+        self, reads: Reads, row: Mapping[str, Any], metric: str
     ) -> tuple[list[int], list[float | None]]:
         """A finished trial's per-epoch `metric` (its latest attempt), cached: it is final."""
         key = f"{row['id']}:{row['attempt']}:{metric}"
@@ -60,7 +60,7 @@ class DashboardState:
             if key in self._curves:
                 self._curves.move_to_end(key)
                 return self._curves[key]
-        series = epoch_series(store.metrics_after(row["id"]))
+        series = epoch_series(reads.metrics_after(row["id"]))
         curve = (series["epochs"], series["values"].get(metric, []))
         with self._lock:
             self._curves[key] = curve
@@ -122,11 +122,11 @@ def default_param(paths: Sequence[str]) -> str:
 
 
 def _curves(
-    state: DashboardState, store: Store, top: Sequence[Mapping[str, Any]], metric: str
+    state: DashboardState, reads: Reads, top: Sequence[Mapping[str, Any]], metric: str
 ) -> list[dict[str, Any]]:
     traces = []
     for row in top:
-        epochs, values = state.curve(store, row, metric)
+        epochs, values = state.curve(reads, row, metric)
         if epochs:
             traces.append(figures.curve_trace(row, epochs, values, metric))
     return traces
@@ -159,7 +159,7 @@ PREPARED_SECONDS = 2.0
 
 def sweep_payload(
     state: DashboardState,
-    store: Store,
+    reads: Reads,
     table: SweepTable,
     now: datetime,
     *,
@@ -199,7 +199,7 @@ def sweep_payload(
             "scatter": _scatter(table, param),
             "parallel": _parallel(table, mode),
             "curves": figures.curves_figure(
-                _curves(state, store, [*top[:CURVES_K], *pruned[:shown]], metric), metric,
+                _curves(state, reads, [*top[:CURVES_K], *pruned[:shown]], metric), metric,
                 CURVES_K, shown,
             ),
             "history": values["history"][1],
@@ -245,15 +245,15 @@ def sweep_changes(
 
 
 def curves_payload(
-    state: DashboardState, store: Store, table: SweepTable, indexes: Sequence[int]
+    state: DashboardState, reads: Reads, table: SweepTable, indexes: Sequence[int]
 ) -> dict[str, Any]:
     """Learning-curve traces of some trials of the table (the page's new top trials)."""
     metric, _ = _objective(table.sweep)
     rows = [table.rows[i] for i in indexes if i in table.rows]
-    return {"traces": _curves(state, store, rows, metric)}
+    return {"traces": _curves(state, reads, rows, metric)}
 
 
-def sweeps_payload(state: DashboardState, store: Store, now: datetime,
+def sweeps_payload(state: DashboardState, reads: Reads, now: datetime,
                    since: int | None = None, limit: int = 100, *, owner: str | None = None,
                    cursor: str | None = None) -> dict[str, Any]:
     """One page of the newest sweeps (`owner`'s only, unless None) with counts, and the
@@ -262,7 +262,7 @@ def sweeps_payload(state: DashboardState, store: Store, now: datetime,
     With `since` (ms), only sweeps updated after it; a page passes the ``now`` of its last
     answer, less a little, so a change is never missed (it may come twice).
     """
-    sweeps, next_cursor = store.list_sweeps(owner=owner, limit=limit, cursor=cursor)
+    sweeps, next_cursor = reads.list_sweeps(owner=owner, limit=limit, cursor=cursor)
     out = []
     for sweep in sweeps:
         meta = sweep_meta(sweep)
@@ -271,7 +271,7 @@ def sweeps_payload(state: DashboardState, store: Store, now: datetime,
         table = state.tables.peek(sweep["_id"])
         best = None
         if table is not None:
-            table = state.tables.get(store, sweep["_id"])
+            table = state.tables.get(reads, sweep["_id"])
             top = aggregate_functions(table.sweep)["top"]
             best = _best(table.memo("top", top, PREPARED_SECONDS)[1])
         out.append({**meta, "best": best, "best_known": table is not None})
@@ -291,20 +291,20 @@ def sweep_summary(table: SweepTable, now: datetime) -> dict[str, Any]:
     }
 
 
-def _trial_sweep(store: Store, doc: Mapping[str, Any], owner: str | None) -> dict[str, Any]:
+def _trial_sweep(reads: Reads, doc: Mapping[str, Any], owner: str | None) -> dict[str, Any]:
     """The trial's sweep; `NotFound` for the trial if the sweep is not `owner`'s."""
-    sweep = store.get_sweep(doc["sweep_id"])
+    sweep = reads.get_sweep(doc["sweep_id"])
     if owner is not None and sweep.get("owner") != owner:
         raise NotFound("trial", doc["_id"])
     return sweep
 
 
-def trial_payload(store: Store, trial_id: str, now: datetime, *, owner: str | None = None
+def trial_payload(reads: Reads, trial_id: str, now: datetime, *, owner: str | None = None
                   ) -> dict[str, Any]:
     """A trial's record, timings and per-epoch curves (`NotFound` unless `owner`'s, when
     given)."""
-    doc = store.get_trial(trial_id, with_metrics=True)
-    sweep = _trial_sweep(store, doc, owner)
+    doc = reads.get_trial(trial_id, with_metrics=True)
+    sweep = _trial_sweep(reads, doc, owner)
     series = epoch_series(doc.pop("metrics"))
     planned = (doc.get("config") or {}).get("training", {}).get("epochs")
     return {
@@ -315,16 +315,16 @@ def trial_payload(store: Store, trial_id: str, now: datetime, *, owner: str | No
     }
 
 
-def trial_changes(store: Store, trial_id: str, now: datetime, attempt: int,
+def trial_changes(reads: Reads, trial_id: str, now: datetime, attempt: int,
                   epoch: int, *, owner: str | None = None) -> dict[str, Any]:
     """A trial's record now and its epochs after (`attempt`, `epoch`); `NotFound` unless
     `owner`'s, when given.
 
     ``reset`` when a newer attempt has begun: the page reloads its curves.
     """
-    doc = store.get_trial(trial_id, with_metrics=False)
-    sweep = _trial_sweep(store, doc, owner)
-    rows = store.metrics_after(trial_id, attempt, epoch)
+    doc = reads.get_trial(trial_id, with_metrics=False)
+    sweep = _trial_sweep(reads, doc, owner)
+    rows = reads.metrics_after(trial_id, attempt, epoch)
     if (doc.get("attempt") or 0) > attempt or any(r["attempt"] > attempt for r in rows):
         return {"reset": True}
     series = epoch_series(rows)
@@ -333,7 +333,7 @@ def trial_changes(store: Store, trial_id: str, now: datetime, attempt: int,
 
 def workers_payload(
     state: DashboardState,
-    store: Store,
+    reads: Reads,
     sender: Any,
     now: datetime,
     flower_url: str | None,
@@ -343,7 +343,7 @@ def workers_payload(
 
     def compute() -> dict[str, Any]:
         inspected = inspect_workers(sender)
-        activity = recent_activity(store, now, minutes)
+        activity = recent_activity(reads, now, minutes)
         return {
             "broker": sender is not None,
             "error": inspected["error"],

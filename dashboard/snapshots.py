@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from core.store import Store
+from core.reads import Reads
 from dashboard import data
 from dashboard.payloads import (
     PREPARED_SECONDS,
@@ -48,7 +48,7 @@ def snapshot_version(sweep: Mapping[str, Any]) -> str | None:
 
 def first_payload(
     state: DashboardState,
-    store: Store,
+    reads: Reads,
     sweep_id: str,
     now: datetime,
     *,
@@ -64,9 +64,9 @@ def first_payload(
     """
     default = param is None and mode == "best"
     if default and state.tables.peek(sweep_id) is None:
-        sweep = store.get_sweep(sweep_id)
+        sweep = reads.get_sweep(sweep_id)
         version = snapshot_version(sweep)
-        kept = store.view_snapshot(sweep_id, SNAPSHOT_NAME) if version is not None else None
+        kept = reads.view_snapshot(sweep_id, SNAPSHOT_NAME) if version is not None else None
         if kept is not None and kept[0] == version:
             payload = json.loads(zlib.decompress(kept[1]))
             active = payload.pop("activity")
@@ -75,16 +75,16 @@ def first_payload(
                 "best": payload["summary"]["best"],
             }
             return payload
-    table = state.tables.get(store, sweep_id)
+    table = state.tables.get(reads, sweep_id)
     prep, sweep, latest = table.prepared_sweep(PREPARED_SECONDS)
-    payload = sweep_payload(state, store, table, now, param=param, mode=mode)
+    payload = sweep_payload(state, reads, table, now, param=param, mode=mode)
     if default and latest and table.prepared_sweep(PREPARED_SECONDS)[0] is prep:
-        _keep_snapshot(store, table, sweep, payload)
+        _keep_snapshot(reads, table, sweep, payload)
     return payload
 
 
 def _keep_snapshot(
-    store: Store,
+    reads: Reads,
     table: SweepTable,
     sweep: Mapping[str, Any],
     payload: Mapping[str, Any],
@@ -94,7 +94,7 @@ def _keep_snapshot(
     version = snapshot_version(sweep)
     if version is None or table.memo_get("snapshot") == version:
         return
-    kept = store.view_snapshot(table.sweep_id, SNAPSHOT_NAME)
+    kept = reads.view_snapshot(table.sweep_id, SNAPSHOT_NAME)
     if kept is None or kept[0] != version:
         # The summary is recomputed when served (its ETA and active time move with the
         # clock while trials are left): keep what it is computed from.
@@ -102,7 +102,7 @@ def _keep_snapshot(
             "activity", aggregate_functions(sweep)["activity"], PREPARED_SECONDS, versioned=False
         )[1]
         body = json.dumps({**payload, "activity": active}, separators=(",", ":"), allow_nan=False)
-        store.keep_view_snapshot(
+        reads.keep_view_snapshot(
             table.sweep_id, SNAPSHOT_NAME, version, zlib.compress(body.encode(), 1)
         )
     table.memo_set("snapshot", version)

@@ -5,14 +5,14 @@ on the 2-core test machine; see `core.store`), far over the two seconds a sweep 
 take to draw. So the first visit reads the sweep once, mostly from its finish log
 (`Store.sweep_rows`, projected to `data.FIELDS`: ~0.5 s for 50,000 finished trials), and
 from then on each sync reads only what changed since the last watermark
-(`Store.changed_rows`). All pages of a sweep share one `SweepTable`, and the
+(`Reads.changed_rows`). All pages of a sweep share one `SweepTable`, and the
 store is asked at most once per `min_interval`, however many browsers poll.
 
 Cursors are store times, not anything of this process, so that any server process (the
 API runs several) can answer any page: each row remembers ``changed``, the store's
 ``updated_at`` of the version in which its content last changed (a heartbeat moves
 ``updated_at`` but changes nothing shown, so it is not a change). A page's cursor is the
-watermark of the sync its data came from (``changed_since``'s: the store's clock less
+watermark of the sync its data came from (``changed_rows``': the store's clock less
 its change lag), so it asks for rows changed after it, and gets a row again while the
 change is younger than the lag (a write can land after a later one was read). A page
 places rows by trial index, so a repeat changes nothing.
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from core.store import Store
+from core.reads import Reads
 from dashboard.data import FIELDS, to_ms, trial_row
 from dashboard.params import Prepared, prepare
 
@@ -67,7 +67,7 @@ class SweepTable:
         self._memo: dict[str, tuple[int, str | None, Any]] = {}
         self._notes: dict[str, Any] = {}
 
-    def sync(self, store: Store, min_interval: float = 1.0) -> None:
+    def sync(self, reads: Reads, min_interval: float = 1.0) -> None:
         """Read what changed in the store since the last sync, unless one ran recently."""
         with self._lock:
             self.used = time.monotonic()
@@ -76,11 +76,11 @@ class SweepTable:
             started = time.perf_counter()
             # The sweep first: every transition its counts (and `counts_rev`) show is then
             # in the rows read after, so a snapshot of the page is never older than them.
-            sweep = store.get_sweep(self.sweep_id)
+            sweep = reads.get_sweep(self.sweep_id)
             if self.loaded:
-                docs, watermark = store.changed_rows(self.sweep_id, self._watermark, FIELDS)
+                docs, watermark = reads.changed_rows(self.sweep_id, self._watermark, FIELDS)
             else:
-                docs, watermark = store.sweep_rows(self.sweep_id, FIELDS)
+                docs, watermark = reads.sweep_rows(self.sweep_id, FIELDS)
             self.sweep = sweep
             for doc in docs:
                 row = trial_row(doc)
@@ -184,7 +184,7 @@ class Tables:
         self._tables: dict[str, SweepTable] = {}
         self._lock = threading.Lock()
 
-    def get(self, store: Store, sweep_id: str) -> SweepTable:
+    def get(self, reads: Reads, sweep_id: str) -> SweepTable:
         """The sweep's table, synced unless it was less than `min_interval` s ago
         (`NotFound` from the store if there is no such sweep)."""
         with self._lock:
@@ -192,7 +192,7 @@ class Tables:
             if table is None:
                 table = self._tables[sweep_id] = SweepTable(sweep_id)
         try:
-            table.sync(store, self.min_interval)
+            table.sync(reads, self.min_interval)
         except Exception:
             if not table.loaded:
                 with self._lock:

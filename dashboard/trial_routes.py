@@ -9,7 +9,7 @@ owner's is 404, as if missing; an admin may act on any).
 - ``GET  /dashboard/data/sweeps/<id>/compare?indexes=3,17``: 2 to 5 trials side by side.
 - ``GET  /dashboard/data/sweeps/<id>/download?format=csv|jsonl&…``: the trials the
   table's filters select (all, without filters), as `core.export` writes them, read by
-  index (`core.views.Views.trials_at`: a whole sweep about as fast as the API's paged
+  index (`core.reads.Reads.trials_at`: a whole sweep about as fast as the API's paged
   export, a selection in a share of that time; by id it took ~2.5 ms a trial).
 - ``POST /dashboard/data/sweeps/<id>/cancel`` and ``…/retry``: cancel the sweep; queue its
   failed (and stale) trials again and enqueue them.
@@ -78,13 +78,13 @@ def trials_blueprint(
 
     def table_of(sweep_id: str) -> SweepTable:
         own_sweep(sweep_id)
-        return state().tables.get(context().store, sweep_id)
+        return state().tables.get(context().store.reads, sweep_id)
 
     def fresh(sweep_id: str) -> dict[str, Any]:
         """The sweep's counts after an action, its table read again at once."""
-        store = context().store
-        table = state().tables.get(store, sweep_id)
-        table.sync(store, min_interval=0)
+        reads = context().store.reads
+        table = state().tables.get(reads, sweep_id)
+        table.sync(reads, min_interval=0)
         table.prepared(0)  # the next page shows the change, not a snapshot from before
         return dict(table.sweep.get("counts") or {})
 
@@ -96,7 +96,7 @@ def trials_blueprint(
     def compare_trials(sweep_id: str) -> Response:
         indexes = compare.parse_indexes(request.args.get("indexes", ""))
         sweep_table = table_of(sweep_id)
-        return _json(compare.compare_payload(context().store, sweep_table, indexes))
+        return _json(compare.compare_payload(context().store.reads, sweep_table, indexes))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/download")
     def download(sweep_id: str) -> Response:
@@ -110,11 +110,11 @@ def trials_blueprint(
             )
         sweep_table = table_of(sweep_id)
         indexes, filtered = trials.selected_indexes(sweep_table, request.args, extra=("format",))
-        store = context().store
+        reads = context().store.reads
         if fmt == "csv":
-            body = export.csv_text(store, store.get_sweep(sweep_id), indexes)
+            body = export.csv_text(reads, reads.get_sweep(sweep_id), indexes)
         else:
-            body = export.jsonl(store, sweep_id, indexes)
+            body = export.jsonl(reads, sweep_id, indexes)
         name = f"sweep-{sweep_id}{'-filtered' if filtered else ''}.{fmt}"
         headers = {
             "Content-Disposition": f'attachment; filename="{name}"',
@@ -125,7 +125,7 @@ def trials_blueprint(
     @bp.post("/dashboard/data/sweeps/<sweep_id>/cancel")
     def cancel(sweep_id: str) -> Response:
         own_sweep(sweep_id)
-        changed = context().store.cancel_sweep(sweep_id)
+        changed = context().store.admin.cancel_sweep(sweep_id)
         return _json({**changed, "counts": fresh(sweep_id)})
 
     @bp.post("/dashboard/data/sweeps/<sweep_id>/retry")

@@ -24,8 +24,8 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError
 
+from core.reads import Reads
 from core.states import FINISH_STATES
-from core.store import Store
 from dashboard.data import RUNNING, to_ms
 
 log = logging.getLogger(__name__)
@@ -74,14 +74,14 @@ def inspect_workers(sender: Celery | None, timeout: float = 1.0) -> dict[str, An
 
 
 def recent_activity(
-    store: Store, now: datetime, minutes: int = 10, max_sweeps: int = 20
+    reads: Reads, now: datetime, minutes: int = 10, max_sweeps: int = 20
 ) -> list[dict[str, Any]]:
     """Trials of the newest `max_sweeps` sweeps that changed in the last `minutes`."""
     since = now - timedelta(minutes=minutes)
-    sweeps, _ = store.list_sweeps(limit=max_sweeps)
+    sweeps, _ = reads.list_sweeps(limit=max_sweeps)
     rows = []
     for sweep in sweeps:
-        docs, _ = store.changed_rows(sweep["_id"], since, WORKER_FIELDS)
+        docs, _ = reads.changed_rows(sweep["_id"], since, WORKER_FIELDS)
         for doc in docs:
             worker = doc.get("worker") or {}
             rows.append({

@@ -56,7 +56,7 @@ def report(sweep_id: str, fmt: str | None, out_path: str | None, data_dir: str |
     console = Console(stderr=True)
     try:
         with console.status(f"analysing sweep {sweep_id}…", spinner="dots"):
-            analysis = sweep_analysis(store, sweep_id, importance=param_importances)
+            analysis = sweep_analysis(store.reads, sweep_id, importance=param_importances)
     except InvalidQuery as exc:
         from scheduler.cli import EXIT_PROBLEM  # here: scheduler.cli imports this module
 

@@ -48,7 +48,7 @@ def _reached() -> Reached | None:
 
 def _sweep(store: Store, sweep_id: str) -> dict[str, Any]:
     try:
-        return store.get_sweep(sweep_id)
+        return store.reads.get_sweep(sweep_id)
     except NotFound as exc:
         reached = _reached()
         where = f" in {reached.folder}" if reached else ""
@@ -104,8 +104,8 @@ def status(
     reached = _reached()
 
     def snapshot() -> tuple[dict[str, int], dict[str, Any] | None]:
-        counts = store.counts(sweep_id)
-        best = store.best(sweep_id, 1)
+        counts = store.reads.counts(sweep_id)
+        best = store.reads.best(sweep_id, 1)
         return counts, (best[0] if best else None)
 
     def finished(counts: dict[str, int]) -> bool:
@@ -140,7 +140,7 @@ def status(
 
 def _sweep_entry(store: Store, doc: dict[str, Any]) -> dict[str, Any]:
     """One sweep of `ls`, as ``--json`` prints it."""
-    best = store.best(doc["_id"], 1)
+    best = store.reads.best(doc["_id"], 1)
     objective = doc.get("objective") or {}
     return exporting.plain(
         {
@@ -218,7 +218,7 @@ def ls(data_dir: str | None, limit: int, as_json: bool, quiet: bool) -> None:
             click.echo("[]")
         click.echo(f"note: {exc}", err=as_json or quiet)  # stdout stays JSON, or ids only
         return
-    docs, more = store.list_sweeps(limit=limit)
+    docs, more = store.reads.list_sweeps(limit=limit)
     if quiet:
         for doc in docs:
             click.echo(doc["_id"])
@@ -267,10 +267,11 @@ def export(sweep_id: str, data_dir: str | None, fmt: str, out_path: str | None) 
     sweep = _sweep(store, sweep_id)
     trials = sum(sweep["counts"].values()) - int(sweep.get("planned") or 0)
     if fmt == "parquet":
-        written = exporting.write_parquet(store, sweep, str(out_path))
+        written = exporting.write_parquet(store.reads, sweep, str(out_path))
         click.echo(f"wrote {written:,} trials of sweep {sweep_id} to {out_path}", err=True)
         return
-    chunks = exporting.csv_text(store, sweep) if fmt == "csv" else exporting.jsonl(store, sweep_id)
+    reads = store.reads
+    chunks = exporting.csv_text(reads, sweep) if fmt == "csv" else exporting.jsonl(reads, sweep_id)
     if out_path is None:
         for chunk in chunks:
             click.echo(chunk, nl=False)

@@ -1,7 +1,7 @@
 """The feeding loop: one path from a sweep's search to the queue, for every algorithm.
 
 A `Feeder` keeps a sweep's window of trials in flight (queued or running): it asks its
-source for new points, stores them (`Store.add_trials`, idempotent by trial id; the
+source for new points, stores them (`Feeding.add_trials`, idempotent by trial id; the
 window's ids noted first in the sweep's ``sending`` list), sends them
 (`scheduler.submit.messages`: fused groups, longest first within the window), empties the
 list, tells the search each finished trial and, when the sweep prunes, decides which
@@ -33,7 +33,7 @@ Counts that stopped moving: a process killed between a trial's write and its swe
 counter write leaves the counts one off (`core.store`), e.g. a trial counted running
 forever, so the sweep would never end. A step that finds trials in flight but the counts
 unchanged (``counts_rev``) for `STALL_SECONDS` recounts them from the trials
-(`Store.recount`); while they still do not move the wait doubles, up to
+(`SweepAdmin.recount`); while they still do not move the wait doubles, up to
 `MAX_STALL_SECONDS` (a long epoch is no drift, and a recount reads the whole sweep).
 """
 
@@ -44,7 +44,6 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery import Celery
@@ -110,13 +109,11 @@ class Feeder:
         workers: int | None = None,
         big_window: int = BIG_WINDOW,
         lease_seconds: float = LEASE_SECONDS,
-        request_prune: Callable[[Mapping[str, tuple[int, int]]], list[str]] | None = None,
     ) -> None:
         self.store, self.app, self.sweep_id, self.spec = store, app, sweep_id, spec
         self.owner, self.workers, self.lease_seconds = owner, workers, lease_seconds
         self.watch = spec.pruning.enabled
         self.window = parallelism(spec, workers) if needs_session(spec) else big_window
-        self._request_prune = request_prune or getattr(store, "request_prune", None)
         self.session: Any = None
         self._points: list[TrialPoint] | None = None  # grid/random: the expansion, by cost
         self._next = 0  # position in `_points`
@@ -154,14 +151,14 @@ class Feeder:
     ) -> Feeder | None:
         """The feeder of a stored sweep, rebuilt from its trials; None if another holds
         its lease. Sends the trials stored but never sent."""
-        if not store.take_lease(sweep_id, owner, kwargs.get("lease_seconds", LEASE_SECONDS)):
+        seconds = kwargs.get("lease_seconds", LEASE_SECONDS)
+        if not store.feeding.take_lease(sweep_id, owner, seconds):
             return None
-        doc = store.get_sweep(sweep_id)
+        doc = store.reads.get_sweep(sweep_id)
         feeder = cls(store, app, sweep_id, load_spec(doc["spec"]), owner=owner, **kwargs)
         feeder._source()
-        feeder._rebuild(
-            store.feed_trials(sweep_id), doc.get("study_attrs") or {}, doc.get("sending") or []
-        )
+        stored = store.feeding.feed_trials(sweep_id)
+        feeder._rebuild(stored, doc.get("study_attrs") or {}, doc.get("sending") or [])
         return feeder
 
     def _rebuild(
@@ -171,7 +168,7 @@ class Feeder:
 
         self._created = {d["key"] for d in docs}
         self._index = max((d["index"] for d in docs), default=-1) + 1
-        self.store.repair_plan(self.sweep_id, self.total, len(docs))
+        self.store.feeding.repair_plan(self.sweep_id, self.total, len(docs))
         if self.session is not None:
             epochs = self._stored_epochs(docs)
             records = []
@@ -210,7 +207,7 @@ class Feeder:
         ids = list(attempts)
         for start in range(0, len(ids), 1000):
             part = {tid: attempts[tid] for tid in ids[start : start + 1000]}
-            for tid, rows in self.store.epoch_rows(part, {}).items():
+            for tid, rows in self.store.feeding.epoch_rows(part, {}).items():
                 values = {e: m[metric] for e, m in rows.items() if pruned_value(m, metric)}
                 out[tid] = values
                 if rows:
@@ -236,10 +233,10 @@ class Feeder:
         if self.done:
             return False
         try:
-            if not self.store.take_lease(self.sweep_id, self.owner, self.lease_seconds):
+            if not self.store.feeding.take_lease(self.sweep_id, self.owner, self.lease_seconds):
                 log.warning("sweep %s: lost the feeding lease; stopping", self.sweep_id)
                 return self._stop()
-            sweep = self.store.get_sweep(self.sweep_id)
+            sweep = self.store.reads.get_sweep(self.sweep_id)
         except NotFound:
             return self._stop()
         if sweep.get("cancelled_at") is not None:
@@ -249,7 +246,7 @@ class Feeder:
         counts, planned = sweep["counts"], int(sweep.get("planned") or 0)
         in_flight = counts["queued"] - planned + counts["running"]
         if in_flight > 0 and self._stalled(sweep.get("counts_rev", 0)):
-            counts = self.store.recount(self.sweep_id)
+            counts = self.store.admin.recount(self.sweep_id)
             in_flight = counts["queued"] - planned + counts["running"]
         if planned > 0 and in_flight < self.window:
             self.feed(min(self.window - in_flight, planned))
@@ -277,26 +274,26 @@ class Feeder:
     def close(self) -> None:
         """Stop feeding and give the lease back, so another scheduler can take over at once."""
         self.done = True
-        self.store.release_lease(self.sweep_id, self.owner)
+        self.store.feeding.release_lease(self.sweep_id, self.owner)
 
     def feed(self, n: int) -> int:
         """Ask up to `n` new points, store them, send them; how many were created."""
         points, extras = self._ask(n)
         if len(points) < n:
-            dropped = self.store.shrink_plan(self.sweep_id, n - len(points))
+            dropped = self.store.feeding.shrink_plan(self.sweep_id, n - len(points))
             if dropped:
                 log.warning("sweep %s: the space is used up; %d trials fewer", self.sweep_id,
                             dropped)  # fmt: skip
         if not points:
             return 0
-        self.store.begin_sending(self.sweep_id, [f"{self.sweep_id}-{p.id}" for p in points])
-        self.store.add_trials(self.sweep_id, self.spec, points, extras)
+        self.store.feeding.begin_sending(self.sweep_id, [f"{self.sweep_id}-{p.id}" for p in points])
+        self.store.feeding.add_trials(self.sweep_id, self.spec, points, extras)
         self._created.update(p.id for p in points)
         self._send(points)
         if self.session is not None:
             attrs = self.session.study_attrs()
             if attrs != self._study_attrs:
-                self.store.set_study_attrs(self.sweep_id, attrs)
+                self.store.feeding.set_study_attrs(self.sweep_id, attrs)
                 self._study_attrs = attrs
         return len(points)
 
@@ -327,12 +324,12 @@ class Feeder:
         from scheduler.submit import messages
 
         enqueue(self.app, messages(self.sweep_id, points, self.workers, watch=self.watch))
-        self.store.end_sending(self.sweep_id)
+        self.store.feeding.end_sending(self.sweep_id)
 
     def _tell_and_prune(self) -> None:
         if not self._numbers:
             return
-        docs = self.store.feed_trials(self.sweep_id, list(self._numbers))
+        docs = self.store.feeding.feed_trials(self.sweep_id, list(self._numbers))
         running: dict[str, tuple[int, int]] = {}
         for doc in docs:
             tid, number = doc["_id"], self._numbers[doc["_id"]]
@@ -353,7 +350,7 @@ class Feeder:
             tid: last for tid, (attempt, last) in self._epochs.items()
             if attempts.get(tid) == attempt
         }  # fmt: skip
-        rows = self.store.epoch_rows(attempts, after)
+        rows = self.store.feeding.epoch_rows(attempts, after)
         for tid, epochs in rows.items():
             if epochs:
                 self._epochs[tid] = (attempts[tid], max(epochs))
@@ -362,11 +359,7 @@ class Feeder:
         stop = {tid: at for tid, at in stop.items() if tid not in self._requested}
         if not stop:
             return
-        if self._request_prune is None:
-            log.warning("sweep %s: the store cannot request prunes; %d trials run on",
-                        self.sweep_id, len(stop))  # fmt: skip
-            return
-        marked = self._request_prune(stop)
+        marked = self.store.admin.request_prune(stop)
         self._requested.update(stop)
         log.info("sweep %s: pruning %d trials", self.sweep_id, len(marked))
 
@@ -398,11 +391,11 @@ def start_sweep(
     total = feeder.total
     if len(points) < min(feeder.window, total):
         total = len(points)  # the space ran out in the first window already
-    lease = {"owner": lease_owner, "expires": store._clock() + _lease_span()}
+    lease = store.feeding.lease_for(lease_owner, LEASE_SECONDS)
     extra_fields: dict[str, Any] = {"lease": lease}
     if feeder.session is not None:
         extra_fields["study_attrs"] = feeder.session.study_attrs()
-    sweep_id = store.create_sweep(
+    sweep_id = store.admin.create_sweep(
         spec, points, owner=owner, total=total, extras=extras, sweep_fields=extra_fields
     )
     feeder.sweep_id = sweep_id
@@ -410,14 +403,9 @@ def start_sweep(
         feeder._send(points)
     except Exception:
         log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
-        store.cancel_sweep(sweep_id)
+        store.admin.cancel_sweep(sweep_id)
         raise
     finally:
-        store.release_lease(sweep_id, lease_owner)
+        store.feeding.release_lease(sweep_id, lease_owner)
     return sweep_id, total
 
-
-def _lease_span() -> Any:
-    from datetime import timedelta
-
-    return timedelta(seconds=LEASE_SECONDS)

@@ -54,7 +54,7 @@ class Feeders:
 
     def step(self) -> int:
         """One pass over the unfinished sweeps; how many this scheduler feeds now."""
-        for doc in self.store.unfinished_sweeps():
+        for doc in self.store.feeding.unfinished_sweeps():
             sweep_id = doc["_id"]
             if sweep_id in self.feeders or sweep_id in self._broken:
                 continue
@@ -71,7 +71,7 @@ class Feeders:
             except SpecError as exc:
                 log.error("sweep %s cannot be fed: %s", sweep_id, exc)
                 self._broken.add(sweep_id)
-                self.store.release_lease(sweep_id, self.owner)
+                self.store.feeding.release_lease(sweep_id, self.owner)
                 continue
             if feeder is not None:
                 log.info("feeding sweep %s (%d trials)", sweep_id, feeder.total)
@@ -94,7 +94,7 @@ class Feeders:
     def close(self) -> None:
         """Give every lease back, so another scheduler can take over at once."""
         for sweep_id in list(self.feeders):
-            self.store.release_lease(sweep_id, self.owner)
+            self.store.feeding.release_lease(sweep_id, self.owner)
         self.feeders.clear()
 
     def __enter__(self) -> Feeders:

@@ -3,7 +3,7 @@
 Pure logic over a `SearchSession` (no store, no broker): the feeder reads the epoch rows
 workers reported since its last step, `decide` reports each to the session
 (`SearchSession.report`) and asks Optuna's pruner (`SearchSession.should_prune`); the feeder
-sends what it returns to `Store.request_prune` (``{trial id: (attempt, epoch)}``), after
+sends what it returns to `SweepAdmin.request_prune` (``{trial id: (attempt, epoch)}``), after
 which the worker stops the trial within one epoch and ends it ``pruned``.
 """
 

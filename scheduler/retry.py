@@ -38,8 +38,8 @@ def retry_sweep(store: Store, sender: Celery, settings: Settings, sweep_id: str)
     caller checks that the sweep is the caller's.
     """
     broker_reachable(sender, settings.api_timeout_seconds)
-    failed = store.retry_failed(sweep_id)
-    stale = store.requeue_stale(
+    failed = store.admin.retry_failed(sweep_id)
+    stale = store.admin.requeue_stale(
         settings.stale_after_seconds, sweep_id=sweep_id, max_attempts=settings.max_attempts
     )
     enqueue_ids(store, sender, failed + stale)

@@ -101,12 +101,13 @@ def _resume(store: Store, app: Any, sweep_id: str) -> int:
     """
     from scheduler.submit import enqueue_ids
 
-    store.recount(sweep_id)
-    store.requeue_stale(0.0, sweep_id=sweep_id, count_lost=False)  # we stopped them: no poison
+    store.admin.recount(sweep_id)
+    # We stopped them: no poison.
+    store.admin.requeue_stale(0.0, sweep_id=sweep_id, count_lost=False)
     queued: list[str] = []
     cursor = None
     while True:
-        page, cursor = store.trials(sweep_id, state="queued", limit=1000, cursor=cursor)
+        page, cursor = store.reads.trials(sweep_id, state="queued", limit=1000, cursor=cursor)
         queued.extend(doc["_id"] for doc in page)
         if not cursor:
             break
@@ -251,7 +252,7 @@ def run(
         else:
             sweep_id = resume_id or ""
             try:
-                store.get_sweep(sweep_id)
+                store.reads.get_sweep(sweep_id)
             except NotFound as exc:
                 raise click.ClickException(f"no sweep {sweep_id} in {mongo_url}") from exc
             _resume(store, app, sweep_id)
@@ -270,8 +271,8 @@ def run(
             big_window=settings.feed_window,
             lease_seconds=RUN_LEASE_SECONDS,
         )
-        sweep = store.get_sweep(sweep_id)
-        total = sum(store.counts(sweep_id).values())
+        sweep = store.reads.get_sweep(sweep_id)
+        total = sum(store.reads.counts(sweep_id).values())
         plural = "" if total == 1 else "s"
         err.print(f"sweep [bold]{sweep_id}[/] ({sweep['name']}): {total:,} trial{plural}")
         if dashboard:
@@ -296,8 +297,8 @@ def run(
         )
         if feeder is not None:
             feeder.close()  # another scheduler may take the sweep at once (a retry's trials)
-        counts = store.counts(sweep_id)
-        best = store.best(sweep_id, 1)
+        counts = store.reads.counts(sweep_id)
+        best = store.reads.best(sweep_id, 1)
         if as_json:
             click.echo(
                 json.dumps(

@@ -71,7 +71,7 @@ def follow(
     """
     from scheduler.submit import requeue_stale
 
-    metric = store.get_sweep(sweep_id)["objective"]["metric"]
+    metric = store.reads.get_sweep(sweep_id)["objective"]["metric"]
     last_requeue = time.monotonic()
     feeder = open_feeder() if open_feeder is not None else None
     next_open = time.monotonic() + LEASE_RETRY_SECONDS
@@ -90,7 +90,7 @@ def follow(
     ) as progress:
         task = progress.add_task("trials", total=total, best="")
         while True:
-            counts = store.counts(sweep_id)
+            counts = store.reads.counts(sweep_id)
             active = counts.get("queued", 0) + counts.get("running", 0)
             if counts.get("complete", 0) != complete:
                 complete = counts.get("complete", 0)
@@ -128,7 +128,7 @@ def top_table(store: Store, sweep: dict[str, Any], k: int = 10) -> Table:
         f"({objective['direction']})",
         header_style="bold",
     )
-    best = store.best(sweep["_id"], k)
+    best = store.reads.best(sweep["_id"], k)
     columns: list[str] = []
     for doc in best:
         for key in flatten_params(doc.get("params", {})):
@@ -156,7 +156,7 @@ def top_table(store: Store, sweep: dict[str, Any], k: int = 10) -> Table:
 
 
 def best_line(store: Store, sweep_id: str, metric: str) -> str:
-    best = store.best(sweep_id, 1)
+    best = store.reads.best(sweep_id, 1)
     if not best or not isinstance(best[0].get("objective"), float):
         return "best: -"
     return f"best {metric}: {best[0]['objective']:.4f}"

@@ -104,7 +104,7 @@ def enqueue_ids(store: Store, app: Celery, trial_ids: Iterable[str]) -> int:
     """Enqueue trials already in the store (requeued or retried), with their time limits,
     configs and the attempts they are queued at."""
     ids = list(trial_ids)
-    docs = store.trials_by_id(ids, ["config", "attempt", "sweep_id"])
+    docs = store.reads.trials_by_id(ids, ["config", "attempt", "sweep_id"])
     watched: dict[str, bool] = {}
     sent: list[Outgoing] = []
     for trial_id in ids:
@@ -121,7 +121,7 @@ def enqueue_ids(store: Store, app: Celery, trial_ids: Iterable[str]) -> int:
 def _prunes(store: Store, sweep_id: str) -> bool:
     """Whether the sweep's spec stops trials early (its messages then carry `watch`)."""
     try:
-        spec = store.get_sweep(sweep_id).get("spec") or {}
+        spec = store.reads.get_sweep(sweep_id).get("spec") or {}
     except NotFound:
         return False
     return (spec.get("pruning") or {}).get("algorithm", "none") not in (None, "none")
@@ -132,7 +132,7 @@ def requeue_stale(
 ) -> list[str]:
     """Requeue running trials whose heartbeat is older than `stale_after`, and enqueue them;
     one whose `max_attempts`-th attempt went silent ends failed instead."""
-    ids = store.requeue_stale(stale_after, max_attempts=max_attempts)
+    ids = store.admin.requeue_stale(stale_after, max_attempts=max_attempts)
     if ids:
         log.warning("requeued %d stale trials", len(ids))
         enqueue_ids(store, app, ids)

@@ -2,9 +2,9 @@
 
 - **Claims.** A message carries the trial's config and the attempt it was queued at
   (`scheduler.enqueue`), so a claim is one conditional write with no read
-  (`Store.claim_queued`), for one trial or a whole fused group. A message without them (an
+  (`TrialLifecycle.claim_queued`), for one trial or a whole fused group. A message without them (an
   older one), or a trial that is not where the message says (requeued, taken over,
-  finished), goes the careful way: `Store.claim`, which reads the trial, takes over an
+  finished), goes the careful way: `TrialLifecycle.claim`, which reads the trial, takes over an
   attempt whose process is known dead, and cancels a trial of a cancelled sweep.
 - **Heartbeats.** One thread per process (`HeartbeatSender`) beats for every trial the
   process holds in one write, and notes per trial a lost claim, a stop request or a prune
@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
-from core.batch_writes import EpochRow, sweep_of
 from core.errors import NotFound, StoreUnavailable
+from core.lifecycle import EpochRow, TrialLifecycle
+from core.records import sweep_of
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.states import Heartbeat, TrialState
-from core.store import Store
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -85,7 +85,7 @@ def holder_is_dead(holder: dict[str, Any] | None) -> bool:
 
 
 def claim_trial(
-    store: Store,
+    lifecycle: TrialLifecycle,
     trial_id: str,
     worker: dict[str, Any],
     stale_after: float,
@@ -96,15 +96,15 @@ def claim_trial(
     that has died is taken over at once rather than after the stale-heartbeat wait; its
     `max_attempts`-th loss ends the trial failed (None), so a redelivered message for it is
     acked and does nothing."""
-    doc = store.claim(trial_id, worker, stale_after=stale_after, max_attempts=max_attempts)
+    doc = lifecycle.claim(trial_id, worker, stale_after=stale_after, max_attempts=max_attempts)
     if doc is not None:
         return doc
-    current = store.get_trial(trial_id, with_metrics=False)
+    current = lifecycle.trial(trial_id)
     if current["state"] == TrialState.RUNNING.value and holder_is_dead(current.get("worker")):
         log.info(
             "trial %s: attempt %s died with its process; taking over", trial_id, current["attempt"]
         )
-        return store.claim(
+        return lifecycle.claim(
             trial_id,
             worker,
             stale_after=stale_after,
@@ -115,7 +115,7 @@ def claim_trial(
 
 
 def claim_trials(
-    store: Store,
+    lifecycle: TrialLifecycle,
     trial_ids: list[str],
     worker: dict[str, Any],
     stale_after: float,
@@ -133,7 +133,7 @@ def claim_trials(
     out: dict[str, dict[str, Any] | None] = {}
     expected = {t: carried[t][0] for t in trial_ids if t in carried}
     if expected:
-        for trial_id in with_retry(store.claim_queued, expected, worker, budget=budget):
+        for trial_id in with_retry(lifecycle.claim_queued, expected, worker, budget=budget):
             attempt, config = carried[trial_id]
             out[trial_id] = {
                 "_id": trial_id,
@@ -145,7 +145,13 @@ def claim_trials(
         if trial_id not in out:
             try:
                 out[trial_id] = with_retry(
-                    claim_trial, store, trial_id, worker, stale_after, max_attempts, budget=budget
+                    claim_trial,
+                    lifecycle,
+                    trial_id,
+                    worker,
+                    stale_after,
+                    max_attempts,
+                    budget=budget,
                 )
             except NotFound:
                 log.error("trial %s does not exist", trial_id)
@@ -156,7 +162,7 @@ class HeartbeatSender(threading.Thread):
     """The one thread of a worker process that beats for every trial the process holds.
 
     A runner `hold`s a trial's attempt after its claim and `release`s it once its finish is
-    written; every `interval` seconds the thread sends one `Store.heartbeat_many` for all
+    written; every `interval` seconds the thread sends one `TrialLifecycle.heartbeat_many` for all
     of them and notes, per trial, a lost claim (`lost`), a stop request (`stopping`) or a
     prune request (`pruning`); `check` does the same at once for some trials (a watched
     trial's epoch end). (The store's answer to a heartbeat is `core.states.Heartbeat`.)
@@ -165,9 +171,9 @@ class HeartbeatSender(threading.Thread):
     _senders: ClassVar[dict[tuple[int, int, float], HeartbeatSender]] = {}
     _made = threading.Lock()
 
-    def __init__(self, store: Store, interval: float) -> None:
+    def __init__(self, lifecycle: TrialLifecycle, interval: float) -> None:
         super().__init__(name="heartbeats", daemon=True)
-        self.store, self.interval = store, interval
+        self.lifecycle, self.interval = lifecycle, interval
         self._held: dict[str, int] = {}
         self._lost: set[str] = set()
         self._stopping: set[str] = set()
@@ -175,13 +181,13 @@ class HeartbeatSender(threading.Thread):
         self._lock = threading.Lock()
 
     @classmethod
-    def of_process(cls, store: Store, interval: float) -> HeartbeatSender:
-        """This process's sender for `store` (started on first use; a fork gets its own)."""
-        key = (os.getpid(), id(store), interval)
+    def of_process(cls, lifecycle: TrialLifecycle, interval: float) -> HeartbeatSender:
+        """This process's sender for `lifecycle` (started on first use; a fork gets its own)."""
+        key = (os.getpid(), id(lifecycle), interval)
         with cls._made:
             sender = cls._senders.get(key)
             if sender is None or not sender.is_alive():
-                sender = cls._senders[key] = cls(store, interval)
+                sender = cls._senders[key] = cls(lifecycle, interval)
                 sender.start()
             return sender
 
@@ -223,7 +229,7 @@ class HeartbeatSender(threading.Thread):
         if not attempts:
             return
         try:
-            answers = self.store.heartbeat_many(attempts)
+            answers = self.lifecycle.heartbeat_many(attempts)
         except (StoreUnavailable, NotFound) as exc:
             log.warning("epoch check for %d trial(s) failed: %s", len(attempts), exc)
             return
@@ -249,7 +255,7 @@ class HeartbeatSender(threading.Thread):
             if not held:
                 continue
             try:
-                answers = self.store.heartbeat_many(held)
+                answers = self.lifecycle.heartbeat_many(held)
             except (StoreUnavailable, NotFound) as exc:
                 log.warning("heartbeat for %d trial(s) failed: %s", len(held), exc)
                 continue

@@ -57,11 +57,10 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from core.batch_writes import EpochRow, Finish
 from core.config import TrialConfig
 from core.errors import StoreUnavailable, TrainingError
+from core.lifecycle import EpochRow, Finish, TrialLifecycle
 from core.states import TrialState
-from core.store import Store
 from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 from workers.runner import (
     RunnerOptions,
@@ -132,13 +131,13 @@ class _Run:
 
     def __init__(
         self,
-        store: Store,
+        lifecycle: TrialLifecycle,
         trial_ids: list[str],
         options: RunnerOptions,
         beats: HeartbeatSender,
         watch: bool = False,
     ) -> None:
-        self.store, self.options, self.beats, self.watch = store, options, beats, watch
+        self.lifecycle, self.options, self.beats, self.watch = lifecycle, options, beats, watch
         self.attempts: dict[str, int] = {}
         self.budget = options.store_retry_seconds
         self.writer = _Writer()
@@ -151,7 +150,7 @@ class _Run:
         self.fused = 0
 
     def objective(self, sweep_id: str) -> dict[str, str]:
-        return sweep_objective(self.store, sweep_id, self.budget)
+        return sweep_objective(self.lifecycle, sweep_id, self.budget)
 
     def report(self, doc: dict[str, Any], epoch: int, row: dict[str, float]) -> None:
         """Keep an epoch's row; first write the finishes of trials that ended before it."""
@@ -188,10 +187,10 @@ class _Run:
 
     def _write_rows(self, rows: list[EpochRow]) -> None:
         if rows:
-            with_retry(self.store.report_many, rows, budget=self.budget)
+            with_retry(self.lifecycle.report_many, rows, budget=self.budget)
 
     def _write_finishes(self, finishes: list[Finish]) -> None:
-        with_retry(self.store.finish_many, finishes, budget=self.budget)
+        with_retry(self.lifecycle.finish_many, finishes, budget=self.budget)
         for finish in finishes:
             self.beats.release(finish.trial_id)
 
@@ -296,7 +295,7 @@ def _train(
 
 
 def execute_group(
-    store: Store,
+    lifecycle: TrialLifecycle,
     trial_ids: list[str],
     worker: dict[str, Any],
     options: RunnerOptions,
@@ -314,11 +313,11 @@ def execute_group(
     ``lost``, and ``unknown`` for an id the store does not have.
     """
     budget = options.store_retry_seconds
-    beats = HeartbeatSender.of_process(store, options.heartbeat_seconds)
-    run = _Run(store, trial_ids, options, beats, watch)
+    beats = HeartbeatSender.of_process(lifecycle, options.heartbeat_seconds)
+    run = _Run(lifecycle, trial_ids, options, beats, watch)
     unique = list(dict.fromkeys(trial_ids))
     claims = claim_trials(
-        store,
+        lifecycle,
         unique,
         worker,
         options.stale_after_seconds,

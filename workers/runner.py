@@ -6,7 +6,7 @@ in batches (at most every 2 s, and all of them before the finish).
 
 **Early stopping.** A message of a pruning sweep carries ``watch`` (`scheduler.enqueue`):
 the trial's rows are then written at every epoch and, right after, one heartbeat asks
-whether the scheduler requested a prune (`Store.request_prune`), so the trial stops
+whether the scheduler requested a prune (`SweepAdmin.request_prune`), so the trial stops
 before its next epoch. Without ``watch`` a request is still honoured, at the heartbeat
 thread's next beat. A trial stopped so ends ``pruned`` (`settle`): its rows kept,
 ``pruned_epoch`` the last epoch it trained, ``result.objective`` the objective metric's
@@ -42,13 +42,12 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from core.batch_writes import EpochRow, Finish
 from core.caffe import is_caffe
 from core.config import TrialConfig
 from core.errors import NotFound, TrainingError
+from core.lifecycle import EpochRow, Finish, TrialLifecycle
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.states import TrialState
-from core.store import Store
 from core.trainable_spec import is_trainable
 from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 
@@ -97,12 +96,12 @@ def versions() -> dict[str, str]:
 _OBJECTIVES: dict[str, dict[str, str]] = {}
 
 
-def sweep_objective(store: Store, sweep_id: str, budget: float) -> dict[str, str]:
+def sweep_objective(lifecycle: TrialLifecycle, sweep_id: str, budget: float) -> dict[str, str]:
     """The sweep's objective; it never changes, so each process asks the store once."""
     if sweep_id not in _OBJECTIVES:
         if len(_OBJECTIVES) > 1000:
             _OBJECTIVES.clear()
-        _OBJECTIVES[sweep_id] = with_retry(store.get_sweep, sweep_id, budget=budget)["objective"]
+        _OBJECTIVES[sweep_id] = with_retry(lifecycle.objective, sweep_id, budget=budget)
     return _OBJECTIVES[sweep_id]
 
 
@@ -121,8 +120,8 @@ def failure_reason(exc: BaseException) -> str:
 def record_outcome(
     outcome: TrainResult, objective: dict[str, str], extra: dict[str, Any]
 ) -> dict[str, Any]:
-    """The ``result`` of a trained trial for `Store.finish`; its other record fields (params,
-    times, device, dataset) go into `extra`."""
+    """The ``result`` of a trained trial for `TrialLifecycle.finish_many`; its other record
+    fields (params, times, device, dataset) go into `extra`."""
     from workers.training import objective_value
 
     extra.update(
@@ -174,7 +173,7 @@ def settle(
 
 
 def execute_trial(
-    store: Store,
+    lifecycle: TrialLifecycle,
     trial_id: str,
     worker: dict[str, Any],
     options: RunnerOptions,
@@ -197,7 +196,7 @@ def execute_trial(
     budget = options.store_retry_seconds
     stale = options.stale_after_seconds
     claims = claim_trials(
-        store,
+        lifecycle,
         [trial_id],
         worker,
         stale,
@@ -213,14 +212,14 @@ def execute_trial(
         return "skipped"
     attempt = doc["attempt"]
     if objective is None:
-        objective = sweep_objective(store, doc["sweep_id"], budget)
-    beats = HeartbeatSender.of_process(store, options.heartbeat_seconds)
+        objective = sweep_objective(lifecycle, doc["sweep_id"], budget)
+    beats = HeartbeatSender.of_process(lifecycle, options.heartbeat_seconds)
     beats.hold(trial_id, attempt)
     rows = EpochRows()
 
     def write_rows(batch: list[EpochRow]) -> None:
         if batch:
-            with_retry(store.report_many, batch, budget=budget)
+            with_retry(lifecycle.report_many, batch, budget=budget)
 
     def on_epoch(epoch: int, metrics: dict[str, Any]) -> None:
         if not watch:
@@ -284,7 +283,7 @@ def execute_trial(
             log.warning("trial %s: attempt %s lost its claim; not recording", trial_id, attempt)
             return "lost"
         finish = Finish(trial_id, attempt, state, result, error, extra)
-        with_retry(store.finish_many, [finish], budget=budget)
+        with_retry(lifecycle.finish_many, [finish], budget=budget)
     finally:
         beats.release(trial_id)
     return state.value

@@ -78,7 +78,7 @@ def register(app: Celery, context: WorkerContext) -> None:
         worker = worker_identity(self.request.hostname)
         try:
             return execute_trial(
-                context.store,
+                context.store.lifecycle,
                 trial_id,
                 worker,
                 _options(),
@@ -121,7 +121,7 @@ def register(app: Celery, context: WorkerContext) -> None:
         worker = worker_identity(self.request.hostname)
         try:
             outcomes = execute_group(
-                context.store,
+                context.store.lifecycle,
                 trial_ids,
                 worker,
                 _options(),

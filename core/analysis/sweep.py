@@ -1,6 +1,6 @@
 """One sweep's analysis from the store, computed once per state of the sweep.
 
-The trials are read through the store's read interface only (`Store.get_sweep`, with the
+The trials are read through the store's read interface only (`Reads.get_sweep`, with the
 owner check, and `Store.sweep_rows`, mostly from the finish log). An analysis is valid for
 one *version* of the sweep: `ANALYSIS_VERSION`, the sweep's ``counts_rev`` (bumped by
 every transition of every trial) and whether importance was computed. So:
@@ -23,8 +23,8 @@ from typing import Any
 
 from core.analysis.report import ANALYSIS_VERSION, Importance, analyse
 from core.analysis.rows import FIELDS
+from core.reads import Reads
 from core.states import TrialState
-from core.store import Store
 
 #: The name of the stored analysis among the sweep's view snapshots.
 SNAPSHOT = "analysis"
@@ -70,7 +70,7 @@ def _live(sweep: dict[str, Any]) -> bool:
 
 
 def sweep_analysis(
-    store: Store,
+    reads: Reads,
     sweep_id: str,
     *,
     owner: str | None = None,
@@ -80,7 +80,7 @@ def sweep_analysis(
 ) -> dict[str, Any]:
     """The analysis of sweep `sweep_id` (`core.analysis.report.analyse`) with its
     ``version``; `NotFound` if there is none or it is not `owner`'s (None: anyone's)."""
-    sweep = store.get_sweep(sweep_id, owner=owner)
+    sweep = reads.get_sweep(sweep_id, owner=owner)
     version = version_of(sweep, importance)
     live = _live(sweep)
     if memo is not None:
@@ -88,18 +88,18 @@ def sweep_analysis(
         if kept is not None:
             return kept
     if not live:
-        stored = store.view_snapshot(sweep_id, SNAPSHOT)
+        stored = reads.view_snapshot(sweep_id, SNAPSHOT)
         if stored is not None and stored[0] == version:
             value = json.loads(stored[1])
             if memo is not None:
                 memo.put(sweep_id, version, value)
             return value
-    docs, _ = store.sweep_rows(sweep_id, FIELDS)
+    docs, _ = reads.sweep_rows(sweep_id, FIELDS)
     value = analyse(sweep, docs, importance=importance)
     value["version"] = version
     if not live:
         data = json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
-        store.keep_view_snapshot(sweep_id, SNAPSHOT, version, data)
+        reads.keep_view_snapshot(sweep_id, SNAPSHOT, version, data)
     if memo is not None:
         memo.put(sweep_id, version, value)
     return value

@@ -29,7 +29,7 @@ def test_the_owner_gets_the_analysis_and_no_one_else(client: FlaskClient, store:
     }  # fmt: skip
     assert body["findings"] and all(isinstance(text, str) for text in body["findings"])
     # finished: stored with the sweep under its version, and served from there again
-    version, _ = store.view_snapshot(seeded.sweep_id, SNAPSHOT)
+    version, _ = store.reads.view_snapshot(seeded.sweep_id, SNAPSHOT)
     assert version == body["version"]
     assert client.get(url, headers=ALICE).json == body
 

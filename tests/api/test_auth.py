@@ -39,7 +39,7 @@ SWEEP_ROUTES = [
 @pytest.fixture
 def ids(client: FlaskClient, store: Store) -> dict[str, str]:
     sweep_id = submit(client)
-    trial_id = store.trials(sweep_id, limit=1)[0][0]["_id"]
+    trial_id = store.reads.trials(sweep_id, limit=1)[0][0]["_id"]
     return {"sweep": sweep_id, "trial": trial_id}
 
 
@@ -58,7 +58,7 @@ def test_every_protected_route_needs_a_known_bearer_token(
         assert response.status_code == 401, (method, template)
         assert response.json["code"] == "unauthorized"
         assert response.headers["WWW-Authenticate"].startswith("Bearer")
-    assert store.counts(ids["sweep"])["queued"] == 6  # nothing was cancelled or deleted
+    assert store.reads.counts(ids["sweep"])["queued"] == 6  # nothing was cancelled or deleted
 
 
 def test_another_owner_sees_404_and_changes_nothing(
@@ -68,7 +68,7 @@ def test_another_owner_sees_404_and_changes_nothing(
         response = call(client, method, template.format(**ids), BOB)
         assert response.status_code == 404, (method, template)
         assert response.json["code"] == "not_found"
-    assert store.counts(ids["sweep"])["queued"] == 6
+    assert store.reads.counts(ids["sweep"])["queued"] == 6
     assert client.get("/api/v1/sweeps", headers=BOB).json["items"] == []
 
 

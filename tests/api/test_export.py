@@ -13,22 +13,22 @@ from core import export
 from core.states import TrialState
 from core.store import Store
 from tests.api import ALICE, small_spec, submit
-from tests.core import WORKER
+from tests.core import WORKER, finish
 
 
-def finish(store: Store, trial_id: str, accuracy: float) -> None:
-    attempt = store.claim(trial_id, WORKER, stale_after=60)["attempt"]
+def end_trial(store: Store, trial_id: str, accuracy: float) -> None:
+    attempt = store.lifecycle.claim(trial_id, WORKER, stale_after=60)["attempt"]
     final = {"epoch": 1, "train_loss": 0.3, "val_loss": 0.4, "val_accuracy": accuracy}
     result = {"objective": accuracy, "final": final, "best": final, "epochs": 1}
     extra = {"train_seconds": 1.5, "param_count": 99, "device": "cpu"}
-    store.finish(trial_id, attempt, TrialState.COMPLETE, result=result, extra=extra)
+    finish(store, trial_id, attempt, TrialState.COMPLETE, result=result, extra=extra)
 
 
 @pytest.fixture
 def sweep_id(client: FlaskClient, store: Store) -> str:
     sweep_id = submit(client)
-    first = store.trials(sweep_id, limit=1)[0][0]["_id"]
-    finish(store, first, 0.875)
+    first = store.reads.trials(sweep_id, limit=1)[0][0]["_id"]
+    end_trial(store, first, 0.875)
     return sweep_id
 
 
@@ -84,9 +84,9 @@ def test_a_sub_section_leaf_is_a_column_a_filter_and_a_sort(
         execution={"parallel": {"world_size": 2, "strategy": "local_sgd", "tau": [1, 5, 20]}},
     )
     sweep_id = submit(client, spec)
-    docs = store.trials(sweep_id, limit=3)[0]
+    docs = store.reads.trials(sweep_id, limit=3)[0]
     assert docs[1]["params"] == {"execution": {"parallel": {"tau": 5}}}
-    finish(store, docs[1]["_id"], 0.5)
+    end_trial(store, docs[1]["_id"], 0.5)
     base = f"/api/v1/sweeps/{sweep_id}"
     text = client.get(f"{base}/export?format=csv", headers=ALICE).get_data(as_text=True)
     rows = list(csv.DictReader(io.StringIO(text)))

@@ -59,4 +59,4 @@ def test_a_submit_while_the_broker_is_down_is_503_and_stores_nothing(
     response = client.post("/api/v1/sweeps", json={"name": "x", "dataset": {"name": "iris"}},
                            headers=ALICE)
     assert response.status_code == 503 and response.json["code"] == "broker_unavailable"
-    assert store.list_sweeps()[0] == []
+    assert store.reads.list_sweeps()[0] == []

@@ -406,7 +406,7 @@ def test_a_failure_in_a_later_batch_leaves_no_trial_behind(store: Store) -> None
     trials[1200] = TrialPoint(bad.index, bad.id, {**bad.params, "training.seed": 2**64},
                               bad.seed, bad.config)  # fmt: skip
     with pytest.raises(OverflowError):
-        store.create_sweep(spec, trials, owner="alice")
+        store.admin.create_sweep(spec, trials, owner="alice")
     assert store.db["trials"].count_documents({}) == 0
     assert store.db["sweeps"].count_documents({}) == 0
 

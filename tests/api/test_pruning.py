@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 from core.states import TrialState
 from core.store import Store
 from tests.api import ALICE, small_spec, submit
-from tests.core import WORKER
+from tests.core import WORKER, finish, report
 
 
 def test_a_sweep_shows_its_search_settings_and_defaults_for_old_sweeps(
@@ -40,11 +40,11 @@ def test_a_sweep_shows_its_search_settings_and_defaults_for_old_sweeps(
 
 def test_trials_carry_the_epoch_a_pruned_one_stopped_at(client: FlaskClient, store: Store) -> None:
     sweep_id = submit(client)
-    trials = store.trials(sweep_id, limit=2)[0]
-    attempt = store.claim(trials[0]["_id"], WORKER, stale_after=60)["attempt"]
+    trials = store.reads.trials(sweep_id, limit=2)[0]
+    attempt = store.lifecycle.claim(trials[0]["_id"], WORKER, stale_after=60)["attempt"]
     for epoch in (1, 2):
-        store.report(trials[0]["_id"], attempt, epoch, {"val_accuracy": 0.2 * epoch})
-    assert store.finish(trials[0]["_id"], attempt, TrialState.PRUNED, extra={"pruned_epoch": 2})
+        report(store, trials[0]["_id"], attempt, epoch, {"val_accuracy": 0.2 * epoch})
+    assert finish(store, trials[0]["_id"], attempt, TrialState.PRUNED, extra={"pruned_epoch": 2})
     one = client.get(f"/api/v1/trials/{trials[0]['_id']}", headers=ALICE).json
     assert one["state"] == "pruned" and one["pruned_epoch"] == 2
     assert [m["epoch"] for m in one["metrics"]] == [1, 2]

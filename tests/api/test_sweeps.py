@@ -15,7 +15,7 @@ from core.settings import Settings
 from core.states import TrialState
 from core.store import Store
 from tests.api import ALICE, YAML, enqueued_trials, queue_depth, small_spec, submit
-from tests.core import WORKER
+from tests.core import WORKER, finish
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,8 +45,8 @@ def test_submit_json_stores_and_enqueues_every_trial(
     assert body["trials"] == 6 and body["name"] == "api-test"
     assert response.headers["Location"] == f"/api/v1/sweeps/{body['id']}"
     assert body["links"]["export"] == f"/api/v1/sweeps/{body['id']}/export?format=csv"
-    assert store.get_sweep(body["id"], owner="alice")["trial_count"] == 6
-    stored = [t["_id"] for t in store.trials(body["id"], limit=6)[0]]
+    assert store.reads.get_sweep(body["id"], owner="alice")["trial_count"] == 6
+    stored = [t["_id"] for t in store.reads.trials(body["id"], limit=6)[0]]
     assert sorted(enqueued_trials(settings)) == sorted(stored)
 
 
@@ -201,10 +201,10 @@ def test_show_gives_spec_counts_best_throughput_and_eta(client: FlaskClient, sto
     fresh = client.get(f"/api/v1/sweeps/{sweep_id}", headers=ALICE).json
     assert fresh["spec"] == small_spec() and fresh["best"] is None
     assert fresh["throughput"]["remaining"] == 6 and fresh["throughput"]["eta_seconds"] is None
-    trials = store.trials(sweep_id, limit=2)[0]
+    trials = store.reads.trials(sweep_id, limit=2)[0]
     for trial, objective in zip(trials, (0.5, 0.9), strict=True):
-        attempt = store.claim(trial["_id"], WORKER, stale_after=60)["attempt"]
-        store.finish(trial["_id"], attempt, TrialState.COMPLETE, result={"objective": objective})
+        attempt = store.lifecycle.claim(trial["_id"], WORKER, stale_after=60)["attempt"]
+        finish(store, trial["_id"], attempt, TrialState.COMPLETE, result={"objective": objective})
     shown = client.get(f"/api/v1/sweeps/{sweep_id}", headers=ALICE).json
     assert shown["status"] == "running" and shown["counts"]["complete"] == 2
     assert shown["best"]["id"] == trials[1]["_id"] and shown["best"]["objective"] == 0.9
@@ -219,14 +219,14 @@ def test_cancel_then_delete_and_409_while_anything_runs(client: FlaskClient, sto
     path = f"/api/v1/sweeps/{sweep_id}"
     body = error(client.delete(path, headers=ALICE), 409, "conflict")
     assert "6 queued and 0 running" in body["message"]
-    running = store.trials(sweep_id, limit=1)[0][0]["_id"]
-    store.claim(running, WORKER, stale_after=60)
+    running = store.reads.trials(sweep_id, limit=1)[0][0]["_id"]
+    store.lifecycle.claim(running, WORKER, stale_after=60)
     cancelled = client.post(f"{path}/cancel", headers=ALICE).json
     assert cancelled["cancelled"] == 5 and cancelled["stopping"] == 1
     assert cancelled["sweep"]["status"] == "cancelled"
     assert client.post(f"{path}/cancel", headers=ALICE).json["cancelled"] == 0
     assert "1 running" in error(client.delete(path, headers=ALICE), 409, "conflict")["message"]
-    store.finish(running, 1, TrialState.CANCELLED)
+    finish(store, running, 1, TrialState.CANCELLED)
     assert client.delete(path, headers=ALICE).json == {
         "id": sweep_id, "deleted": True, "trials": 6, "metrics": 0,
     }  # fmt: skip
@@ -238,11 +238,11 @@ def test_retry_requeues_failed_and_stale_trials_and_enqueues_them(
     client: FlaskClient, store: Store, settings: Settings
 ) -> None:
     sweep_id = submit(client)
-    trials = [t["_id"] for t in store.trials(sweep_id, limit=6)[0]]
+    trials = [t["_id"] for t in store.reads.trials(sweep_id, limit=6)[0]]
     for trial_id in trials[:2]:
-        attempt = store.claim(trial_id, WORKER, stale_after=60)["attempt"]
-        store.finish(trial_id, attempt, TrialState.FAILED, error="boom")
-    stale = store.claim(trials[2], WORKER, stale_after=60)
+        attempt = store.lifecycle.claim(trial_id, WORKER, stale_after=60)["attempt"]
+        finish(store, trial_id, attempt, TrialState.FAILED, error="boom")
+    stale = store.lifecycle.claim(trials[2], WORKER, stale_after=60)
     store.db["trials"].update_one(
         {"_id": trials[2]}, {"$set": {"heartbeat_at": stale["heartbeat_at"].replace(year=2000)}}
     )

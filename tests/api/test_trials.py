@@ -11,18 +11,18 @@ from flask.testing import FlaskClient
 from core.states import TrialState
 from core.store import Store
 from tests.api import ALICE, BOB, small_spec, submit
-from tests.core import WORKER
+from tests.core import WORKER, finish, report
 
 WIDE = small_spec(
     model={"hidden_units": [8, 16, 32, 64], "activation": ["relu", "tanh", "sigmoid"]}
 )  # 12 trials
 
 
-def finish(store: Store, trial_id: str, objective: float, state: str = "complete") -> None:
-    attempt = store.claim(trial_id, WORKER, stale_after=60)["attempt"]
-    store.report(trial_id, attempt, 1, {"val_accuracy": objective, "val_loss": 1 - objective})
+def end_trial(store: Store, trial_id: str, objective: float, state: str = "complete") -> None:
+    attempt = store.lifecycle.claim(trial_id, WORKER, stale_after=60)["attempt"]
+    report(store, trial_id, attempt, 1, {"val_accuracy": objective, "val_loss": 1 - objective})
     result = {"objective": objective, "final": {"val_accuracy": objective}, "epochs": 1}
-    store.finish(trial_id, attempt, TrialState(state), result=result)
+    finish(store, trial_id, attempt, TrialState(state), result=result)
 
 
 def pages(client: FlaskClient, path: str) -> list[dict[str, Any]]:
@@ -49,9 +49,9 @@ def test_pages_cover_the_sweep_once_in_index_order(client: FlaskClient) -> None:
 
 def test_filters_and_sorts(client: FlaskClient, store: Store) -> None:
     sweep_id = submit(client, WIDE)
-    ids = [t["_id"] for t in store.trials(sweep_id, limit=12)[0]]
+    ids = [t["_id"] for t in store.reads.trials(sweep_id, limit=12)[0]]
     for n, trial_id in enumerate(ids[:6]):
-        finish(store, trial_id, 0.1 * n, "failed" if n == 5 else "complete")
+        end_trial(store, trial_id, 0.1 * n, "failed" if n == 5 else "complete")
     base = f"/api/v1/sweeps/{sweep_id}/trials"
     relu = pages(client, f"{base}?param=model.activation:relu&limit=2")
     assert [t["params"]["model.hidden_units"] for t in relu] == [8, 16, 32, 64]
@@ -120,8 +120,8 @@ def test_a_cursor_only_works_for_its_own_query(client: FlaskClient) -> None:
 
 def test_a_trial_with_its_config_history_and_metrics(client: FlaskClient, store: Store) -> None:
     sweep_id = submit(client)
-    trial_id = store.trials(sweep_id, limit=1)[0][0]["_id"]
-    finish(store, trial_id, 0.75)
+    trial_id = store.reads.trials(sweep_id, limit=1)[0][0]["_id"]
+    end_trial(store, trial_id, 0.75)
     body = client.get(f"/api/v1/trials/{trial_id}", headers=ALICE).json
     assert body["id"] == trial_id and body["state"] == "complete" and body["objective"] == 0.75
     assert body["config"]["model"]["hidden_units"] == 8

@@ -48,7 +48,7 @@ def test_workers_and_a_sweep_from_submit_to_export(client: FlaskClient, stack: S
     assert me["pid"] == worker.proc.pid and me["device"] is None  # named test-…@host
 
     long_id = client.post("/api/v1/sweeps", json=LONG, headers=ALICE).json["id"]
-    wait_for(lambda: stack.store.counts(long_id)["running"], 60, "the long trial to start")
+    wait_for(lambda: stack.store.reads.counts(long_id)["running"], 60, "the long trial to start")
     (running,) = client.get("/api/v1/workers", headers=ALICE).json["workers"][0]["active"]
     assert running["task"] == "workers.run_trial" and running["started_at"].endswith("Z")
     assert [t.split("-")[0] for t in running["trial_ids"]] == [long_id]

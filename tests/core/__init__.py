@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from core.lifecycle import EpochRow, Finish
 from core.spec import SweepSpec, load_spec
-from core.states import TrialState
+from core.states import Heartbeat, TrialState
 from core.store import Store
 from scheduler.expand import TrialPoint, expand
 
@@ -78,7 +79,7 @@ def make_sweep(
     """Create a sweep of `spec` (default `small_spec`); its id and its points."""
     spec = spec or small_spec()
     points = expand(spec, with_config=True)
-    return store.create_sweep(spec, points, **kwargs), points
+    return store.admin.create_sweep(spec, points, **kwargs), points
 
 
 def trial_ids(sweep_id: str, points: list[TrialPoint]) -> list[str]:
@@ -88,7 +89,7 @@ def trial_ids(sweep_id: str, points: list[TrialPoint]) -> list[str]:
 
 def run(store: Store, trial_id: str, *, stale_after: float = 60) -> dict[str, Any]:
     """Claim the trial as `WORKER`; its document."""
-    claimed = store.claim(trial_id, WORKER, stale_after=stale_after)
+    claimed = store.lifecycle.claim(trial_id, WORKER, stale_after=stale_after)
     assert claimed is not None
     return claimed
 
@@ -97,4 +98,33 @@ def complete(store: Store, trial_id: str, objective: float | None, **result: Any
     """Claim the trial and finish it complete with `objective` (and `result`)."""
     attempt = run(store, trial_id)["attempt"]
     outcome = {"objective": objective, **result}
-    assert store.finish(trial_id, attempt, TrialState.COMPLETE, result=outcome)
+    assert finish(store, trial_id, attempt, TrialState.COMPLETE, result=outcome)
+
+
+# One trial's writes, as a test makes them: the store has only the batched forms, which a
+# worker uses (`core.lifecycle.TrialLifecycle`), so these give each one trial.
+
+
+def heartbeat(store: Store, trial_id: str, attempt: int) -> Heartbeat:
+    """`TrialLifecycle.heartbeat_many` for one attempt: its answer."""
+    return store.lifecycle.heartbeat_many({trial_id: attempt})[trial_id]
+
+
+def report(store: Store, trial_id: str, attempt: int, epoch: int, metrics: dict[str, Any]) -> None:
+    """`TrialLifecycle.report_many` of one epoch row."""
+    store.lifecycle.report_many([EpochRow(trial_id, attempt, epoch, metrics)])
+
+
+def finish(
+    store: Store,
+    trial_id: str,
+    attempt: int,
+    state: TrialState | str,
+    *,
+    result: dict[str, Any] | None = None,
+    error: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> bool:
+    """`TrialLifecycle.finish_many` of one attempt: whether this call ended it."""
+    ended = Finish(trial_id, attempt, state, result, error, extra or {})
+    return store.lifecycle.finish_many([ended])[trial_id]

@@ -1,6 +1,8 @@
 """Concurrent callers of the store: every transition is made by exactly one of them.
 
-Each thread has its own `Store` on its own client, as separate worker processes would.
+Each thread has its own `Store` on its own client, as separate worker processes would, and
+its own clock, a millisecond apart from the next thread's (a batched finish tells the
+trials it ended by the time it wrote, `core.batch_writes`).
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
 
 from core.store import Store
-from tests.core import WORKER, FakeClock, make_sweep, small_spec, trial_ids, width_spec
+from tests.core import WORKER, FakeClock, finish, make_sweep, small_spec, trial_ids, width_spec
 
 T = TypeVar("T")
 THREADS = 8
@@ -27,7 +30,9 @@ def in_threads(mongo_url: str, db_name: str, clock: FakeClock) -> Threads:
     """Run `work(store_of_this_thread, n)` in THREADS threads that start together."""
 
     def run(work: Callable[[Store, int], T]) -> list[T]:
-        stores = [Store.connect(mongo_url, db_name, clock=clock) for _ in range(THREADS)]
+        stores = [
+            Store.connect(mongo_url, db_name, clock=_later_by(clock, n)) for n in range(THREADS)
+        ]
         barrier = threading.Barrier(THREADS)
 
         def start(n: int) -> T:
@@ -44,6 +49,10 @@ def in_threads(mongo_url: str, db_name: str, clock: FakeClock) -> Threads:
     return run
 
 
+def _later_by(clock: FakeClock, ms: int) -> Callable[[], datetime]:
+    return lambda: clock() + timedelta(milliseconds=ms)
+
+
 def test_eight_workers_claim_500_trials_exactly_once(store: Store, in_threads: Threads) -> None:
     sweep_id, points = make_sweep(store, width_spec(500))
     ids = trial_ids(sweep_id, points)
@@ -54,7 +63,7 @@ def test_eight_workers_claim_500_trials_exactly_once(store: Store, in_threads: T
         worker = {**WORKER, "name": f"worker-{n}"}
         won = []
         for tid in order:
-            claimed = mine.claim(tid, worker, stale_after=3600)
+            claimed = mine.lifecycle.claim(tid, worker, stale_after=3600)
             if claimed is not None:
                 assert claimed["worker"] == worker
                 won.append((tid, claimed["attempt"]))
@@ -64,8 +73,8 @@ def test_eight_workers_claim_500_trials_exactly_once(store: Store, in_threads: T
     assert len(claims) == 500
     assert Counter(tid for tid, _ in claims) == Counter(ids)
     assert {attempt for _, attempt in claims} == {1}
-    assert store.counts(sweep_id) == {**store.recount(sweep_id), "running": 500}
-    assert store.counts(sweep_id)["queued"] == 0
+    assert store.reads.counts(sweep_id) == {**store.admin.recount(sweep_id), "running": 500}
+    assert store.reads.counts(sweep_id)["queued"] == 0
 
 
 def test_concurrent_requeue_stale_requeues_each_trial_once(
@@ -74,15 +83,15 @@ def test_concurrent_requeue_stale_requeues_each_trial_once(
     sweep_id, points = make_sweep(store, width_spec(120))
     ids = trial_ids(sweep_id, points)
     for tid in ids[:100]:
-        store.claim(tid, WORKER, stale_after=60)
+        store.lifecycle.claim(tid, WORKER, stale_after=60)
     clock.advance(120)
 
-    requeued = [i for got in in_threads(lambda s, _: s.requeue_stale(60)) for i in got]
+    requeued = [i for got in in_threads(lambda s, _: s.admin.requeue_stale(60)) for i in got]
     assert sorted(requeued) == sorted(ids[:100])
-    assert store.counts(sweep_id) == store.recount(sweep_id)
-    assert store.counts(sweep_id)["queued"] == 120
+    assert store.reads.counts(sweep_id) == store.admin.recount(sweep_id)
+    assert store.reads.counts(sweep_id)["queued"] == 120
     for tid in ids[:3]:
-        history = store.get_trial(tid)["history"]
+        history = store.reads.get_trial(tid)["history"]
         assert [(h["attempt"], h["state"]) for h in history] == [(1, "lost")]
 
 
@@ -91,20 +100,20 @@ def test_one_finish_wins_and_one_takeover_wins(
 ) -> None:
     sweep_id, points = make_sweep(store, small_spec())
     finished, taken = trial_ids(sweep_id, points)[:2]
-    store.claim(finished, WORKER, stale_after=60)
-    store.claim(taken, WORKER, stale_after=60)
+    store.lifecycle.claim(finished, WORKER, stale_after=60)
+    store.lifecycle.claim(taken, WORKER, stale_after=60)
     clock.advance(120)
 
     def race(mine: Store, n: int) -> tuple[bool, Any]:
-        won_finish = mine.finish(finished, 1, "complete", result={"objective": n / 10})
-        claimed = mine.claim(taken, {**WORKER, "name": f"w{n}"}, stale_after=60)
+        won_finish = finish(mine, finished, 1, "complete", result={"objective": n / 10})
+        claimed = mine.lifecycle.claim(taken, {**WORKER, "name": f"w{n}"}, stale_after=60)
         return won_finish, claimed
 
     results = in_threads(race)
     assert sum(won for won, _ in results) == 1
     winners = [claimed for _, claimed in results if claimed is not None]
     assert len(winners) == 1 and winners[0]["attempt"] == 2
-    trial = store.get_trial(taken)
+    trial = store.reads.get_trial(taken)
     assert [(h["attempt"], h["state"]) for h in trial["history"]] == [(1, "lost")]
-    assert len(store.get_trial(finished)["history"]) == 1
-    assert store.counts(sweep_id) == store.recount(sweep_id)
+    assert len(store.reads.get_trial(finished)["history"]) == 1
+    assert store.reads.counts(sweep_id) == store.admin.recount(sweep_id)

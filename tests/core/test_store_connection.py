@@ -35,9 +35,9 @@ def test_unreachable_server_raises_store_unavailable() -> None:
         with pytest.raises(StoreUnavailable):
             store.ping()
         with pytest.raises(StoreUnavailable):
-            store.get_sweep("abcdef012345")
+            store.reads.get_sweep("abcdef012345")
         with pytest.raises(StoreUnavailable):
-            store.claim("abc-def", WORKER, stale_after=60)
+            store.lifecycle.claim("abc-def", WORKER, stale_after=60)
     finally:
         store.close()
 

@@ -21,7 +21,16 @@ from core.errors import InvalidQuery, InvalidTransition
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.states import TERMINAL_STATES
 from core.store import Store
-from tests.core import WORKER, FakeClock, make_sweep, trial_ids, width_spec
+from tests.core import (
+    WORKER,
+    FakeClock,
+    finish,
+    heartbeat,
+    make_sweep,
+    report,
+    trial_ids,
+    width_spec,
+)
 
 TRIALS = 4
 ENDED = {"complete", "failed", "pruned", "cancelled", "lost"}
@@ -41,13 +50,13 @@ class Lifecycle(RuleBasedStateMachine):
         self.frozen: dict[str, dict[str, Any]] = {}
 
     def _attempt(self, i: int, pick: str) -> int:
-        current = self.store.get_trial(self.ids[i], with_metrics=False)["attempt"]
+        current = self.store.reads.get_trial(self.ids[i], with_metrics=False)["attempt"]
         return max(1, {"current": current, "previous": current - 1, "next": current + 1}[pick])
 
     @rule(i=trial, takeover=st.booleans(), stale_after=st.sampled_from([0, 30, 3600]))
     def claim(self, i: int, takeover: bool, stale_after: float) -> None:
         attempt = self._attempt(i, "current") if takeover else None
-        claimed = self.store.claim(
+        claimed = self.store.lifecycle.claim(
             self.ids[i], WORKER, stale_after=stale_after, takeover_attempt=attempt
         )
         if claimed is not None:
@@ -56,12 +65,12 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule(i=trial, pick=which)
     def heartbeat(self, i: int, pick: str) -> None:
-        self.store.heartbeat(self.ids[i], self._attempt(i, pick))
+        heartbeat(self.store, self.ids[i], self._attempt(i, pick))
 
     @rule(i=trial, pick=which, epoch=st.integers(0, 2), loss=st.floats(0, 10))
     def report(self, i: int, pick: str, epoch: int, loss: float) -> None:
         try:
-            self.store.report(self.ids[i], self._attempt(i, pick), epoch, {"val_loss": loss})
+            report(self.store, self.ids[i], self._attempt(i, pick), epoch, {"val_loss": loss})
         except InvalidQuery as exc:
             assert exc.field == "attempt"
 
@@ -73,10 +82,15 @@ class Lifecycle(RuleBasedStateMachine):
     )
     def finish(self, i: int, pick: str, state: str, objective: float | None) -> None:
         tid = self.ids[i]
-        before = self.store.get_trial(tid, with_metrics=False)
+        before = self.store.reads.get_trial(tid, with_metrics=False)
         try:
-            done = self.store.finish(
-                tid, self._attempt(i, pick), state, result={"objective": objective}, error="e"
+            done = finish(
+                self.store,
+                tid,
+                self._attempt(i, pick),
+                state,
+                result={"objective": objective},
+                error="e",
             )
         except InvalidTransition:
             assert state == "cancelled" and not before.get("stop_requested")
@@ -85,7 +99,7 @@ class Lifecycle(RuleBasedStateMachine):
         if done:
             assert before["state"] == "running"
         elif before["state"] in TERMINAL_STATES:
-            assert self.store.get_trial(tid, with_metrics=False) == before
+            assert self.store.reads.get_trial(tid, with_metrics=False) == before
 
     @rule(seconds=st.sampled_from([1, 31, 61, 3601]))
     def tick(self, seconds: float) -> None:
@@ -93,15 +107,15 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule(stale_after=st.sampled_from([0, 60]))
     def requeue(self, stale_after: float) -> None:
-        for tid in self.store.requeue_stale(stale_after, sweep_id=self.sweep_id):
+        for tid in self.store.admin.requeue_stale(stale_after, sweep_id=self.sweep_id):
             assert tid not in self.frozen
 
     @rule()
     def retry(self) -> None:
         try:
-            queued = self.store.retry_failed(self.sweep_id)
+            queued = self.store.admin.retry_failed(self.sweep_id)
         except InvalidTransition:
-            assert self.store.get_sweep(self.sweep_id)["cancelled_at"] is not None
+            assert self.store.reads.get_sweep(self.sweep_id)["cancelled_at"] is not None
             return
         event(f"retried {min(len(queued), 1)}+")
         for tid in queued:
@@ -109,11 +123,11 @@ class Lifecycle(RuleBasedStateMachine):
 
     @rule()
     def cancel(self) -> None:
-        self.store.cancel_sweep(self.sweep_id)
+        self.store.admin.cancel_sweep(self.sweep_id)
 
     @invariant()
     def terminal_records_never_change(self) -> None:
-        docs, _ = self.store.trials(self.sweep_id, limit=TRIALS)
+        docs, _ = self.store.reads.trials(self.sweep_id, limit=TRIALS)
         assert len(docs) == TRIALS
         for doc in docs:
             tid = doc["_id"]
@@ -139,7 +153,7 @@ class Lifecycle(RuleBasedStateMachine):
 
     @invariant()
     def counts_match_the_trials(self) -> None:
-        assert self.store.counts(self.sweep_id) == self.store.recount(self.sweep_id)
+        assert self.store.reads.counts(self.sweep_id) == self.store.admin.recount(self.sweep_id)
 
     @invariant()
     def one_metrics_row_per_attempt_and_epoch(self) -> None:

@@ -22,7 +22,7 @@ from dashboard.blueprint import STATE_KEY
 from dashboard.payloads import DashboardState
 from dashboard.table import Tables
 from scheduler.expand import TrialPoint
-from tests.core import FakeClock, make_sweep, open_store, trial_ids
+from tests.core import FakeClock, finish, make_sweep, open_store, report, trial_ids
 from web.app import create_app
 
 #: 16 trials: depth 1-2 x width 32/64 x relu/tanh x seeds 0/1.
@@ -55,18 +55,18 @@ class Sweep:
                epochs: int = 0, device: str = "cpu", worker: str = "celery@w1") -> None:
         """Claim, report `epochs` epochs and finish trial `index`, `seconds` of clock later."""
         trial_id = self.ids[index]
-        claimed = self.store.claim(trial_id, {"host": "h", "pid": 7, "name": worker},
+        claimed = self.store.lifecycle.claim(trial_id, {"host": "h", "pid": 7, "name": worker},
                                    stale_after=60)
         assert claimed is not None
         for epoch in range(1, epochs + 1):
             accuracy = (objective or 0.5) * epoch / epochs
-            self.store.report(trial_id, claimed["attempt"], epoch,
+            report(self.store, trial_id, claimed["attempt"], epoch,
                               {"train_loss": 1 / epoch, "val_loss": 1.2 / epoch,
                                "val_accuracy": accuracy, "lr": 0.01, "epoch_seconds": 0.1})
         self.clock.advance(seconds)
         result = {"objective": objective} if objective is not None else None
         extra = {"train_seconds": seconds, "device": device} if state == "complete" else None
-        assert self.store.finish(trial_id, claimed["attempt"], state, result=result,
+        assert finish(self.store, trial_id, claimed["attempt"], state, result=result,
                                  error=error, extra=extra)
 
 

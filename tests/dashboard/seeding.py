@@ -23,7 +23,7 @@ from typing import Any
 from core.records import sweep_document, trial_document, utcnow
 from core.spec import SweepSpec, load_spec_file
 from core.states import TrialState
-from core.store import Store
+from core.store import INSERT_BATCH, Store
 from scheduler.expand import TrialPoint, expand
 
 MCLEOD_SPEC = "configs/mcleod-digits.yaml"
@@ -103,10 +103,10 @@ def seed_sweep(store: Store, spec: SweepSpec, **options: Any) -> Seeded:
     """Write the sweep `build_sweep` makes (same options) into the store; see it."""
     store.ensure_indexes()
     built = build_sweep(spec, **options)
-    for i in range(0, len(built.trials), store.insert_batch):
-        store.db["trials"].insert_many(built.trials[i : i + store.insert_batch], ordered=False)
-    for i in range(0, len(built.metrics), store.insert_batch):
-        store.db["metrics"].insert_many(built.metrics[i : i + store.insert_batch],
+    for i in range(0, len(built.trials), INSERT_BATCH):
+        store.db["trials"].insert_many(built.trials[i : i + INSERT_BATCH], ordered=False)
+    for i in range(0, len(built.metrics), INSERT_BATCH):
+        store.db["metrics"].insert_many(built.metrics[i : i + INSERT_BATCH],
                                         ordered=False)
     store.db["sweeps"].insert_one(built.sweep)
     return built.seeded

@@ -20,6 +20,7 @@ from core.store import Store
 from dashboard import analysis as analysis_data
 from scheduler.cli import main
 from scheduler.enqueue import sender_app
+from tests.core import finish
 from tests.dashboard.browser import (
     CHROMIUM,
     VIEWPORT,
@@ -161,7 +162,7 @@ def test_the_panel_data_follows_a_running_sweep(
         "version": first["version"], "unchanged": True,
     }  # fmt: skip
     running = seeded.ids("running")[0]
-    assert live_store.finish(running, 1, "complete", result={"objective": 0.9},
+    assert finish(live_store, running, 1, "complete", result={"objective": 0.9},
                              extra={"train_seconds": 2.0})  # fmt: skip
     later = client.get(f"{url}?version={first['version']}").json
     assert later["version"] != first["version"]

@@ -143,7 +143,7 @@ def test_every_dashboard_write_needs_the_owner_and_the_csrf_token(
     posts = dashboard_urls(app, sweep, "POST")
     assert {endpoint for endpoint, _ in posts} >= {"dashboard.trials.cancel",
                                                    "dashboard.trials.retry_failed"}
-    counts = sweep.store.get_sweep(sweep.sweep_id)["counts"]
+    counts = sweep.store.reads.get_sweep(sweep.sweep_id)["counts"]
     for endpoint, url in posts:
         anonymous = client.post(url)
         assert anonymous.status_code in (400, 401), (endpoint, anonymous.status_code)
@@ -159,7 +159,7 @@ def test_every_dashboard_write_needs_the_owner_and_the_csrf_token(
     login(client, ALICE_TOKEN)
     for endpoint, url in posts:  # the owner's session without the page's token
         assert client.post(url).json["code"] == "csrf_failed", endpoint
-    after = sweep.store.get_sweep(sweep.sweep_id)
+    after = sweep.store.reads.get_sweep(sweep.sweep_id)
     assert after["counts"] == counts and after.get("cancelled_at") is None
 
 

@@ -25,7 +25,7 @@ from dashboard.data import FIELDS, objective_by_width, trial_row
 from dashboard.history import best_history
 from dashboard.timing import POINTS_CAP, timing_rows
 from scheduler.enqueue import sender_app
-from tests.core import make_sweep, trial_ids
+from tests.core import finish, make_sweep, report, trial_ids
 from tests.dashboard.browser import (
     CHROMIUM,
     VIEWPORT,
@@ -159,7 +159,7 @@ _BAND_STROKES = """(id) => {
 def test_sweep_figures_hold_every_point(
     context: BrowserContext, base_url: str, mcleod: Seeded, live_store: Store
 ) -> None:
-    rows = [trial_row(d) for d in live_store.changed_rows(mcleod.sweep_id, None, FIELDS)[0]]
+    rows = [trial_row(d) for d in live_store.reads.changed_rows(mcleod.sweep_id, None, FIELDS)[0]]
     complete = mcleod.count("complete")
     page, console = open_drawn(context, f"{base_url}/sweeps/{mcleod.sweep_id}")
     assert trace_lengths(page, "fig-scatter") == [complete]
@@ -247,17 +247,19 @@ def test_a_trial_that_finishes_shows_up_without_a_reload(
     def run(
         index: int, state: TrialState, objective: float | None = None, error: str | None = None
     ) -> None:
-        claimed = live_store.claim(ids[index], WORKER, stale_after=60)
+        claimed = live_store.lifecycle.claim(ids[index], WORKER, stale_after=60)
         assert claimed is not None
         for epoch in (1, 2, 3):
-            live_store.report(
+            report(
+                live_store,
                 ids[index],
                 1,
                 epoch,
                 {"val_accuracy": (objective or 0) * epoch / 3, "val_loss": 1 / epoch},
             )
         result = {"objective": objective} if objective is not None else None
-        assert live_store.finish(
+        assert finish(
+            live_store,
             ids[index], 1, state, result=result, error=error, extra={"train_seconds": 1.5}
         )
 
@@ -265,7 +267,7 @@ def test_a_trial_that_finishes_shows_up_without_a_reload(
         run(index, TrialState.COMPLETE, objective=0.5 + index / 100)
     # Changes younger than the store's change lag are sent again, in case a late write
     # lands behind them: let these age, so the polls below carry only the new ones.
-    time.sleep(live_store.change_lag.total_seconds() + 0.5)
+    time.sleep(live_store._state.change_lag.total_seconds() + 0.5)
     page, console = open_drawn(context, f"{base_url}/sweeps/{sweep_id}")
     changes: list[int] = []
 
@@ -313,10 +315,11 @@ def test_the_first_result_of_an_empty_sweep_draws_every_figure(
     trial_id = trial_ids(sweep_id, points)[5]
     page, console = open_drawn(context, f"{base_url}/sweeps/{sweep_id}")
     assert trace_lengths(page, "fig-scatter") == [0]
-    claimed = live_store.claim(trial_id, WORKER, stale_after=60)
+    claimed = live_store.lifecycle.claim(trial_id, WORKER, stale_after=60)
     assert claimed is not None
-    live_store.report(trial_id, 1, 1, {"val_accuracy": 0.7})
-    live_store.finish(
+    report(live_store, trial_id, 1, 1, {"val_accuracy": 0.7})
+    finish(
+        live_store,
         trial_id, 1, TrialState.COMPLETE, result={"objective": 0.7}, extra={"train_seconds": 2.0}
     )
     wait_until(lambda: trace_lengths(page, "fig-scatter") == [1], 15, "the first point")
@@ -347,8 +350,9 @@ def test_parallel_coordinates_keep_the_cap_as_better_trials_arrive(
     ids = trial_ids(sweep_id, points)
 
     def complete(index: int, objective: float) -> None:
-        assert live_store.claim(ids[index], WORKER, stale_after=60) is not None
-        assert live_store.finish(
+        assert live_store.lifecycle.claim(ids[index], WORKER, stale_after=60) is not None
+        assert finish(
+            live_store,
             ids[index], 1, TrialState.COMPLETE, result={"objective": objective}
         )
 
@@ -387,8 +391,9 @@ def test_a_running_trial_page_extends_its_curves(
 ) -> None:
     sweep_id, points = make_sweep(live_store, small_sweep_spec(), owner="alice")
     trial_id = trial_ids(sweep_id, points)[0]
-    assert live_store.claim(trial_id, WORKER, stale_after=60) is not None
-    live_store.report(
+    assert live_store.lifecycle.claim(trial_id, WORKER, stale_after=60) is not None
+    report(
+        live_store,
         trial_id,
         1,
         1,
@@ -397,7 +402,8 @@ def test_a_running_trial_page_extends_its_curves(
     page, console = open_drawn(context, f"{base_url}/trials/{trial_id}")
     assert trace_lengths(page, "fig-loss") == [1, 1]
     for epoch in (2, 3):
-        live_store.report(
+        report(
+            live_store,
             trial_id,
             1,
             epoch,
@@ -411,7 +417,8 @@ def test_a_running_trial_page_extends_its_curves(
     wait_until(lambda: trace_lengths(page, "fig-loss") == [3, 3], 15, "epochs 2 and 3")
     assert trace_lengths(page, "fig-metrics") == [3]
     assert trace_lengths(page, "fig-seconds") == [3]
-    live_store.finish(
+    finish(
+        live_store,
         trial_id,
         1,
         TrialState.COMPLETE,
@@ -491,9 +498,10 @@ def test_a_data_parallel_sweep_shows_tau_and_the_communication_split(
     sweep_id, points = make_sweep(live_store, spec, owner="alice")
     ids = trial_ids(sweep_id, points)
     for index, trial_id in enumerate(ids):
-        assert live_store.claim(trial_id, WORKER, stale_after=60) is not None
+        assert live_store.lifecycle.claim(trial_id, WORKER, stale_after=60) is not None
         for epoch in (1, 2, 3):
-            live_store.report(
+            report(
+                live_store,
                 trial_id,
                 1,
                 epoch,
@@ -501,7 +509,8 @@ def test_a_data_parallel_sweep_shows_tau_and_the_communication_split(
                  "epoch_seconds": 0.5, "compute_seconds": 0.3, "comm_seconds": 0.1 / (index + 1),
                  "comm_bytes": 1e6 / (index + 1)},
             )
-        live_store.finish(
+        finish(
+            live_store,
             trial_id, 1, TrialState.COMPLETE, result={"objective": 0.8 + index / 100},
             extra={"train_seconds": 1.5, "device_info": {"world_size": 2, "backend": "gloo"}},
         )

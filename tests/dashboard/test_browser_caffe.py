@@ -12,7 +12,7 @@ from core.caffe.net import build_graph
 from core.spec import load_spec
 from core.states import TrialState
 from core.store import Store
-from tests.core import make_sweep, trial_ids
+from tests.core import finish, make_sweep, report, trial_ids
 from tests.dashboard.browser import figure, open_drawn
 from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
     ROOT,
@@ -38,12 +38,13 @@ def test_a_caffe_sweep_shows_its_fields_as_axes_and_its_layers(
     for index, (trial_id, point) in enumerate(zip(ids, points, strict=True)):
         net, _ = spec.messages(point.params)
         graph = build_graph(net, "TRAIN", (1, 28, 28), 10)
-        assert live_store.claim(trial_id, WORKER, stale_after=60) is not None
+        assert live_store.lifecycle.claim(trial_id, WORKER, stale_after=60) is not None
         for epoch in (1, 2):
             metrics = {"iteration": 50 * epoch, "train_loss": 1 / epoch, "val_loss": 1 / epoch,
                        "val_accuracy": 0.9 + index / 100, "lr": 0.01}  # fmt: skip
-            live_store.report(trial_id, 1, epoch, metrics)
-        live_store.finish(
+            report(live_store, trial_id, 1, epoch, metrics)
+        finish(
+            live_store,
             trial_id, 1, TrialState.COMPLETE, result={"objective": 0.9 + index / 100},
             extra={"param_count": graph.param_count, "layer_table": graph.layer_table()},
         )  # fmt: skip

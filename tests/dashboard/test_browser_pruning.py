@@ -11,6 +11,7 @@ from playwright.sync_api import BrowserContext, Page
 
 from core.states import TrialState
 from core.store import Store
+from tests.core import finish
 from tests.dashboard.browser import figure, open_drawn
 from tests.dashboard.seeding import Seeded, mcleod_spec, seed_sweep
 from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
@@ -65,7 +66,7 @@ def test_pruned_curves_and_the_history_charts_draw_and_follow_a_prune(
     assert shot.stat().st_size > 50_000
 
     running = seeded.ids("running")[0]  # it reported 3 epochs (`seeding.build_sweep`)
-    assert live_store.finish(running, 1, TrialState.PRUNED, extra={"pruned_epoch": 3})
+    assert finish(live_store, running, 1, TrialState.PRUNED, extra={"pruned_epoch": 3})
     wait_until(lambda: history_end(page, "fig-history-trials") == finished + 1, 20,
                "the history line to reach the new finish")
     assert history_end(page, "fig-history-epochs") == meta["epochs"] + 3

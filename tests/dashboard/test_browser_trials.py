@@ -164,16 +164,16 @@ def test_sort_filter_page_download_compare_retry_and_cancel_in_the_browser(
         page.click("#confirm-yes")
         expect(page.locator("#trials-note")).to_have_text("Queued again: 8 failed trials.")
         assert sorted(enqueued_trials(settings)) == sorted(seeded.ids("failed"))
-        assert live_store.get_sweep(seeded.sweep_id)["counts"]["failed"] == 0
+        assert live_store.reads.get_sweep(seeded.sweep_id)["counts"]["failed"] == 0
         page.click("#cancel-sweep")
         page.click("#confirm-no")
-        assert live_store.get_sweep(seeded.sweep_id).get("cancelled_at") is None
+        assert live_store.reads.get_sweep(seeded.sweep_id).get("cancelled_at") is None
         page.click("#cancel-sweep")
         page.click("#confirm-yes")
         expect(page.locator("#trials-note")).to_contain_text(
             "Sweep cancelled: 48 queued trials cancelled"
         )
-        assert live_store.get_sweep(seeded.sweep_id)["cancelled_at"] is not None
+        assert live_store.reads.get_sweep(seeded.sweep_id)["cancelled_at"] is not None
         expect(page.locator("#cancel-sweep")).to_be_disabled()
         shoot(page, "trials-table")
         assert console.errors() == []

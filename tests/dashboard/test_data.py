@@ -35,13 +35,13 @@ def scenario(sweep: Sweep) -> Sweep:
                          epochs=3 if index == 7 else 0)
         else:
             sweep.finish(index, TrialState.FAILED, seconds=index + 1, error=ERRORS[index])
-    assert sweep.store.claim(sweep.ids[14], {"host": "h", "pid": 8, "name": "celery@w2"},
+    assert sweep.store.lifecycle.claim(sweep.ids[14], {"host": "h", "pid": 8, "name": "celery@w2"},
                              stale_after=60)
     return sweep
 
 
 def rows_of(store: Store, sweep_id: str) -> list[dict[str, Any]]:
-    docs, _ = store.changed_rows(sweep_id, None, data.FIELDS)
+    docs, _ = store.reads.changed_rows(sweep_id, None, data.FIELDS)
     return [data.trial_row(doc) for doc in docs]
 
 
@@ -63,7 +63,7 @@ def test_trial_rows_flatten_what_the_figures_need(scenario: Sweep) -> None:
 
 def test_summary_counts_throughput_and_eta(scenario: Sweep) -> None:
     rows = rows_of(scenario.store, scenario.sweep_id)
-    counts = scenario.store.counts(scenario.sweep_id)
+    counts = scenario.store.reads.counts(scenario.sweep_id)
     now = data.to_ms(scenario.clock.now)
     assert now is not None
     active = data.activity(rows)
@@ -155,8 +155,8 @@ def test_top_failed_and_reasons(scenario: Sweep) -> None:
 
 
 def test_trial_detail_and_epoch_series(scenario: Sweep) -> None:
-    doc = scenario.store.get_trial(scenario.ids[7], with_metrics=True)
-    sweep = scenario.store.get_sweep(scenario.sweep_id)
+    doc = scenario.store.reads.get_trial(scenario.ids[7], with_metrics=True)
+    sweep = scenario.store.reads.get_sweep(scenario.sweep_id)
     series = epoch_series(doc.pop("metrics"))
     assert series["epochs"] == [1, 2, 3] and series["last"] == [1, 3]
     assert series["losses"] == ["train_loss", "val_loss"]
@@ -167,14 +167,14 @@ def test_trial_detail_and_epoch_series(scenario: Sweep) -> None:
     assert detail["worker"] == {"host": "h", "pid": 7, "name": "celery@w1"}
     assert detail["history"][0]["state"] == "complete"
     assert detail["timings"]["run_seconds"] == 8 and detail["timings"]["wait_seconds"] > 0
-    running = scenario.store.get_trial(scenario.ids[14], with_metrics=False)
+    running = scenario.store.reads.get_trial(scenario.ids[14], with_metrics=False)
     scenario.clock.advance(5)
     assert timings(running, scenario.clock.now)["run_seconds"] == 5
     assert epoch_series([])["last"] == [0, -1]
 
 
 def test_worker_rows_from_the_store_and_from_inspect(scenario: Sweep) -> None:
-    activity = recent_activity(scenario.store, scenario.clock.now)
+    activity = recent_activity(scenario.store.reads, scenario.clock.now)
     now = data.to_ms(scenario.clock.now) or 0
     rows = {r["name"]: r for r in worker_rows(None, activity, now)}
     one, two = rows["celery@w1"], rows["celery@w2"]
@@ -194,7 +194,7 @@ def test_worker_rows_from_the_store_and_from_inspect(scenario: Sweep) -> None:
     # w2 answered now: seen now, though its trial last moved minutes ago.
     assert online[0]["last_seen"] == now + 600_000 and online[0]["last_activity"] == now
     assert inspect_workers(None) == {"workers": None, "error": None}
-    later = recent_activity(scenario.store, scenario.clock.now.replace(year=2031))
+    later = recent_activity(scenario.store.reads, scenario.clock.now.replace(year=2031))
     assert later == []
 
 
@@ -213,7 +213,7 @@ def test_a_sub_section_leaf_is_a_param_like_any_other(store: Store, clock: FakeC
     sweep = Sweep(store, clock, sweep_id, points, trial_ids(sweep_id, points))
     for index, objective in enumerate((0.7, 0.9, 0.8)):
         sweep.finish(index, objective=objective)
-    stored = store.get_trial(sweep.ids[1], with_metrics=False)
+    stored = store.reads.get_trial(sweep.ids[1], with_metrics=False)
     assert stored["params"] == {"execution": {"parallel": {"tau": 5}}}  # nested, queryable
     assert stored["config"]["execution"]["parallel"] == {
         "world_size": 2,
@@ -235,11 +235,11 @@ def test_a_sub_section_leaf_is_a_param_like_any_other(store: Store, clock: FakeC
         ("execution.parallel.tau", "parallel.tau"),
         ("objective", "objective"),
     ]
-    found, _ = store.trials(sweep_id, params={"execution.parallel.tau": 20})
+    found, _ = store.reads.trials(sweep_id, params={"execution.parallel.tau": 20})
     assert [d["index"] for d in found] == [2]
-    ordered, _ = store.trials(sweep_id, sort="execution.parallel.tau", descending=True)
+    ordered, _ = store.reads.trials(sweep_id, sort="execution.parallel.tau", descending=True)
     assert [d["index"] for d in ordered] == [3, 2, 1, 0]
-    best = store.best(sweep_id, 1)
+    best = store.reads.best(sweep_id, 1)
     assert best[0]["params"] == {"execution": {"parallel": {"tau": 5}}}
 
 

@@ -18,6 +18,7 @@ from flask.testing import FlaskClient
 from core.states import TrialState
 from dashboard import payloads
 from scheduler.cli_dashboard import dashboard, gunicorn_argv
+from tests.core import heartbeat, report
 from tests.dashboard.conftest import Sweep, fresh_app, login
 from tests.services import free_port, wait_listening
 
@@ -124,12 +125,12 @@ def test_sweep_data_then_only_what_changed(client: FlaskClient, sweep: Sweep) ->
     assert changed["reasons"] == [{"reason": "NaN loss at epoch 1", "n": 1, "example": 4}]
     assert "width" in changed and changed["summary"]["best"]["index"] == 3
     sweep.clock.advance(1)
-    heartbeat = sweep.store.claim(sweep.ids[5], {"name": "w"}, stale_after=60)
-    assert heartbeat is not None
+    claimed = sweep.store.lifecycle.claim(sweep.ids[5], {"name": "w"}, stale_after=60)
+    assert claimed is not None
     again = get_json(client, f"{base}/changes?since={changed['since']}")
     assert [r["index"] for r in again["rows"]] == [5]
     sweep.clock.advance(1)
-    sweep.store.heartbeat(sweep.ids[5], 1)  # moves updated_at, changes nothing shown
+    heartbeat(sweep.store, sweep.ids[5], 1)  # moves updated_at, changes nothing shown
     after = get_json(client, f"{base}/changes?since={again['since']}")
     assert after["rows"] == []
 
@@ -159,13 +160,13 @@ def test_figure_endpoints_and_trial_redirect(client: FlaskClient, sweep: Sweep) 
 
 def test_trial_data_and_its_new_epochs(client: FlaskClient, sweep: Sweep) -> None:
     trial_id = sweep.ids[0]
-    assert sweep.store.claim(trial_id, {"name": "celery@w1"}, stale_after=60)
-    sweep.store.report(trial_id, 1, 1, {"train_loss": 1.0, "val_accuracy": 0.3})
+    assert sweep.store.lifecycle.claim(trial_id, {"name": "celery@w1"}, stale_after=60)
+    report(sweep.store, trial_id, 1, 1, {"train_loss": 1.0, "val_accuracy": 0.3})
     base = f"/dashboard/data/trials/{trial_id}"
     full = get_json(client, base)
     assert full["trial"]["state"] == "running" and full["series"]["last"] == [1, 1]
     assert full["figures"]["loss"]["layout"]["xaxis"]["range"] == [0.5, 3.5]  # 3 epochs planned
-    sweep.store.report(trial_id, 1, 2, {"train_loss": 0.5, "val_accuracy": 0.6})
+    report(sweep.store, trial_id, 1, 2, {"train_loss": 0.5, "val_accuracy": 0.6})
     delta = get_json(client, f"{base}?attempt=1&epoch=1")
     assert delta["reset"] is False and delta["series"]["epochs"] == [2]
     assert delta["series"]["values"]["train_loss"] == [0.5]

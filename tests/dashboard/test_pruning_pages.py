@@ -14,6 +14,7 @@ from flask.testing import FlaskClient
 from core.states import TrialState
 from core.store import Store
 from dashboard import payloads
+from tests.core import finish, report
 from tests.dashboard.conftest import (
     Sweep,
     fresh_app,
@@ -51,14 +52,14 @@ def get_json(client: FlaskClient, url: str) -> Any:
 def prune(sweep: Sweep, index: int, epochs: int) -> None:
     """Run trial `index` for `epochs` epochs and finish it pruned, as the workers will."""
     trial_id = sweep.ids[index]
-    claimed = sweep.store.claim(trial_id, {"host": "h", "pid": 7, "name": "celery@w1"},
+    claimed = sweep.store.lifecycle.claim(trial_id, {"host": "h", "pid": 7, "name": "celery@w1"},
                                 stale_after=60)
     assert claimed is not None
     for epoch in range(1, epochs + 1):
-        sweep.store.report(trial_id, claimed["attempt"], epoch,
+        report(sweep.store, trial_id, claimed["attempt"], epoch,
                            {"val_accuracy": 0.1 * epoch, "val_loss": 1.0 / epoch})
     sweep.clock.advance(1)
-    assert sweep.store.finish(trial_id, claimed["attempt"], TrialState.PRUNED,
+    assert finish(sweep.store, trial_id, claimed["attempt"], TrialState.PRUNED,
                               extra={"pruned_epoch": epochs})
 
 

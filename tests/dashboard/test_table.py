@@ -9,13 +9,13 @@ from core.states import TrialState
 from dashboard.payloads import DashboardState
 from dashboard.snapshots import SNAPSHOT_NAME, first_payload
 from dashboard.table import SweepTable, Tables, digest
-from tests.core import make_sweep
+from tests.core import heartbeat, make_sweep
 from tests.dashboard.conftest import Sweep, small_sweep_spec
 
 
 def test_first_sync_reads_the_whole_sweep_then_only_changes(sweep: Sweep) -> None:
     table = SweepTable(sweep.sweep_id)
-    table.sync(sweep.store, min_interval=0)
+    table.sync(sweep.store.reads, min_interval=0)
     assert sorted(table.rows) == list(range(16)) and table.sweep["name"] == "dashboard-test"
     since, rows = table.snapshot()
     assert len(rows) == 16 and since == int(sweep.clock.now.timestamp() * 1000)
@@ -23,7 +23,7 @@ def test_first_sync_reads_the_whole_sweep_then_only_changes(sweep: Sweep) -> Non
 
     sweep.clock.advance(2)
     sweep.finish(3, objective=0.9)
-    table.sync(sweep.store, min_interval=0)
+    table.sync(sweep.store.reads, min_interval=0)
     cursor, changed = table.changed_after(since)
     assert [(r["index"], r["state"]) for r in changed] == [(3, "complete")]
     assert cursor > since and table.changed_after(cursor) == (cursor, [])
@@ -33,31 +33,31 @@ def test_first_sync_reads_the_whole_sweep_then_only_changes(sweep: Sweep) -> Non
 
 def test_a_heartbeat_is_not_a_change(sweep: Sweep) -> None:
     table = SweepTable(sweep.sweep_id)
-    claimed = sweep.store.claim(sweep.ids[0], {"name": "w"}, stale_after=60)
+    claimed = sweep.store.lifecycle.claim(sweep.ids[0], {"name": "w"}, stale_after=60)
     assert claimed is not None
-    table.sync(sweep.store, min_interval=0)
+    table.sync(sweep.store.reads, min_interval=0)
     version = table.version
     cursor, _ = table.snapshot()
     sweep.clock.advance(5)
-    sweep.store.heartbeat(sweep.ids[0], 1)
-    table.sync(sweep.store, min_interval=0)
+    heartbeat(sweep.store, sweep.ids[0], 1)
+    table.sync(sweep.store.reads, min_interval=0)
     assert table.version == version and table.changed_after(cursor)[1] == []
 
 
 def test_sync_is_skipped_within_the_interval(sweep: Sweep) -> None:
     table = SweepTable(sweep.sweep_id)
-    table.sync(sweep.store, min_interval=60)
+    table.sync(sweep.store.reads, min_interval=60)
     sweep.clock.advance(1)
     sweep.finish(0, objective=0.5)
-    table.sync(sweep.store, min_interval=60)
+    table.sync(sweep.store.reads, min_interval=60)
     assert table.rows[0]["state"] == "queued"
-    table.sync(sweep.store, min_interval=0)
+    table.sync(sweep.store.reads, min_interval=0)
     assert table.rows[0]["state"] == "complete"
 
 
 def test_memo_recomputes_when_the_table_changes_and_digests_say_so(sweep: Sweep) -> None:
     table = SweepTable(sweep.sweep_id)
-    table.sync(sweep.store, min_interval=0)
+    table.sync(sweep.store.reads, min_interval=0)
     calls = []
 
     def complete(prep: object) -> int:
@@ -69,12 +69,12 @@ def test_memo_recomputes_when_the_table_changes_and_digests_say_so(sweep: Sweep)
     assert len(calls) == 1
     sweep.clock.advance(1)
     sweep.finish(1, objective=0.4)
-    table.sync(sweep.store, min_interval=0)
+    table.sync(sweep.store.reads, min_interval=0)
     assert table.memo("complete", complete, max_age=60) == first  # young enough to keep
     assert table.memo("complete", complete) == (digest(1), 1)
     sweep.clock.advance(1)
     sweep.finish(2, TrialState.FAILED, error="boom")
-    table.sync(sweep.store, min_interval=0)
+    table.sync(sweep.store.reads, min_interval=0)
     assert table.memo("complete", complete) == (digest(1), 1)  # same value, same digest
     assert len(calls) == 3
 
@@ -82,23 +82,23 @@ def test_memo_recomputes_when_the_table_changes_and_digests_say_so(sweep: Sweep)
 def test_tables_forget_unknown_sweeps_and_evict_the_least_recently_used(sweep: Sweep) -> None:
     tables = Tables(max_rows=20, min_interval=0)
     with pytest.raises(NotFound):
-        tables.get(sweep.store, "abcdef012345")
+        tables.get(sweep.store.reads, "abcdef012345")
     assert tables.peek("abcdef012345") is None
-    first = tables.get(sweep.store, sweep.sweep_id)
+    first = tables.get(sweep.store.reads, sweep.sweep_id)
     assert tables.peek(sweep.sweep_id) is first
     other, _ = make_sweep(sweep.store, small_sweep_spec(name="other"))
-    tables.get(sweep.store, other)  # 32 rows > 20: the older table goes
+    tables.get(sweep.store.reads, other)  # 32 rows > 20: the older table goes
     assert tables.peek(sweep.sweep_id) is None and tables.peek(other) is not None
     idle = Tables(idle_seconds=0, min_interval=0)
-    idle.get(sweep.store, sweep.sweep_id)
-    idle.get(sweep.store, other)
+    idle.get(sweep.store.reads, sweep.sweep_id)
+    idle.get(sweep.store.reads, other)
     assert idle.peek(sweep.sweep_id) is None and idle.peek(other) is not None
 
 
 def _fresh_payload(sweep: Sweep) -> dict:
     """The first payload of the sweep page as a newly started server process answers it."""
     state = DashboardState(Tables(min_interval=0))
-    payload = first_payload(state, sweep.store, sweep.sweep_id, sweep.clock.now)
+    payload = first_payload(state, sweep.store.reads, sweep.sweep_id, sweep.clock.now)
     return {"payload": payload, "table_read": state.tables.peek(sweep.sweep_id) is not None}
 
 
@@ -119,7 +119,7 @@ def test_a_finished_sweeps_first_payload_is_kept_for_the_next_server_process(
     assert served["payload"] == computed["payload"]
 
     # A retry moves the sweep on: the snapshot no longer matches, the page is computed.
-    sweep.store.retry_failed(sweep.sweep_id)
+    sweep.store.admin.retry_failed(sweep.sweep_id)
     live = _fresh_payload(sweep)
     assert live["table_read"] and live["payload"]["summary"]["counts"]["queued"] == 1
     sweep.finish(3, objective=0.99)
@@ -132,4 +132,4 @@ def test_a_running_sweeps_first_payload_is_never_kept(sweep: Sweep) -> None:
     sweep.finish(0, objective=0.5)
     assert _fresh_payload(sweep)["table_read"]
     assert _fresh_payload(sweep)["table_read"]
-    assert sweep.store.view_snapshot(sweep.sweep_id, SNAPSHOT_NAME) is None
+    assert sweep.store.reads.view_snapshot(sweep.sweep_id, SNAPSHOT_NAME) is None

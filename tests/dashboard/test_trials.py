@@ -215,7 +215,8 @@ def test_downloads_hold_the_filtered_trials(
     assert rows[0]["val_accuracy"] and rows[0]["param_count"] and rows[0]["model.hidden_units"]
     every = client.get(f"/dashboard/data/sweeps/{sid}/download?format=csv")
     assert every.headers["Content-Disposition"].endswith(f'"sweep-{sid}.csv"')
-    api = "".join(export.csv_text(store, store.get_sweep(sid)))  # what the API's export holds
+    # What the API's export holds:
+    api = "".join(export.csv_text(store.reads, store.reads.get_sweep(sid)))
     assert every.get_data(as_text=True) == api and api.count("\n") == 17
     whole = client.get(f"/dashboard/data/sweeps/{sid}/download?format=jsonl")
     assert whole.mimetype == "application/x-ndjson"
@@ -242,7 +243,7 @@ def test_cancel_and_retry_act_and_the_retried_trials_are_enqueued(
     cancelled = client.post(f"/dashboard/data/sweeps/{sid}/cancel", headers=csrf)
     assert cancelled.json["cancelled"] == 6 and cancelled.json["counts"]["queued"] == 0
     assert table(client, sid, "state=cancelled")["total"] == 6
-    assert store.get_sweep(sid)["cancelled_at"] is not None
+    assert store.reads.get_sweep(sid)["cancelled_at"] is not None
     again = client.post(f"/dashboard/data/sweeps/{sid}/retry", headers=csrf)
     assert again.status_code == 409 and "cancelled" in again.json["message"]
 
@@ -271,7 +272,7 @@ def test_another_owner_gets_404_on_every_table_route(
     with app.test_client() as client:
         assert all(client.get(url, headers=bearer).status_code == 404 for url in gets)
         assert all(client.post(url, headers=bearer).status_code == 404 for url in posts)
-    sweep = store.get_sweep(sid)
+    sweep = store.reads.get_sweep(sid)
     assert sweep.get("cancelled_at") is None and sweep["counts"]["failed"] == 3
 
 
@@ -284,4 +285,4 @@ def test_retry_without_a_broker_says_so(
         csrf = {"X-CSRF-Token": csrf_of(client.get("/").get_data(as_text=True))}
         answer = client.post(f"/dashboard/data/sweeps/{seeded.sweep_id}/retry", headers=csrf)
     assert answer.status_code == 503 and "SWEEPSTACK_BROKER_URL" in answer.json["message"]
-    assert store.get_sweep(seeded.sweep_id)["counts"]["failed"] == 3
+    assert store.reads.get_sweep(seeded.sweep_id)["counts"]["failed"] == 3

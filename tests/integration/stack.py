@@ -131,7 +131,7 @@ class Stack:
 
     def wait_finished(self, sweep_id: str, timeout: float) -> dict[str, int]:
         def done() -> dict[str, int] | None:
-            counts = self.store.counts(sweep_id)
+            counts = self.store.reads.counts(sweep_id)
             return None if counts.get("queued") or counts.get("running") else counts
 
         return wait_for(done, timeout, f"sweep {sweep_id} to finish", every=0.5)

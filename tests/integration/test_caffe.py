@@ -75,8 +75,8 @@ def _submit(stack: Stack, name: str) -> str:
 
 
 def _trials(stack: Stack, sweep_id: str) -> list[dict[str, Any]]:
-    docs, _ = stack.store.trials(sweep_id)
-    return [stack.store.get_trial(doc["_id"]) for doc in docs]
+    docs, _ = stack.store.reads.trials(sweep_id)
+    return [stack.store.reads.get_trial(doc["_id"]) for doc in docs]
 
 
 def _rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -141,7 +141,7 @@ def test_a_sweep_sent_through_the_api_shows_its_parameters_as_axes(
     params = {tuple(sorted(t["params"]["caffe"]["layers"]["ip1"].items())) for t in
               _trials(cstack, sweep_id)}  # fmt: skip
     assert params == {(("num_output", 50),), (("num_output", 200),)}
-    found, _ = cstack.store.trials(sweep_id, params={"caffe.layers.ip1.num_output": 200})
+    found, _ = cstack.store.reads.trials(sweep_id, params={"caffe.layers.ip1.num_output": 200})
     assert len(found) == 2
 
 
@@ -152,19 +152,19 @@ def test_a_caffe_trial_asked_to_stop_ends_pruned_with_its_rows(cstack: Stack) ->
                          "solver_params": {"max_iter": 3000, "test_interval": 20}}  # fmt: skip
     spec = load_spec(document)
     trials = expand(spec, with_config=True)
-    sweep_id = cstack.store.create_sweep(spec, trials)
+    sweep_id = cstack.store.admin.create_sweep(spec, trials)
     sent = [(ids, limit, {**kw, "watch": True}) for ids, limit, kw in messages(sweep_id, trials)]
     assert enqueue(cstack.app, sent) == 1
 
     def reported() -> tuple[str, int] | None:
-        docs, _ = cstack.store.trials(sweep_id, state="running")
-        rows = cstack.store.get_trial(docs[0]["_id"])["metrics"] if docs else []
+        docs, _ = cstack.store.reads.trials(sweep_id, state="running")
+        rows = cstack.store.reads.get_trial(docs[0]["_id"])["metrics"] if docs else []
         return (docs[0]["_id"], rows[-1]["epoch"]) if len(rows) >= 2 else None
 
     trial_id, epoch = wait_for(reported, 60, "two evaluations reported")
-    assert cstack.store.request_prune({trial_id: (1, epoch)}) == [trial_id]
+    assert cstack.store.admin.request_prune({trial_id: (1, epoch)}) == [trial_id]
     assert cstack.wait_finished(sweep_id, timeout=60)["pruned"] == 1, cstack.logs()
-    doc = cstack.store.get_trial(trial_id)
+    doc = cstack.store.reads.get_trial(trial_id)
     rows = _rows(doc)
     assert doc["pruned_epoch"] in (epoch, epoch + 1) and doc["error"] is None
     assert [r["iteration"] for r in rows] == [20 * e for e in range(1, len(rows) + 1)]

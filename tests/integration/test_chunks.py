@@ -38,7 +38,7 @@ def _all(stack: Stack, sweep_id: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     cursor = None
     while True:
-        page, cursor = stack.store.trials(sweep_id, limit=500, cursor=cursor)
+        page, cursor = stack.store.reads.trials(sweep_id, limit=500, cursor=cursor)
         out.extend(page)
         if not cursor:
             return out
@@ -64,7 +64,7 @@ def test_cheap_trials_share_messages_and_each_ends_alone_with_its_own_result(
         ended = [doc["finished_at"] for doc in docs]
         assert len(set(ended)) == len(ended)  # each finish written as its trial ended
     torch.set_num_threads(1)
-    full = stack.store.get_trial(trials[-1]["_id"])
+    full = stack.store.reads.get_trial(trials[-1]["_id"])
     assert len(_terminal(full)) == 1 and [m["epoch"] for m in full["metrics"]] == [1, 2]
     alone = train(TrialConfig.model_validate(full["config"]))
     assert [m["metrics"]["val_loss"] for m in full["metrics"]] == [
@@ -85,8 +85,8 @@ def test_kill_9_of_the_child_mid_chunk_ends_every_trial_once(stack: Stack) -> No
 
     def mid_chunk() -> dict[str, Any] | None:
         # A chunk's trials are claimed in one write, so they share their ``started_at``.
-        running, _ = stack.store.trials(sweep_id, state="running", limit=100)
-        done, _ = stack.store.trials(sweep_id, state="complete", limit=500)
+        running, _ = stack.store.reads.trials(sweep_id, state="running", limit=100)
+        done, _ = stack.store.reads.trials(sweep_id, state="complete", limit=500)
         claimed = {doc["started_at"] for doc in done}
         return next((doc for doc in running if doc["started_at"] in claimed), None)
 
@@ -94,10 +94,12 @@ def test_kill_9_of_the_child_mid_chunk_ends_every_trial_once(stack: Stack) -> No
     os.kill(doc["worker"]["pid"], signal.SIGKILL)
     # Counted from the trials themselves: a kill between a finish's two writes (the trial,
     # then the sweep's counters) leaves the counters one off until a scheduler recounts.
-    wait_for(lambda: stack.store.recount(sweep_id)["complete"] == count, 240, "every trial", 0.5)
+    wait_for(
+        lambda: stack.store.admin.recount(sweep_id)["complete"] == count, 240, "every trial", 0.5
+    )
     retried = 0
     for trial in _all(stack, sweep_id):
-        full = stack.store.get_trial(trial["_id"])
+        full = stack.store.reads.get_trial(trial["_id"])
         assert len(_terminal(full)) == 1 and full.get("fused", 1) == 1
         rows = [(m["attempt"], m["epoch"]) for m in full["metrics"]]
         assert len(rows) == len(set(rows)), rows

@@ -112,10 +112,10 @@ def check_finished_once(fed: Stack, sweep_id: str, n: int) -> list[dict[str, Any
     assert [d["_id"] for d in docs if d["state"] not in TERMINAL or d["attempt"] != 1] == []
     # One ended attempt each, in the trial's final state: none lost, none ended twice.
     assert [d["_id"] for d in docs if [h["state"] for h in d["history"]] != [d["state"]]] == []
-    counts = fed.store.counts(sweep_id)
-    assert counts == fed.store.recount(sweep_id)
+    counts = fed.store.reads.counts(sweep_id)
+    assert counts == fed.store.admin.recount(sweep_id)
     assert counts["queued"] == counts["running"] == 0 and sum(counts.values()) == n
-    sweep = fed.store.get_sweep(sweep_id)
+    sweep = fed.store.reads.get_sweep(sweep_id)
     assert sweep["planned"] == 0 and sweep["trial_count"] == n and sweep["sending"] == []
     return docs
 
@@ -125,7 +125,7 @@ def test_tpe_sweep_creates_its_budget_with_at_most_parallelism_in_flight(
 ) -> None:
     sweep_id, total = fed.submit(tpe(trials=40, parallelism=4, seed=3))
     sampler = Sampler(fed, sweep_id)
-    assert total == 40 and fed.store.counts(sweep_id)["queued"] == 40
+    assert total == 40 and fed.store.reads.counts(sweep_id)["queued"] == 40
     start(fed, scheduler_log)
     try:
         counts = fed.wait_finished(sweep_id, timeout=240)
@@ -151,11 +151,11 @@ def test_a_scheduler_killed_mid_sweep_is_replaced_without_losing_or_repeating(
     # caught stored and not yet sent: the sweep's `sending`), and nothing new appears.
     def drained() -> bool:
         live = {d["_id"] for d in trials.find({"sweep_id": sweep_id, "state": {"$in": LIVE}})}
-        return live <= set(fed.store.get_sweep(sweep_id).get("sending") or [])
+        return live <= set(fed.store.reads.get_sweep(sweep_id).get("sending") or [])
 
     wait_for(drained, 60, "the sent trials to finish")
     assert trials.count_documents({"sweep_id": sweep_id}) == created
-    assert sum(fed.store.counts(sweep_id).values()) == 40  # the rest still planned
+    assert sum(fed.store.reads.counts(sweep_id).values()) == 40  # the rest still planned
     start(fed, scheduler_log)  # takes the lease once the dead one's runs out
     counts = fed.wait_finished(sweep_id, timeout=240)
     assert counts["complete"] == 40, logs(fed, scheduler_log)

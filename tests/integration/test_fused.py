@@ -70,12 +70,12 @@ def test_fused_sweep_completes_with_own_metrics_and_group(stack: Stack) -> None:
     stack.start_worker()
     counts = stack.wait_finished(sweep_id, timeout=180)
     assert (counts["complete"], counts["failed"]) == (4, 2), stack.logs()
-    trials, _ = stack.store.trials(sweep_id, limit=100)
+    trials, _ = stack.store.reads.trials(sweep_id, limit=100)
     groups = {doc["group"] for doc in trials}
     assert len(groups) == 1 and all(doc["group_size"] == 6 for doc in trials)
     torch.set_num_threads(1)
     for doc in trials:
-        full = stack.store.get_trial(doc["_id"])
+        full = stack.store.reads.get_trial(doc["_id"])
         assert full["attempt"] == 1 and len(_terminal(full)) == 1
         if full["state"] == "failed":
             assert full["config"]["training"]["lr"] == 50.0
@@ -116,14 +116,14 @@ def test_kill_9_mid_group_ends_every_trial_once(stack: Stack, kill: str) -> None
     )
 
     def training_after_an_epoch() -> dict[str, Any] | None:
-        running, _ = stack.store.trials(sweep_id, state="running")
+        running, _ = stack.store.reads.trials(sweep_id, state="running")
         for doc in running:
-            if stack.store.get_trial(doc["_id"])["metrics"]:
+            if stack.store.reads.get_trial(doc["_id"])["metrics"]:
                 return doc
         return None
 
     doc = wait_for(training_after_an_epoch, 120, "a fused trial with a reported epoch")
-    failed, _ = stack.store.trials(sweep_id, state="failed")
+    failed, _ = stack.store.reads.trials(sweep_id, state="failed")
     assert len(failed) == 1  # the diverged member ended before the kill, in attempt 1
     if kill == "child":
         os.kill(doc["worker"]["pid"], signal.SIGKILL)
@@ -132,9 +132,9 @@ def test_kill_9_mid_group_ends_every_trial_once(stack: Stack, kill: str) -> None
         stack.start_worker()
     counts = stack.wait_finished(sweep_id, timeout=240)
     assert (counts["complete"], counts["failed"]) == (3, 1), stack.logs()
-    trials, _ = stack.store.trials(sweep_id)
+    trials, _ = stack.store.reads.trials(sweep_id)
     for trial in trials:
-        full = stack.store.get_trial(trial["_id"])
+        full = stack.store.reads.get_trial(trial["_id"])
         assert len(_terminal(full)) == 1
         epochs = _rows_once(stack, trial["_id"])
         if full["state"] == "failed":
@@ -159,11 +159,12 @@ def test_redelivered_group_changes_nothing_and_unknown_ids_are_left_out(stack: S
     options = RunnerOptions(heartbeat_seconds=1.0, stale_after_seconds=30.0)
     worker = worker_identity("in-process")
     missing = f"{sweep_id}-0000000000000000"
-    outcomes = execute_group(stack.store, [*ids, missing], worker, options)
+    outcomes = execute_group(stack.store.lifecycle, [*ids, missing], worker, options)
     assert outcomes == {ids[0]: "complete", ids[1]: "complete", missing: "unknown"}
-    before = [stack.store.get_trial(i) for i in ids]
-    assert execute_group(stack.store, ids, worker, options) == dict.fromkeys(ids, "skipped")
-    assert [stack.store.get_trial(i) for i in ids] == before
+    before = [stack.store.reads.get_trial(i) for i in ids]
+    again = execute_group(stack.store.lifecycle, ids, worker, options)
+    assert again == dict.fromkeys(ids, "skipped")
+    assert [stack.store.reads.get_trial(i) for i in ids] == before
 
 
 def test_group_messages_are_those_send_task_makes(stack: Stack) -> None:
@@ -199,10 +200,10 @@ def test_a_time_limit_fails_every_unfinished_trial_of_the_group(
 
     monkeypatch.setattr(group_runner, "_train", out_of_time)
     options = RunnerOptions(heartbeat_seconds=1.0, stale_after_seconds=30.0)
-    outcomes = execute_group(stack.store, ids, worker_identity("in-process"), options)
+    outcomes = execute_group(stack.store.lifecycle, ids, worker_identity("in-process"), options)
     assert outcomes == dict.fromkeys(ids, "failed")
     for trial_id in ids:
-        doc = stack.store.get_trial(trial_id, with_metrics=False)
+        doc = stack.store.reads.get_trial(trial_id, with_metrics=False)
         assert doc["error"].startswith("time limit exceeded: the fused group of 2 trials ran past")
         assert doc["group"] == group_runner.group_id(ids) and len(_terminal(doc)) == 1
 
@@ -216,16 +217,18 @@ def test_cancelling_the_sweep_ends_the_group_cancelled(stack: Stack) -> None:
     outcomes: dict[str, str] = {}
     runner = threading.Thread(
         target=lambda: outcomes.update(
-            execute_group(stack.store, ids, worker_identity("in-process"), options)
+            execute_group(
+                stack.store.lifecycle, ids, worker_identity("in-process"), options
+            )
         )
     )
     runner.start()
     try:
-        wait_for(lambda: stack.store.get_trial(ids[0])["metrics"], 60, "a reported epoch")
-        stack.store.cancel_sweep(stack.store.get_trial(ids[0])["sweep_id"])
+        wait_for(lambda: stack.store.reads.get_trial(ids[0])["metrics"], 60, "a reported epoch")
+        stack.store.admin.cancel_sweep(stack.store.reads.get_trial(ids[0])["sweep_id"])
     finally:
         runner.join(60)
     assert outcomes == dict.fromkeys(ids, "cancelled")
     for trial_id in ids:
-        doc = stack.store.get_trial(trial_id)
+        doc = stack.store.reads.get_trial(trial_id)
         assert doc["state"] == "cancelled" and doc["result"]["epochs"] >= 1

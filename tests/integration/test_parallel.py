@@ -84,10 +84,10 @@ def test_a_sweep_over_tau_runs_and_shows_on_the_dashboard(stack: Stack) -> None:
     assert count == 3
     counts = stack.wait_finished(sweep_id, timeout=300)
     assert counts["complete"] == 3, stack.logs()
-    trials, _ = stack.store.trials(sweep_id, limit=10)
+    trials, _ = stack.store.reads.trials(sweep_id, limit=10)
     taus = set()
     for doc in trials:
-        full = stack.store.get_trial(doc["_id"])
+        full = stack.store.reads.get_trial(doc["_id"])
         taus.add(full["params"]["execution"]["parallel"]["tau"])
         assert full["device_info"]["world_size"] == 2
         assert full["device_info"]["strategy"] == "local_sgd"
@@ -100,7 +100,8 @@ def test_a_sweep_over_tau_runs_and_shows_on_the_dashboard(stack: Stack) -> None:
     assert taus == {1, 5, 20}
     # Fewer synchronisations, fewer bytes: tau 20 moves less than tau 1.
     by_tau = {
-        t["params"]["execution"]["parallel"]["tau"]: stack.store.get_trial(t["_id"]) for t in trials
+        t["params"]["execution"]["parallel"]["tau"]: stack.store.reads.get_trial(t["_id"])
+        for t in trials
     }
     assert (
         by_tau[20]["metrics"][0]["metrics"]["comm_bytes"]
@@ -135,8 +136,8 @@ def test_kill_9_of_the_training_child_ends_its_ranks_and_the_trial_is_retried(
     )
 
     def running() -> dict | None:
-        trials, _ = stack.store.trials(sweep_id, state="running")
-        if trials and stack.store.get_trial(trials[0]["_id"])["metrics"]:
+        trials, _ = stack.store.reads.trials(sweep_id, state="running")
+        if trials and stack.store.reads.get_trial(trials[0]["_id"])["metrics"]:
             return trials[0]
         return None
 
@@ -147,7 +148,7 @@ def test_kill_9_of_the_training_child_ends_its_ranks_and_the_trial_is_retried(
     os.kill(holder, signal.SIGKILL)
     assert _all_gone(ranks), "a rank outlived the worker process that started it"
     stack.wait_finished(sweep_id, timeout=300)
-    full = stack.store.get_trial(doc["_id"])
+    full = stack.store.reads.get_trial(doc["_id"])
     assert full["state"] == "complete", (full.get("error"), stack.logs())
     assert full["attempt"] == 2
     epochs = [(m["attempt"], m["epoch"]) for m in full["metrics"]]
@@ -166,6 +167,6 @@ def test_time_limit_fails_a_parallel_trial_and_ends_its_ranks(stack: Stack) -> N
     )
     counts = stack.wait_finished(sweep_id, timeout=180)
     assert counts["failed"] == 1, stack.logs()
-    (doc,), _ = stack.store.trials(sweep_id)
+    (doc,), _ = stack.store.reads.trials(sweep_id)
     assert "time limit" in doc["error"]
     assert _all_gone(_ranks_of(worker.proc.pid), timeout=5)

@@ -48,13 +48,13 @@ def test_a_trial_killed_on_every_attempt_fails_after_max_attempts(
         _spec("poison", "training:\n  epochs: 500\nmodel: {hidden_layers: 2, hidden_units: 64}\n")
     )
     behind, n_behind = stack.submit(_spec("behind", "training:\n  epochs: 1\n  seed: [1, 2, 3]\n"))
-    (doc,), _ = stack.store.trials(poison)
+    (doc,), _ = stack.store.reads.trials(poison)
     tid = doc["_id"]
     pids = []
     for attempt in (1, 2, 3):
 
         def holder(attempt: int = attempt) -> int | None:
-            trial = stack.store.get_trial(tid, with_metrics=False)
+            trial = stack.store.reads.get_trial(tid, with_metrics=False)
             if trial["state"] == "running" and trial["attempt"] == attempt:
                 return trial["worker"]["pid"]
             return None
@@ -65,11 +65,11 @@ def test_a_trial_killed_on_every_attempt_fails_after_max_attempts(
     try:
         counts = stack.wait_finished(poison, timeout=120)
     except AssertionError as exc:
-        trial = stack.store.get_trial(tid, with_metrics=False)
+        trial = stack.store.reads.get_trial(tid, with_metrics=False)
         logs = f"{stack.logs()}\n--- the scheduler's log:\n{scheduler.log_path.read_text()}"
         raise AssertionError(f"{exc}; the trial: {trial}; the worker's log:\n{logs}") from exc
     assert counts["failed"] == 1, stack.logs()
-    trial = stack.store.get_trial(tid, with_metrics=False)
+    trial = stack.store.reads.get_trial(tid, with_metrics=False)
     assert trial["attempt"] == 3 and trial["lost_attempts"] == 3
     host = trial["worker"]["host"]
     assert trial["error"].startswith(
@@ -81,13 +81,13 @@ def test_a_trial_killed_on_every_attempt_fails_after_max_attempts(
     assert stack.wait_finished(behind, timeout=180)["complete"] == n_behind, stack.logs()
     # A redelivered (or resent) message for the failed trial is acked and does nothing.
     wait_for(lambda: stack.queue_depth() == 0, 30, "the queue to empty")
-    before = stack.store.get_trial(tid)
+    before = stack.store.reads.get_trial(tid)
     stack.app.send_task(TASK_NAME, args=[tid])
     wait_for(lambda: stack.queue_depth() == 0, 30, "the resent message to be taken")
     wait_for(
         lambda: f"trial {tid}: nothing to do" in stack.logs(), 30, "the resent message handled"
     )
-    assert stack.store.get_trial(tid) == before
+    assert stack.store.reads.get_trial(tid) == before
     # A user's retry gives it max_attempts again.
-    assert stack.store.retry_failed(poison) == [tid]
-    assert stack.store.get_trial(tid, with_metrics=False)["lost_attempts"] == 0
+    assert stack.store.admin.retry_failed(poison) == [tid]
+    assert stack.store.reads.get_trial(tid, with_metrics=False)["lost_attempts"] == 0

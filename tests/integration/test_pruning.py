@@ -47,7 +47,7 @@ def _submit_watched(stack: Stack, text: str) -> tuple[str, list[Any]]:
     """Store the sweep and enqueue its messages with ``watch`` on; its id and messages."""
     spec = load_spec(text)
     trials = expand(spec, with_config=True)
-    sweep_id = stack.store.create_sweep(spec, trials)
+    sweep_id = stack.store.admin.create_sweep(spec, trials)
     sent = [(ids, limit, {**kwargs, "watch": True}) for ids, limit, kwargs in messages(
         sweep_id, trials
     )]  # fmt: skip
@@ -75,7 +75,7 @@ def _prune_once_training(stack: Stack, sweep_id: str, after: int) -> tuple[str, 
     latest epoch stored; (its id, that epoch)."""
 
     def reported() -> tuple[str, int] | None:
-        running, _ = stack.store.trials(sweep_id, state="running")
+        running, _ = stack.store.reads.trials(sweep_id, state="running")
         for doc in running:
             epochs = _epochs(stack, doc["_id"])
             if epochs and epochs[-1] >= after:
@@ -84,13 +84,13 @@ def _prune_once_training(stack: Stack, sweep_id: str, after: int) -> tuple[str, 
 
     trial_id, attempt = wait_for(reported, 120, f"a trial to report epoch {after}", every=0.05)
     seen = _epochs(stack, trial_id)[-1]
-    assert stack.store.request_prune({trial_id: (attempt, seen)}) == [trial_id]
+    assert stack.store.admin.request_prune({trial_id: (attempt, seen)}) == [trial_id]
     return trial_id, seen
 
 
 def _assert_pruned(stack: Stack, trial_id: str, seen: int, epochs: int) -> dict[str, Any]:
     """The trial ended pruned within one epoch of the request at `seen`, rows kept."""
-    doc = stack.store.get_trial(trial_id)
+    doc = stack.store.reads.get_trial(trial_id)
     assert doc["state"] == "pruned", (doc["state"], doc.get("error"), stack.logs())
     assert doc["pruned_epoch"] in (seen, seen + 1), (doc["pruned_epoch"], seen)
     assert doc["pruned_epoch"] < epochs
@@ -104,7 +104,7 @@ def _assert_pruned(stack: Stack, trial_id: str, seen: int, epochs: int) -> dict[
 
 
 def _assert_complete(stack: Stack, trial_id: str, epochs: int) -> dict[str, Any]:
-    doc = stack.store.get_trial(trial_id)
+    doc = stack.store.reads.get_trial(trial_id)
     assert doc["state"] == "complete", (doc["state"], doc.get("error"), stack.logs())
     assert _epochs(stack, trial_id) == list(range(1, epochs + 1))
     assert doc.get("pruned_epoch") is None and doc.get("prune_requested") is None
@@ -124,7 +124,7 @@ def test_a_plain_trial_stops_within_an_epoch_and_ends_pruned(stack: Stack) -> No
     _assert_pruned(stack, pruned, seen, epochs=30)
     (other,) = [t for t, _, _ in sent if t != pruned]
     _assert_complete(stack, other, epochs=30)
-    assert stack.store.get_sweep(sweep_id)["counts"] == stack.store.recount(sweep_id)
+    assert stack.store.reads.get_sweep(sweep_id)["counts"] == stack.store.admin.recount(sweep_id)
 
 
 def test_a_pruned_member_leaves_its_fused_group_and_the_others_complete(stack: Stack) -> None:
@@ -173,7 +173,7 @@ def test_without_watch_the_heartbeat_thread_still_stops_a_pruned_trial(stack: St
     training = "{optimizer: sgd, lr: 0.02, epochs: 400, batch_size: 8, seed: 1}"
     spec = load_spec(_spec("prune-unwatched", training, "{device: cpu, fuse: off}"))
     trials = expand(spec, with_config=True)[:1]
-    sweep_id = stack.store.create_sweep(spec, trials)
+    sweep_id = stack.store.admin.create_sweep(spec, trials)
     trial_id = f"{sweep_id}-{trials[0].id}"
     pruner = threading.Thread(target=_prune_once_training, args=(stack, sweep_id, 2))
     pruner.start()
@@ -181,10 +181,10 @@ def test_without_watch_the_heartbeat_thread_still_stops_a_pruned_trial(stack: St
     options = RunnerOptions(heartbeat_seconds=0.2, stale_after_seconds=30.0)
     carried = (0, trials[0].config)
     outcome = execute_trial(
-        stack.store, trial_id, worker_identity("in-process"), options, carried=carried
+        stack.store.lifecycle, trial_id, worker_identity("in-process"), options, carried=carried
     )
     pruner.join()
     assert outcome == "pruned"
-    doc = stack.store.get_trial(trial_id)
+    doc = stack.store.reads.get_trial(trial_id)
     assert doc["state"] == "pruned" and 2 <= doc["pruned_epoch"] < 400
     assert _epochs(stack, trial_id) == list(range(1, doc["pruned_epoch"] + 1))

@@ -78,8 +78,8 @@ def _spec(trainable: str, body: str = "", execution: str = "device: cpu") -> str
 
 
 def _trial(stack: Stack, sweep_id: str) -> dict[str, Any]:
-    (doc,), _ = stack.store.trials(sweep_id)
-    return stack.store.get_trial(doc["_id"])
+    (doc,), _ = stack.store.reads.trials(sweep_id)
+    return stack.store.reads.get_trial(doc["_id"])
 
 
 def test_a_sweep_of_the_example_cnn_through_the_api_shows_every_epoch(
@@ -102,13 +102,13 @@ def test_a_sweep_of_the_example_cnn_through_the_api_shows_every_epoch(
     sweep = client.get(f"/dashboard/data/sweeps/{sweep_id}", headers=ALICE)
     assert sweep.status_code == 200, sweep.get_data()[:500]
     assert "params.channels" in sweep.get_data(as_text=True)
-    trials, _ = tstack.store.trials(sweep_id)
+    trials, _ = tstack.store.reads.trials(sweep_id)
     for doc in trials:
         view = client.get(f"/api/v1/trials/{doc['_id']}", headers=ALICE).json
         assert view["state"] == "complete" and view["result"]["objective"] > 0.5
         epochs = [row["epoch"] for row in view["metrics"]]
         assert epochs == [1, 2, 3], view["metrics"]
-        full = tstack.store.get_trial(doc["_id"])
+        full = tstack.store.reads.get_trial(doc["_id"])
         assert full["trainable"]["package"] == "sweepstack-examples"
         assert full["versions"]["sweepstack-examples"] == "0.1.0"
         page = client.get(f"/dashboard/data/trials/{doc['_id']}", headers=ALICE)
@@ -155,8 +155,8 @@ def test_a_trainable_killed_with_9_is_taken_over_by_attempt_2(tstack: Stack) -> 
     )
 
     def running() -> dict[str, Any] | None:
-        docs, _ = tstack.store.trials(sweep_id, state="running")
-        return docs[0] if docs and tstack.store.get_trial(docs[0]["_id"])["metrics"] else None
+        docs, _ = tstack.store.reads.trials(sweep_id, state="running")
+        return docs[0] if docs and tstack.store.reads.get_trial(docs[0]["_id"])["metrics"] else None
 
     doc = wait_for(running, 60, "the trial to report an epoch")
     os.kill(doc["worker"]["pid"], signal.SIGKILL)
@@ -171,18 +171,18 @@ def test_a_trainable_killed_with_9_is_taken_over_by_attempt_2(tstack: Stack) -> 
 def test_a_trainable_asked_to_stop_ends_pruned(tstack: Stack) -> None:
     spec = load_spec(_spec("test_slow", "params: {sleep: 0.2}\ntraining: {epochs: 40}\n"))
     trials = expand(spec, with_config=True)
-    sweep_id = tstack.store.create_sweep(spec, trials)
+    sweep_id = tstack.store.admin.create_sweep(spec, trials)
     sent = [(ids, limit, {**kw, "watch": True}) for ids, limit, kw in messages(sweep_id, trials)]
     assert enqueue(tstack.app, sent) == 1
 
     def reported() -> tuple[str, int] | None:
-        docs, _ = tstack.store.trials(sweep_id, state="running")
-        rows = tstack.store.get_trial(docs[0]["_id"])["metrics"] if docs else []
+        docs, _ = tstack.store.reads.trials(sweep_id, state="running")
+        rows = tstack.store.reads.get_trial(docs[0]["_id"])["metrics"] if docs else []
         return (docs[0]["_id"], rows[-1]["epoch"]) if len(rows) >= 2 else None
 
     trial_id, epoch = wait_for(reported, 60, "two epochs reported")
-    assert tstack.store.request_prune({trial_id: (1, epoch)}) == [trial_id]
+    assert tstack.store.admin.request_prune({trial_id: (1, epoch)}) == [trial_id]
     assert tstack.wait_finished(sweep_id, timeout=60)["pruned"] == 1, tstack.logs()
-    doc = tstack.store.get_trial(trial_id)
+    doc = tstack.store.reads.get_trial(trial_id)
     assert doc["pruned_epoch"] in (epoch, epoch + 1) and doc["error"] is None
     assert doc["result"]["objective"] == pytest.approx(1.0 / doc["pruned_epoch"])

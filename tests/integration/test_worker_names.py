@@ -78,8 +78,10 @@ def test_two_workers_on_one_host_both_take_trials(stack: Stack, commands: list[C
     )
     counts = stack.wait_finished(sweep_id, timeout=240)
     assert counts["complete"] == n == 8, "\n".join(c.text()[-3000:] for c in commands)
-    trials, _ = stack.store.trials(sweep_id, limit=100)
-    names = {stack.store.get_trial(t["_id"], with_metrics=False)["worker"]["name"] for t in trials}
+    trials, _ = stack.store.reads.trials(sweep_id, limit=100)
+    names = {
+        stack.store.reads.get_trial(t["_id"], with_metrics=False)["worker"]["name"] for t in trials
+    }
     host = socket.gethostname()
     assert names == {f"cpu-{c.proc.pid}@{host}" for c in commands}
     assert all("ResourceLocked" not in c.text() for c in commands)

@@ -56,9 +56,9 @@ def test_quickstart_sweep_completes_with_metrics_via_cli(stack: Stack) -> None:
     status = json.loads(out.stdout)
     assert status["counts"]["complete"] == 12
     assert status["best"]["result"]["objective"] > 0.8
-    trials, _ = stack.store.trials(sweep_id, limit=100)
+    trials, _ = stack.store.reads.trials(sweep_id, limit=100)
     for doc in trials:
-        full = stack.store.get_trial(doc["_id"])
+        full = stack.store.reads.get_trial(doc["_id"])
         epochs = [m["epoch"] for m in full["metrics"]]
         assert epochs == list(range(1, 9)) or epochs == list(range(8)), epochs
         assert full["param_count"] > 0 and full["train_seconds"] > 0
@@ -75,7 +75,7 @@ def test_diverging_trial_fails_with_reason_and_others_complete(stack: Stack) -> 
     )
     counts = stack.wait_finished(sweep_id, timeout=120)
     assert (counts["complete"], counts["failed"]) == (1, 1), stack.logs()
-    failed, _ = stack.store.trials(sweep_id, state="failed")
+    failed, _ = stack.store.reads.trials(sweep_id, state="failed")
     assert "nan" in failed[0]["error"].lower() or "inf" in failed[0]["error"].lower()
 
 
@@ -86,7 +86,7 @@ def test_time_limit_fails_the_trial(stack: Stack) -> None:
     )
     counts = stack.wait_finished(sweep_id, timeout=120)
     assert counts["failed"] == 1, stack.logs()
-    (doc,), _ = stack.store.trials(sweep_id)
+    (doc,), _ = stack.store.reads.trials(sweep_id)
     assert "time limit" in doc["error"]
 
 
@@ -103,8 +103,8 @@ def _long_sweep(stack: Stack, name: str) -> str:
 
 def _running_after_an_epoch(stack: Stack, sweep_id: str) -> dict:
     def running() -> dict | None:
-        trials, _ = stack.store.trials(sweep_id, state="running")
-        if trials and stack.store.get_trial(trials[0]["_id"])["metrics"]:
+        trials, _ = stack.store.reads.trials(sweep_id, state="running")
+        if trials and stack.store.reads.get_trial(trials[0]["_id"])["metrics"]:
             return trials[0]
         return None
 
@@ -112,8 +112,8 @@ def _running_after_an_epoch(stack: Stack, sweep_id: str) -> dict:
 
 
 def _one_terminal_record(stack: Stack, sweep_id: str) -> dict:
-    (doc,), _ = stack.store.trials(sweep_id)
-    full = stack.store.get_trial(doc["_id"])
+    (doc,), _ = stack.store.reads.trials(sweep_id)
+    full = stack.store.reads.get_trial(doc["_id"])
     assert full["state"] == "complete", full.get("error")
     assert full["attempt"] == 2
     terminal = [h for h in full["history"] if h["state"] in ("complete", "failed", "pruned")]
@@ -165,7 +165,7 @@ def test_rabbitmq_restart_with_200_trials_queued_loses_none(stack: Stack) -> Non
 
 def test_pickled_message_is_refused(stack: Stack) -> None:
     sweep_id, _ = stack.submit(spec("pickle", "training:\n  epochs: 0\n"))
-    (doc,), _ = stack.store.trials(sweep_id)
+    (doc,), _ = stack.store.reads.trials(sweep_id)
     # Drain the proper message first, so only the pickled one is left for the worker.
     with Connection(stack.settings.broker_url) as conn:
         conn.default_channel.queue_purge(stack.queue)
@@ -191,7 +191,7 @@ def test_pickled_message_is_refused(stack: Stack) -> None:
         30,
         "the worker to refuse the pickled message",
     )
-    assert stack.store.get_trial(doc["_id"], with_metrics=False)["state"] == "queued"
+    assert stack.store.reads.get_trial(doc["_id"], with_metrics=False)["state"] == "queued"
     wait_for(lambda: stack.queue_depth() == 0, 30, "the refused message to leave the queue")
 
 
@@ -199,12 +199,12 @@ def test_redelivered_message_for_a_finished_trial_changes_nothing(stack: Stack) 
     stack.start_worker()
     sweep_id, _ = stack.submit(spec("redeliver", "training:\n  epochs: 1\n"))
     stack.wait_finished(sweep_id, timeout=60)
-    (doc,), _ = stack.store.trials(sweep_id)
-    before = stack.store.get_trial(doc["_id"])
+    (doc,), _ = stack.store.reads.trials(sweep_id)
+    before = stack.store.reads.get_trial(doc["_id"])
     stack.app.send_task(TASK_NAME, args=[doc["_id"]])
     wait_for(lambda: stack.logs().count("succeeded") >= 2, 30, "the second message to be handled")
     wait_for(lambda: stack.queue_depth() == 0, 30, "the queue to empty")
-    after = stack.store.get_trial(doc["_id"])
+    after = stack.store.reads.get_trial(doc["_id"])
     assert after == before
 
 

@@ -16,6 +16,7 @@ import pytest
 from core.records import flatten_params
 from core.spec import load_spec
 from scheduler.feed import Feeder, owner_name, start_sweep
+from tests.core import finish
 from tests.integration.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -41,7 +42,7 @@ def objective(params: dict[str, Any]) -> float:
 
 
 def in_flight(stack: Stack, sweep_id: str) -> int:
-    sweep = stack.store.get_sweep(sweep_id)
+    sweep = stack.store.reads.get_sweep(sweep_id)
     counts = sweep["counts"]
     return counts["queued"] - int(sweep.get("planned") or 0) + counts["running"]
 
@@ -49,23 +50,23 @@ def in_flight(stack: Stack, sweep_id: str) -> int:
 def finish_some(stack: Stack, sweep_id: str, k: int) -> int:
     """Claim and complete up to `k` queued trials, as a worker would."""
     done = 0
-    for doc in stack.store.feed_trials(sweep_id):
+    for doc in stack.store.feeding.feed_trials(sweep_id):
         if done == k:
             break
         if doc["state"] != "queued":
             continue
-        claimed = stack.store.claim(doc["_id"], WORKER, stale_after=60)
+        claimed = stack.store.lifecycle.claim(doc["_id"], WORKER, stale_after=60)
         assert claimed is not None
         value = objective(flatten_params(doc["params"]))
-        stack.store.finish(
-            doc["_id"], claimed["attempt"], "complete", result={"val_accuracy": value}
+        finish(
+            stack.store, doc["_id"], claimed["attempt"], "complete", result={"val_accuracy": value}
         )
         done += 1
     return done
 
 
 def asked_points(stack: Stack, sweep_id: str) -> list[str]:
-    docs = sorted(stack.store.feed_trials(sweep_id), key=lambda d: d["index"])
+    docs = sorted(stack.store.feeding.feed_trials(sweep_id), key=lambda d: d["index"])
     return [repr(sorted(flatten_params(d["params"]).items())) for d in docs]
 
 
@@ -86,18 +87,18 @@ def test_tpe_creates_exactly_its_budget_never_more_than_parallelism_in_flight(
     spec = tpe_spec()
     sweep_id, total = start_sweep(stack.store, stack.app, spec)
     assert total == 40
-    assert stack.store.counts(sweep_id)["queued"] == 40  # planned ones count from the start
-    assert len(stack.store.feed_trials(sweep_id)) == 4
+    assert stack.store.reads.counts(sweep_id)["queued"] == 40  # planned ones count from the start
+    assert len(stack.store.feeding.feed_trials(sweep_id)) == 4
     feeder = Feeder.open(stack.store, stack.app, sweep_id, owner=owner_name())
     assert feeder is not None
     most = run_to_end(stack, sweep_id, feeder)
     assert most <= 4
-    docs = stack.store.feed_trials(sweep_id)
+    docs = stack.store.feeding.feed_trials(sweep_id)
     assert len(docs) == 40
     assert len(set(asked_points(stack, sweep_id))) == 40
     assert sorted(d["index"] for d in docs) == list(range(40))
-    assert stack.store.counts(sweep_id)["complete"] == 40
-    assert stack.store.recount(sweep_id)["complete"] == 40
+    assert stack.store.reads.counts(sweep_id)["complete"] == 40
+    assert stack.store.admin.recount(sweep_id)["complete"] == 40
     assert stack.queue_depth() == 40  # one message per trial, none sent twice
 
 
@@ -113,13 +114,13 @@ def test_a_killed_feeder_is_rebuilt_without_asking_twice_and_replays_the_same_po
         finish_some(stack, sweep_id, 2)
     # "kill -9" between storing and sending: a window stored, never sent.
     points, extras = first._ask(2)
-    stack.store.begin_sending(sweep_id, [f"{sweep_id}-{p.id}" for p in points])
-    stack.store.add_trials(sweep_id, first.spec, points, extras)
+    stack.store.feeding.begin_sending(sweep_id, [f"{sweep_id}-{p.id}" for p in points])
+    stack.store.feeding.add_trials(sweep_id, first.spec, points, extras)
     del first  # no release: the lease runs out
-    stack.store._clock = lambda: __import__("core.records").records.utcnow() + _later()
+    stack.store._state.clock = lambda: __import__("core.records").records.utcnow() + _later()
     second = Feeder.open(stack.store, stack.app, sweep_id, owner="b")
     assert second is not None
-    assert stack.store.get_sweep(sweep_id)["sending"] == []  # the rebuild sent them
+    assert stack.store.reads.get_sweep(sweep_id)["sending"] == []  # the rebuild sent them
     run_to_end(stack, sweep_id, second)
     killed = asked_points(stack, sweep_id)
     assert len(killed) == len(set(killed)) == 24
@@ -144,9 +145,9 @@ def test_only_the_lease_holder_feeds(stack: Stack) -> None:
     one = Feeder.open(stack.store, stack.app, sweep_id, owner="one")
     two = Feeder.open(stack.store, stack.app, sweep_id, owner="two")
     assert one is not None and two is None
-    assert stack.store.take_lease(sweep_id, "two", 30) is False
+    assert stack.store.feeding.take_lease(sweep_id, "two", 30) is False
     one._stop()  # gives the lease back
-    assert stack.store.take_lease(sweep_id, "two", 30) is True
+    assert stack.store.feeding.take_lease(sweep_id, "two", 30) is True
     assert one.step() is False  # one lost it: it stops feeding
 
 
@@ -154,12 +155,12 @@ def test_cancel_stops_feeding_and_drops_planned_trials(stack: Stack) -> None:
     sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=10, parallelism=2))
     feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="x")
     assert feeder is not None
-    stack.store.cancel_sweep(sweep_id)
+    stack.store.admin.cancel_sweep(sweep_id)
     assert feeder.step() is False
-    sweep = stack.store.get_sweep(sweep_id)
+    sweep = stack.store.reads.get_sweep(sweep_id)
     assert sweep["counts"]["cancelled"] == 2 and sweep["counts"]["queued"] == 0
     assert sweep["trial_count"] == 2 and sweep["planned"] == 0
-    assert stack.store.recount(sweep_id)["cancelled"] == 2
+    assert stack.store.admin.recount(sweep_id)["cancelled"] == 2
 
 
 def test_a_50000_trial_grid_counts_whole_at_once(stack: Stack) -> None:
@@ -171,17 +172,17 @@ def test_a_50000_trial_grid_counts_whole_at_once(stack: Stack) -> None:
     )
     sweep_id, total = start_sweep(stack.store, stack.app, spec, big_window=500)
     assert total == 50_000
-    assert stack.store.counts(sweep_id)["queued"] == 50_000
-    assert stack.store.get_sweep(sweep_id)["trial_count"] == 50_000
-    assert len(stack.store.feed_trials(sweep_id)) == 500
+    assert stack.store.reads.counts(sweep_id)["queued"] == 50_000
+    assert stack.store.reads.get_sweep(sweep_id)["trial_count"] == 50_000
+    assert len(stack.store.feeding.feed_trials(sweep_id)) == 500
     feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="g", big_window=500)
     assert feeder is not None
     feeder.step()  # the window is full: nothing more
-    assert len(stack.store.feed_trials(sweep_id)) == 500
+    assert len(stack.store.feeding.feed_trials(sweep_id)) == 500
     finish_some(stack, sweep_id, 100)
     feeder.step()
-    assert len(stack.store.feed_trials(sweep_id)) == 600
-    counts = stack.store.counts(sweep_id)
+    assert len(stack.store.feeding.feed_trials(sweep_id)) == 600
+    counts = stack.store.reads.counts(sweep_id)
     assert counts["queued"] == 49_900 and counts["complete"] == 100
     assert stack.queue_depth() == 600
 
@@ -196,19 +197,19 @@ def test_a_feeder_killed_between_creating_trials_and_moving_the_plan_is_repaired
     assert first is not None
     finish_some(stack, sweep_id, 2)
     points, extras = first._ask(2)
-    stack.store.add_trials(sweep_id, first.spec, points, extras)
-    stack.store._sweeps.update_one({"_id": sweep_id}, {"$inc": {"planned": 2}})  # not moved
-    assert sum(stack.store.counts(sweep_id).values()) == 12
-    stack.store.release_lease(sweep_id, "k")
+    stack.store.feeding.add_trials(sweep_id, first.spec, points, extras)
+    stack.store.db["sweeps"].update_one({"_id": sweep_id}, {"$inc": {"planned": 2}})  # not moved
+    assert sum(stack.store.reads.counts(sweep_id).values()) == 12
+    stack.store.feeding.release_lease(sweep_id, "k")
     second = Feeder.open(stack.store, stack.app, sweep_id, owner="r")
     assert second is not None
-    sweep = stack.store.get_sweep(sweep_id)
+    sweep = stack.store.reads.get_sweep(sweep_id)
     assert sweep["planned"] == 12 - 5 and sum(sweep["counts"].values()) == 12
-    assert stack.store.recount(sweep_id) == sweep["counts"]
+    assert stack.store.admin.recount(sweep_id) == sweep["counts"]
     run_to_end(stack, sweep_id, second)
-    assert len(stack.store.feed_trials(sweep_id)) == 12
-    assert stack.store.counts(sweep_id)["complete"] == 12
-    assert stack.store.recount(sweep_id)["complete"] == 12
+    assert len(stack.store.feeding.feed_trials(sweep_id)) == 12
+    assert stack.store.reads.counts(sweep_id)["complete"] == 12
+    assert stack.store.admin.recount(sweep_id)["complete"] == 12
 
 
 def test_counts_left_one_off_by_a_kill_mid_finish_are_recounted_once_they_stop_moving(
@@ -224,15 +225,15 @@ def test_counts_left_one_off_by_a_kill_mid_finish_are_recounted_once_they_stop_m
     feeder.stall_seconds = 0.3
     assert finish_some(stack, sweep_id, 4) == 4
     # The last finish's counter write never landed: one still "running".
-    stack.store._sweeps.update_one(
+    stack.store.db["sweeps"].update_one(
         {"_id": sweep_id}, {"$inc": {"counts.complete": -1, "counts.running": 1}}
     )
     assert feeder.step() is True  # counts just seen: no recount yet
-    assert stack.store.counts(sweep_id)["running"] == 1
+    assert stack.store.reads.counts(sweep_id)["running"] == 1
     time.sleep(0.4)
     assert feeder.step() is False  # stalled: recounted, nothing in flight, done
-    assert stack.store.counts(sweep_id)["complete"] == 4
-    assert stack.store.counts(sweep_id)["running"] == 0
+    assert stack.store.reads.counts(sweep_id)["complete"] == 4
+    assert stack.store.reads.counts(sweep_id)["running"] == 0
 
 
 def test_a_long_epoch_is_recounted_with_a_doubling_wait(stack: Stack) -> None:
@@ -240,17 +241,17 @@ def test_a_long_epoch_is_recounted_with_a_doubling_wait(stack: Stack) -> None:
     feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="l")
     assert feeder is not None
     feeder.stall_seconds = 0.2
-    doc = stack.store.feed_trials(sweep_id)[0]
-    assert stack.store.claim(doc["_id"], WORKER, stale_after=60) is not None
+    doc = stack.store.feeding.feed_trials(sweep_id)[0]
+    assert stack.store.lifecycle.claim(doc["_id"], WORKER, stale_after=60) is not None
     revs = []
     started = time.monotonic()
     for _ in range(12):
         assert feeder.step() is True
-        revs.append(stack.store.get_sweep(sweep_id)["counts_rev"])
+        revs.append(stack.store.reads.get_sweep(sweep_id)["counts_rev"])
         time.sleep(0.1)
     elapsed = time.monotonic() - started
     recounts = sum(1 for a, b in itertools.pairwise(revs) if b != a)
     # Waits of 0.2, 0.4, 0.8 ... s: k recounts take at least 0.2 * (2**k - 1) s.
     most = math.floor(math.log2(elapsed / 0.2 + 1))
     assert 1 <= recounts <= most, (revs, elapsed)
-    assert stack.store.counts(sweep_id)["running"] == 1  # a real running trial stays
+    assert stack.store.reads.counts(sweep_id)["running"] == 1  # a real running trial stays

@@ -58,18 +58,20 @@ def test_one_heartbeat_thread_beats_for_every_held_trial(store: Store) -> None:
     sweep_id, points = make_sweep(store)
     ids = trial_ids(sweep_id, points)[:3]
     configs = {t: (0, p.config) for t, p in zip(ids, points, strict=False)}
-    claims = claim_trials(store, ids, WORKER, 60.0, configs, budget=5.0)
+    claims = claim_trials(store.lifecycle, ids, WORKER, 60.0, configs, budget=5.0)
     assert [claims[t]["attempt"] for t in ids] == [1, 1, 1]
-    sender = HeartbeatSender.of_process(store, 0.2)
-    assert HeartbeatSender.of_process(store, 0.2) is sender  # one per process and store
+    sender = HeartbeatSender.of_process(store.lifecycle, 0.2)
+    assert HeartbeatSender.of_process(store.lifecycle, 0.2) is sender  # one per process and store
     for trial_id in ids:
         sender.hold(trial_id, 1)
-    before = {t: store.get_trial(t)["heartbeat_at"] for t in ids}
-    wait_for(lambda: all(store.get_trial(t)["heartbeat_at"] > before[t] for t in ids), 10, "beats")
+    before = {t: store.reads.get_trial(t)["heartbeat_at"] for t in ids}
+    wait_for(
+        lambda: all(store.reads.get_trial(t)["heartbeat_at"] > before[t] for t in ids), 10, "beats"
+    )
     other = {**WORKER, "pid": WORKER["pid"] + 1}
-    assert store.claim(ids[0], other, stale_after=60, takeover_attempt=1) is not None
+    assert store.lifecycle.claim(ids[0], other, stale_after=60, takeover_attempt=1) is not None
     wait_for(lambda: sender.lost(ids[0]), 10, "the lost claim noted")
-    store.cancel_sweep(sweep_id)
+    store.admin.cancel_sweep(sweep_id)
     wait_for(lambda: sender.stopping(ids[1]) and sender.stopping(ids[2]), 10, "stop requests")
     assert not sender.lost(ids[1]) and sender.should_stop(ids[1])
     sender.hold(ids[0], 2)  # a new attempt held starts clean
@@ -82,11 +84,11 @@ def test_an_epoch_check_notes_a_prune_request_at_once(store: Store) -> None:
     sweep_id, points = make_sweep(store)
     pruned, going_on = trial_ids(sweep_id, points)[:2]
     configs = {t: (0, p.config) for t, p in zip((pruned, going_on), points, strict=False)}
-    claim_trials(store, [pruned, going_on], WORKER, 60.0, configs, budget=5.0)
-    sender = HeartbeatSender(store, interval=3600.0)  # its thread would not beat in time
+    claim_trials(store.lifecycle, [pruned, going_on], WORKER, 60.0, configs, budget=5.0)
+    sender = HeartbeatSender(store.lifecycle, interval=3600.0)  # its thread would not beat in time
     sender.hold(pruned, 1)
     sender.hold(going_on, 1)
-    assert store.request_prune({pruned: (1, 4)}) == [pruned]
+    assert store.admin.request_prune({pruned: (1, 4)}) == [pruned]
     assert not sender.should_stop(pruned)
     sender.check({pruned: 1, going_on: 1})
     assert sender.pruning(pruned) and sender.should_stop(pruned)

@@ -1,8 +1,9 @@
-"""Contract of the sweep summaries (`core.summaries`): after any sequence of lifecycle
-writes, what `Store.best` and `Store.sweep_rows` answer from them equals a recomputation
-from every trial.
+"""Contract of the sweep summaries (`core.summaries`) behind the reads role: after any
+sequence of lifecycle writes, what `Reads.best` and `Reads.sweep_rows` answer from them
+equals a recomputation from every trial; `SweepAdmin.rebuild_summaries` repairs them.
 
-Against the real server of the `mongo_url` fixture, each test on a database of its own.
+Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
+when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and drops it.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ from core.errors import InvalidTransition, NotFound
 from core.records import finite_number
 from core.states import TrialState
 from core.store import Store
-from tests.core import WORKER, FakeClock, make_sweep, small_spec, trial_ids
+from tests.core import WORKER, FakeClock, finish, make_sweep, small_spec, trial_ids
 
 FIELDS = list(summaries.ROW_FIELDS)
 
 
 def recomputed_best(store: Store, sweep_id: str, k: int) -> list[tuple[int, float]]:
     """(index, objective) of the `k` best complete trials, from every trial."""
-    docs, _ = store.changed_rows(sweep_id, None, ["state", "objective"])
-    direction = store.get_sweep(sweep_id)["objective"]["direction"]
+    docs, _ = store.reads.changed_rows(sweep_id, None, ["state", "objective"])
+    direction = store.reads.get_sweep(sweep_id)["objective"]["direction"]
     sign = -1 if direction == "maximize" else 1
     done = [
         (d["index"], d["objective"])
@@ -45,10 +46,10 @@ def by_index(docs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 def assert_summaries_match(store: Store, sweep_id: str) -> None:
     """`best` and `sweep_rows` agree with a read of every trial."""
     for k in (1, 3, 40):
-        got = [(t["index"], t["objective"]) for t in store.best(sweep_id, k)]
+        got = [(t["index"], t["objective"]) for t in store.reads.best(sweep_id, k)]
         assert got == recomputed_best(store, sweep_id, k), k
-    fast, mark = store.sweep_rows(sweep_id, FIELDS)
-    full, full_mark = store.changed_rows(sweep_id, None, FIELDS)
+    fast, mark = store.reads.sweep_rows(sweep_id, FIELDS)
+    full, full_mark = store.reads.changed_rows(sweep_id, None, FIELDS)
     assert by_index(fast) == by_index(full)
     assert len(fast) == len(full) and mark == full_mark
 
@@ -59,16 +60,17 @@ def random_step(store: Store, rng: random.Random, ids: list[str], clock: FakeClo
     tid = rng.choice(ids)
     action = rng.choice(("claim", "claim", "finish", "finish", "finish", "retry", "stale"))
     if action == "claim":
-        store.claim(tid, WORKER, stale_after=60)
+        store.lifecycle.claim(tid, WORKER, stale_after=60)
     elif action == "finish":
-        doc = store.get_trial(tid, with_metrics=False)
+        doc = store.reads.get_trial(tid, with_metrics=False)
         if doc["state"] != "running":
             return
         state = rng.choice(("complete", "complete", "complete", "failed", "pruned"))
         if doc.get("stop_requested"):
             state = "cancelled"
         objective = rng.choice((None, 0.5, 0.75, 0.9, round(rng.random(), 3)))
-        store.finish(
+        finish(
+            store,
             tid,
             doc["attempt"],
             state,
@@ -78,10 +80,10 @@ def random_step(store: Store, rng: random.Random, ids: list[str], clock: FakeClo
         )
     elif action == "retry":
         with contextlib.suppress(InvalidTransition):  # a cancelled sweep
-            store.retry_failed(ids[0].partition("-")[0])
+            store.admin.retry_failed(ids[0].partition("-")[0])
     else:
         clock.advance(120)
-        store.requeue_stale(60)
+        store.admin.requeue_stale(60)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -99,7 +101,7 @@ def test_summaries_equal_a_recomputation_after_random_writes(
     for step in range(240):
         random_step(store, rng, ids if step % 3 else other, clock)
         if step == 150:
-            store.cancel_sweep(other_id)
+            store.admin.cancel_sweep(other_id)
         if step % 60 == 59:
             assert_summaries_match(store, sweep_id)
             assert_summaries_match(store, other_id)
@@ -122,7 +124,7 @@ def test_a_sweep_without_summaries_gets_them_on_first_read(store: Store, clock: 
     assert_summaries_match(store, sweep_id)
     assert summaries.top_document(store.db, sweep_id) is not None
     summaries.clear(store.db, sweep_id)
-    fast, _ = store.sweep_rows(sweep_id, FIELDS)  # the dashboard's read builds them too
+    fast, _ = store.reads.sweep_rows(sweep_id, FIELDS)  # the dashboard's read builds them too
     assert len(fast) == len(ids)
     assert summaries.top_document(store.db, sweep_id) is not None
     assert_summaries_match(store, sweep_id)
@@ -135,16 +137,16 @@ def test_a_lost_log_write_is_noticed_and_repaired(
     ids = trial_ids(sweep_id, points)
     for i, tid in enumerate(ids):
         clock.advance(1)
-        assert store.claim(tid, WORKER, stale_after=60) is not None
-        store.finish(tid, 1, TrialState.COMPLETE, result={"objective": i / 100})
+        assert store.lifecycle.claim(tid, WORKER, stale_after=60) is not None
+        finish(store, tid, 1, TrialState.COMPLETE, result={"objective": i / 100})
     # As if the process that finished the first trials died between trial and log write.
     store.db[summaries.COLLECTION].delete_one({"_id": f"{sweep_id}:log:{0:08d}"})
     clock.advance(60)
     assert_summaries_match(store, sweep_id)
     assert any("finish log accounts for 0 of 36 trials" in r.message for r in caplog.records)
     store.db[summaries.COLLECTION].update_one({"_id": sweep_id}, {"$set": {"top": []}})
-    assert store.best(sweep_id, 1) == []  # a summary left short answers short...
-    store.rebuild_summaries(sweep_id)  # ...until it is rebuilt
+    assert store.reads.best(sweep_id, 1) == []  # a summary left short answers short...
+    store.admin.rebuild_summaries(sweep_id)  # ...until it is rebuilt
     assert_summaries_match(store, sweep_id)
 
 
@@ -152,14 +154,14 @@ def test_summaries_go_with_their_sweep(store: Store, clock: FakeClock) -> None:
     sweep_id, points = make_sweep(store)
     kept_id, kept_points = make_sweep(store)
     for tid in (trial_ids(sweep_id, points)[0], trial_ids(kept_id, kept_points)[0]):
-        assert store.claim(tid, WORKER, stale_after=60) is not None
-        store.finish(tid, 1, TrialState.COMPLETE, result={"objective": 0.5})
-    store.cancel_sweep(sweep_id)
-    store.delete_sweep(sweep_id)
+        assert store.lifecycle.claim(tid, WORKER, stale_after=60) is not None
+        finish(store, tid, 1, TrialState.COMPLETE, result={"objective": 0.5})
+    store.admin.cancel_sweep(sweep_id)
+    store.admin.delete_sweep(sweep_id)
     left = list(store.db[summaries.COLLECTION].find({}, {"sweep_id": 1}))
     assert {d["sweep_id"] for d in left} == {kept_id}
     with pytest.raises(NotFound):
-        store.best(sweep_id, 1)
+        store.reads.best(sweep_id, 1)
     assert_summaries_match(store, kept_id)
 
 
@@ -167,12 +169,12 @@ def test_best_past_the_summary_reads_the_trials(store: Store, clock: FakeClock) 
     spec = small_spec()
     sweep_id, points = make_sweep(store, spec)
     for i, tid in enumerate(trial_ids(sweep_id, points)):
-        assert store.claim(tid, WORKER, stale_after=60) is not None
-        store.finish(tid, 1, TrialState.COMPLETE, result={"objective": (i * 7) % 11})
+        assert store.lifecycle.claim(tid, WORKER, stale_after=60) is not None
+        finish(store, tid, 1, TrialState.COMPLETE, result={"objective": (i * 7) % 11})
     original = summaries.TOP_K
     summaries.TOP_K = 5
     try:
-        store.rebuild_summaries(sweep_id)
+        store.admin.rebuild_summaries(sweep_id)
         assert len(summaries.top_document(store.db, sweep_id)["top"]) == 5
         assert_summaries_match(store, sweep_id)  # k = 40 > 5 reads every trial
     finally:

@@ -1,5 +1,6 @@
-"""The store contract of early stopping (`core.prune_requests`): a prune request marks a
-running attempt, its heartbeats answer ``prune``, and it ends ``pruned``.
+"""Contract of the sweep administration role (`core.admin.SweepAdmin`), early stopping
+(`request_prune`, `core.prune_requests`): a prune request marks a running attempt, its
+heartbeats answer ``prune``, and it ends ``pruned``.
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
 when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and drops it.
@@ -15,7 +16,7 @@ from core.batch_writes import Finish
 from core.errors import InvalidQuery
 from core.states import Heartbeat, TrialState
 from core.store import Store
-from tests.core import WORKER, FakeClock, make_sweep, run, trial_ids
+from tests.core import WORKER, FakeClock, finish, heartbeat, make_sweep, report, run, trial_ids
 
 
 def test_request_prune_marks_running_attempts_in_one_call(store: Store, clock: FakeClock) -> None:
@@ -24,12 +25,12 @@ def test_request_prune_marks_running_attempts_in_one_call(store: Store, clock: F
     run(store, first)
     run(store, second)
     clock.advance(3)
-    assert store.request_prune({first: (1, 4), second: (1, 7)}) == [first, second]
-    doc = store.get_trial(first, with_metrics=False)
+    assert store.admin.request_prune({first: (1, 4), second: (1, 7)}) == [first, second]
+    doc = store.reads.get_trial(first, with_metrics=False)
     assert doc["prune_requested"] == {"attempt": 1, "epoch": 4, "at": clock.now}
     assert doc["state"] == "running"  # the worker ends it, not the request
-    assert store.get_trial(second, with_metrics=False)["prune_requested"]["epoch"] == 7
-    assert "prune_requested" not in store.get_trial(queued, with_metrics=False)
+    assert store.reads.get_trial(second, with_metrics=False)["prune_requested"]["epoch"] == 7
+    assert "prune_requested" not in store.reads.get_trial(queued, with_metrics=False)
 
 
 def test_request_prune_is_idempotent_and_keeps_the_first_request(
@@ -38,11 +39,11 @@ def test_request_prune_is_idempotent_and_keeps_the_first_request(
     sweep_id, points = make_sweep(store)
     tid = trial_ids(sweep_id, points)[0]
     run(store, tid)
-    assert store.request_prune({tid: (1, 3)}) == [tid]
-    first = store.get_trial(tid, with_metrics=False)["prune_requested"]
+    assert store.admin.request_prune({tid: (1, 3)}) == [tid]
+    first = store.reads.get_trial(tid, with_metrics=False)["prune_requested"]
     clock.advance(5)
-    assert store.request_prune({tid: (1, 5)}) == []
-    assert store.get_trial(tid, with_metrics=False)["prune_requested"] == first
+    assert store.admin.request_prune({tid: (1, 5)}) == []
+    assert store.reads.get_trial(tid, with_metrics=False)["prune_requested"] == first
 
 
 def test_request_prune_leaves_other_states_and_attempts_alone(
@@ -52,9 +53,9 @@ def test_request_prune_leaves_other_states_and_attempts_alone(
     held, queued, finished, taken_over, fresh = trial_ids(sweep_id, points)[:5]
     for tid in (held, finished, taken_over, fresh):
         run(store, tid)
-    assert store.finish(finished, 1, TrialState.COMPLETE, result={"objective": 0.5})
+    assert finish(store, finished, 1, TrialState.COMPLETE, result={"objective": 0.5})
     clock.advance(120)
-    assert store.claim(taken_over, WORKER, stale_after=60) is not None  # now attempt 2
+    assert store.lifecycle.claim(taken_over, WORKER, stale_after=60) is not None  # now attempt 2
     missing = f"{sweep_id}-0000000000000000"
     requests = {
         held: (2, 1),  # wrong attempt
@@ -64,11 +65,11 @@ def test_request_prune_leaves_other_states_and_attempts_alone(
         missing: (1, 1),
         fresh: (1, 2),
     }
-    assert store.request_prune(requests) == [fresh]
+    assert store.admin.request_prune(requests) == [fresh]
     for tid in (held, queued, finished, taken_over):
-        assert store.get_trial(tid, with_metrics=False).get("prune_requested") is None
-    assert store.get_trial(finished, with_metrics=False)["state"] == "complete"
-    assert store.heartbeat(taken_over, 2) is Heartbeat.OK
+        assert store.reads.get_trial(tid, with_metrics=False).get("prune_requested") is None
+    assert store.reads.get_trial(finished, with_metrics=False)["state"] == "complete"
+    assert heartbeat(store, taken_over, 2) is Heartbeat.OK
 
 
 @pytest.mark.parametrize(
@@ -92,9 +93,9 @@ def test_request_prune_refuses_bad_input_naming_the_field(
     run(store, tid)
     good = {tid: (1, 1)}
     with pytest.raises(InvalidQuery) as caught:
-        store.request_prune({**good, **requests} if isinstance(requests, dict) else requests)
+        store.admin.request_prune({**good, **requests} if isinstance(requests, dict) else requests)
     assert caught.value.field == field
-    assert store.get_trial(tid, with_metrics=False).get("prune_requested") is None  # nothing
+    assert store.reads.get_trial(tid, with_metrics=False).get("prune_requested") is None  # nothing
 
 
 def test_heartbeats_answer_prune_to_the_named_attempt_only(store: Store, clock: FakeClock) -> None:
@@ -102,18 +103,20 @@ def test_heartbeats_answer_prune_to_the_named_attempt_only(store: Store, clock: 
     pruned, going_on, lost = trial_ids(sweep_id, points)[:3]
     for tid in (pruned, going_on, lost):
         run(store, tid)
-    store.request_prune({pruned: (1, 2)})
+    store.admin.request_prune({pruned: (1, 2)})
     clock.advance(10)
-    beat = store.heartbeat(pruned, 1)
+    beat = heartbeat(store, pruned, 1)
     assert beat is Heartbeat.PRUNE and beat == "prune" and not beat
-    assert store.get_trial(pruned, with_metrics=False)["heartbeat_at"] == clock.now
+    assert store.reads.get_trial(pruned, with_metrics=False)["heartbeat_at"] == clock.now
     clock.advance(10)
-    answers = store.heartbeat_many({pruned: 1, going_on: 1, lost: 2})
+    answers = store.lifecycle.heartbeat_many({pruned: 1, going_on: 1, lost: 2})
     assert answers == {pruned: "prune", going_on: "ok", lost: "lost"}
-    assert store.get_trial(pruned, with_metrics=False)["heartbeat_at"] == clock.now  # beats on
-    store.cancel_sweep(sweep_id)
-    assert store.heartbeat(pruned, 1) is Heartbeat.STOP  # a cancel wins over a prune
-    assert store.heartbeat_many({pruned: 1}) == {pruned: "stop"}
+    assert (
+        store.reads.get_trial(pruned, with_metrics=False)["heartbeat_at"] == clock.now
+    )  # beats on
+    store.admin.cancel_sweep(sweep_id)
+    assert heartbeat(store, pruned, 1) is Heartbeat.STOP  # a cancel wins over a prune
+    assert store.lifecycle.heartbeat_many({pruned: 1}) == {pruned: "stop"}
 
 
 def test_a_request_for_a_lost_attempt_does_not_reach_the_next(
@@ -122,13 +125,13 @@ def test_a_request_for_a_lost_attempt_does_not_reach_the_next(
     sweep_id, points = make_sweep(store)
     tid = trial_ids(sweep_id, points)[0]
     run(store, tid)
-    store.request_prune({tid: (1, 2)})
+    store.admin.request_prune({tid: (1, 2)})
     clock.advance(120)
-    assert store.claim(tid, WORKER, stale_after=60)["attempt"] == 2
-    assert store.heartbeat(tid, 2) is Heartbeat.OK
-    assert store.heartbeat_many({tid: 2}) == {tid: "ok"}
-    assert store.request_prune({tid: (2, 1)}) == [tid]
-    assert store.heartbeat_many({tid: 2}) == {tid: "prune"}
+    assert store.lifecycle.claim(tid, WORKER, stale_after=60)["attempt"] == 2
+    assert heartbeat(store, tid, 2) is Heartbeat.OK
+    assert store.lifecycle.heartbeat_many({tid: 2}) == {tid: "ok"}
+    assert store.admin.request_prune({tid: (2, 1)}) == [tid]
+    assert store.lifecycle.heartbeat_many({tid: 2}) == {tid: "prune"}
 
 
 def test_a_pruned_finish_keeps_the_request_and_the_epoch_and_moves_the_counts(
@@ -138,20 +141,20 @@ def test_a_pruned_finish_keeps_the_request_and_the_epoch_and_moves_the_counts(
     one, many = trial_ids(sweep_id, points)[:2]
     run(store, one)
     run(store, many)
-    store.request_prune({one: (1, 3), many: (1, 4)})
+    store.admin.request_prune({one: (1, 3), many: (1, 4)})
     for epoch in (1, 2, 3, 4):
-        store.report(one, 1, epoch, {"val_accuracy": epoch / 10})
+        report(store, one, 1, epoch, {"val_accuracy": epoch / 10})
     result = {"objective": 0.4, "final": {"val_accuracy": 0.4}}
-    assert store.finish(one, 1, TrialState.PRUNED, result=result, extra={"pruned_epoch": 4})
-    finish = Finish(many, 1, TrialState.PRUNED, {"objective": 0.3}, None, {"pruned_epoch": 5})
-    assert store.finish_many([finish]) == {many: True}
-    doc = store.get_trial(one)
+    assert finish(store, one, 1, TrialState.PRUNED, result=result, extra={"pruned_epoch": 4})
+    ended = Finish(many, 1, TrialState.PRUNED, {"objective": 0.3}, None, {"pruned_epoch": 5})
+    assert store.lifecycle.finish_many([ended]) == {many: True}
+    doc = store.reads.get_trial(one)
     assert doc["state"] == "pruned" and doc["pruned_epoch"] == 4 and doc["objective"] == 0.4
     assert doc["prune_requested"]["epoch"] == 3
     assert [row["epoch"] for row in doc["metrics"]] == [1, 2, 3, 4]
-    assert store.get_trial(many, with_metrics=False)["pruned_epoch"] == 5
-    assert store.counts(sweep_id)["pruned"] == 2
-    assert store.get_sweep(sweep_id)["counts"] == store.recount(sweep_id)
-    assert store.request_prune({one: (1, 5)}) == []  # finished: a no-op
+    assert store.reads.get_trial(many, with_metrics=False)["pruned_epoch"] == 5
+    assert store.reads.counts(sweep_id)["pruned"] == 2
+    assert store.reads.get_sweep(sweep_id)["counts"] == store.admin.recount(sweep_id)
+    assert store.admin.request_prune({one: (1, 5)}) == []  # finished: a no-op
     with pytest.raises(InvalidQuery, match="prune_requested"):
-        store.finish(many, 1, TrialState.PRUNED, extra={"prune_requested": None})
+        finish(store, many, 1, TrialState.PRUNED, extra={"prune_requested": None})

@@ -1,5 +1,6 @@
-"""The store contract for many trials at once (`core.batch_writes`): claim, heartbeat,
-report and finish keep, trial by trial, every promise of the single methods.
+"""Contract of the trial lifecycle role (`core.lifecycle.TrialLifecycle`), many trials at
+once (`core.batch_writes`): claim, heartbeat, report and finish keep, trial by trial,
+every promise of one trial's transitions.
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
 when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and drops it.
@@ -15,7 +16,7 @@ from core.batch_writes import EpochRow, Finish
 from core.errors import InvalidQuery, InvalidTransition, NotFound
 from core.states import Heartbeat
 from core.store import Store
-from tests.core import WORKER, FakeClock, make_sweep, run, trial_ids
+from tests.core import WORKER, FakeClock, make_sweep, report, run, trial_ids
 
 OTHER = {"host": "other", "pid": 7, "name": "worker-2"}
 
@@ -26,15 +27,15 @@ def test_claim_queued_claims_each_trial_once_and_moves_the_counts(
     sweep_id, points = make_sweep(store)
     ids = trial_ids(sweep_id, points)[:4]
     clock.advance(5)
-    assert store.claim_queued(dict.fromkeys(ids, 0), WORKER) == ids
+    assert store.lifecycle.claim_queued(dict.fromkeys(ids, 0), WORKER) == ids
     for trial_id in ids:
-        doc = store.get_trial(trial_id, with_metrics=False)
+        doc = store.reads.get_trial(trial_id, with_metrics=False)
         assert doc["state"] == "running" and doc["attempt"] == 1 and doc["worker"] == WORKER
         assert doc["started_at"] == doc["heartbeat_at"] == clock.now
-    assert store.claim_queued(dict.fromkeys(ids, 0), OTHER) == []
-    counts = store.counts(sweep_id)
+    assert store.lifecycle.claim_queued(dict.fromkeys(ids, 0), OTHER) == []
+    counts = store.reads.counts(sweep_id)
     assert (counts["queued"], counts["running"]) == (32, 4)
-    assert store.get_sweep(sweep_id)["counts"] == store.recount(sweep_id)
+    assert store.reads.get_sweep(sweep_id)["counts"] == store.admin.recount(sweep_id)
 
 
 def test_claim_queued_leaves_trials_at_another_attempt_or_state_alone(store: Store) -> None:
@@ -42,12 +43,12 @@ def test_claim_queued_leaves_trials_at_another_attempt_or_state_alone(store: Sto
     held, fresh, wrong, _ = trial_ids(sweep_id, points)[:4]
     run(store, held)
     missing = f"{sweep_id}-0000000000000000"
-    claimed = store.claim_queued({held: 0, fresh: 0, wrong: 3, missing: 0}, OTHER)
+    claimed = store.lifecycle.claim_queued({held: 0, fresh: 0, wrong: 3, missing: 0}, OTHER)
     assert claimed == [fresh]
-    assert store.get_trial(held)["worker"] == WORKER  # the live attempt keeps its claim
-    assert store.get_trial(wrong)["state"] == "queued"
-    assert store.counts(sweep_id)["running"] == 2
-    assert store.get_sweep(sweep_id)["counts"] == store.recount(sweep_id)
+    assert store.reads.get_trial(held)["worker"] == WORKER  # the live attempt keeps its claim
+    assert store.reads.get_trial(wrong)["state"] == "queued"
+    assert store.reads.counts(sweep_id)["running"] == 2
+    assert store.reads.get_sweep(sweep_id)["counts"] == store.admin.recount(sweep_id)
 
 
 def test_concurrent_claim_queued_gives_each_trial_to_one_caller(store: Store) -> None:
@@ -57,7 +58,7 @@ def test_concurrent_claim_queued_gives_each_trial_to_one_caller(store: Store) ->
 
     def claim(k: int) -> None:
         worker = {**WORKER, "pid": k}
-        won[k] = store.claim_queued(dict.fromkeys(ids, 0), worker)
+        won[k] = store.lifecycle.claim_queued(dict.fromkeys(ids, 0), worker)
 
     threads = [threading.Thread(target=claim, args=(k,)) for k in range(4)]
     for thread in threads:
@@ -68,17 +69,17 @@ def test_concurrent_claim_queued_gives_each_trial_to_one_caller(store: Store) ->
     assert sorted(everyone) == sorted(ids)  # each trial once, none twice
     for k, ids_won in enumerate(won):
         for trial_id in ids_won:
-            assert store.get_trial(trial_id, with_metrics=False)["worker"]["pid"] == k
-    assert store.get_sweep(sweep_id)["counts"] == store.recount(sweep_id)
+            assert store.reads.get_trial(trial_id, with_metrics=False)["worker"]["pid"] == k
+    assert store.reads.get_sweep(sweep_id)["counts"] == store.admin.recount(sweep_id)
 
 
 def test_claim_queued_of_a_cancelled_sweep_claims_nothing(store: Store) -> None:
     sweep_id, points = make_sweep(store)
     ids = trial_ids(sweep_id, points)[:2]
-    store.cancel_sweep(sweep_id)
-    assert store.claim_queued(dict.fromkeys(ids, 0), WORKER) == []
+    store.admin.cancel_sweep(sweep_id)
+    assert store.lifecycle.claim_queued(dict.fromkeys(ids, 0), WORKER) == []
     with pytest.raises(InvalidQuery, match="attempt"):
-        store.claim_queued({ids[0]: -1}, WORKER)
+        store.lifecycle.claim_queued({ids[0]: -1}, WORKER)
 
 
 def test_heartbeat_many_says_ok_stop_or_lost_per_trial(store: Store, clock: FakeClock) -> None:
@@ -88,14 +89,16 @@ def test_heartbeat_many_says_ok_stop_or_lost_per_trial(store: Store, clock: Fake
         run(store, trial_id)
     clock.advance(10)
     missing = f"{sweep_id}-0000000000000000"
-    assert store.heartbeat_many({first: 1, second: 1}) == {first: "ok", second: "ok"}
-    assert store.get_trial(first)["heartbeat_at"] == clock.now
-    answers = store.heartbeat_many({first: 1, second: 2, missing: 1})
+    assert store.lifecycle.heartbeat_many({first: 1, second: 1}) == {first: "ok", second: "ok"}
+    assert store.reads.get_trial(first)["heartbeat_at"] == clock.now
+    answers = store.lifecycle.heartbeat_many({first: 1, second: 2, missing: 1})
     assert answers == {first: Heartbeat.OK, second: Heartbeat.LOST, missing: Heartbeat.LOST}
-    store.cancel_sweep(sweep_id)
+    store.admin.cancel_sweep(sweep_id)
     clock.advance(10)
-    assert store.heartbeat_many({first: 1, third: 1}) == {first: "stop", third: "stop"}
-    assert store.get_trial(third)["heartbeat_at"] == clock.now  # a stopping attempt still beats
+    assert store.lifecycle.heartbeat_many({first: 1, third: 1}) == {first: "stop", third: "stop"}
+    assert (
+        store.reads.get_trial(third)["heartbeat_at"] == clock.now
+    )  # a stopping attempt still beats
 
 
 def test_report_many_keeps_one_row_per_attempt_and_epoch(store: Store) -> None:
@@ -103,8 +106,8 @@ def test_report_many_keeps_one_row_per_attempt_and_epoch(store: Store) -> None:
     first, second = trial_ids(sweep_id, points)[:2]
     run(store, first)
     run(store, second)
-    store.report(first, 1, 0, {"val_loss": 1.0})
-    store.report_many(
+    report(store, first, 1, 0, {"val_loss": 1.0})
+    store.lifecycle.report_many(
         [
             EpochRow(first, 1, 0, {"val_loss": 99.0}),  # a repeat never overwrites
             EpochRow(first, 1, 1, {"val_loss": 0.9}),
@@ -112,16 +115,16 @@ def test_report_many_keeps_one_row_per_attempt_and_epoch(store: Store) -> None:
             EpochRow(first, 1, 2, {"val_loss": 0.8}),
         ]
     )
-    store.report_many([EpochRow(first, 1, 2, {"val_loss": 7.0})])
-    rows = store.get_trial(first)["metrics"]
+    store.lifecycle.report_many([EpochRow(first, 1, 2, {"val_loss": 7.0})])
+    rows = store.reads.get_trial(first)["metrics"]
     assert [(r["attempt"], r["epoch"], r["metrics"]["val_loss"]) for r in rows] == [
         (1, 0, 1.0),
         (1, 1, 0.9),
         (1, 2, 0.8),
     ]
     assert {r["sweep_id"] for r in store.db["metrics"].find({"trial_id": first})} == {sweep_id}
-    assert store.get_trial(first)["progress"] == {"epoch": 2, "metrics": {"val_loss": 7.0}}
-    assert store.get_trial(second)["progress"]["epoch"] == 0
+    assert store.reads.get_trial(first)["progress"] == {"epoch": 2, "metrics": {"val_loss": 7.0}}
+    assert store.reads.get_trial(second)["progress"]["epoch"] == 0
     assert store.db["metrics"].count_documents({}) == 4
 
 
@@ -131,11 +134,13 @@ def test_report_many_refuses_bad_rows_before_writing_any(store: Store) -> None:
     run(store, tid)
     good = EpochRow(tid, 1, 0, {"val_loss": 1.0})
     with pytest.raises(InvalidQuery, match="epoch"):
-        store.report_many([good, EpochRow(tid, 1, -1, {"val_loss": 1.0})])
+        store.lifecycle.report_many([good, EpochRow(tid, 1, -1, {"val_loss": 1.0})])
     with pytest.raises(InvalidQuery, match="attempt"):
-        store.report_many([good, EpochRow(tid, 3, 0, {"val_loss": 1.0})])
+        store.lifecycle.report_many([good, EpochRow(tid, 3, 0, {"val_loss": 1.0})])
     with pytest.raises(NotFound):
-        store.report_many([good, EpochRow(f"{sweep_id}-0000000000000000", 1, 0, {"a": 1})])
+        store.lifecycle.report_many(
+            [good, EpochRow(f"{sweep_id}-0000000000000000", 1, 0, {"a": 1})]
+        )
     assert store.db["metrics"].count_documents({}) == 0
 
 
@@ -150,8 +155,8 @@ def test_finish_many_ends_each_holder_once(store: Store, clock: FakeClock) -> No
         Finish(second, 1, "failed", None, "loss became NaN"),
         Finish(third, 1, "complete"),  # never claimed: a no-op
     ]
-    assert store.finish_many(finishes) == {first: True, second: True, third: False}
-    done = store.get_trial(first, with_metrics=False)
+    assert store.lifecycle.finish_many(finishes) == {first: True, second: True, third: False}
+    done = store.reads.get_trial(first, with_metrics=False)
     assert done["state"] == "complete" and done["objective"] == 0.9
     assert done["param_count"] == 10 and done["finished_at"] == clock.now
     assert done["history"] == [
@@ -164,11 +169,11 @@ def test_finish_many_ends_each_holder_once(store: Store, clock: FakeClock) -> No
             "error": None,
         }
     ]
-    assert store.get_trial(second)["error"] == "loss became NaN"
-    assert store.finish_many(finishes[:2]) == {first: False, second: False}
-    counts = store.counts(sweep_id)
+    assert store.reads.get_trial(second)["error"] == "loss became NaN"
+    assert store.lifecycle.finish_many(finishes[:2]) == {first: False, second: False}
+    counts = store.reads.counts(sweep_id)
     assert (counts["complete"], counts["failed"], counts["running"]) == (1, 1, 0)
-    assert store.get_sweep(sweep_id)["counts"] == store.recount(sweep_id)
+    assert store.reads.get_sweep(sweep_id)["counts"] == store.admin.recount(sweep_id)
 
 
 def test_finish_many_checks_its_input_before_writing(store: Store) -> None:
@@ -176,15 +181,15 @@ def test_finish_many_checks_its_input_before_writing(store: Store) -> None:
     first, second = trial_ids(sweep_id, points)[:2]
     run(store, first)
     run(store, second)
-    before = store.get_trial(first)
+    before = store.reads.get_trial(first)
     bad = Finish(second, 1, "complete", extra={"state": "queued"})
     with pytest.raises(InvalidQuery, match=r"extra\.state"):
-        store.finish_many([Finish(first, 1, "complete"), bad])
+        store.lifecycle.finish_many([Finish(first, 1, "complete"), bad])
     with pytest.raises(InvalidQuery, match="at most once"):
-        store.finish_many([Finish(first, 1, "complete"), Finish(first, 1, "failed")])
+        store.lifecycle.finish_many([Finish(first, 1, "complete"), Finish(first, 1, "failed")])
     with pytest.raises(InvalidTransition, match="not a finish"):
-        store.finish_many([Finish(first, 1, "complete"), Finish(second, 1, "queued")])
-    assert store.get_trial(first) == before
+        store.lifecycle.finish_many([Finish(first, 1, "complete"), Finish(second, 1, "queued")])
+    assert store.reads.get_trial(first) == before
 
 
 def test_finish_many_raises_for_what_only_the_store_knows_after_the_others(
@@ -195,15 +200,17 @@ def test_finish_many_raises_for_what_only_the_store_knows_after_the_others(
     for trial_id in (first, second, third):
         run(store, trial_id)
     with pytest.raises(InvalidTransition, match="running -> cancelled"):
-        store.finish_many([Finish(first, 1, "complete"), Finish(second, 1, "cancelled")])
-    assert store.get_trial(first)["state"] == "complete"
-    assert store.get_trial(second)["state"] == "running"
+        store.lifecycle.finish_many([Finish(first, 1, "complete"), Finish(second, 1, "cancelled")])
+    assert store.reads.get_trial(first)["state"] == "complete"
+    assert store.reads.get_trial(second)["state"] == "running"
     with pytest.raises(NotFound):
-        store.finish_many([Finish(second, 1, "failed"), Finish(f"{sweep_id}-00", 1, "failed")])
-    assert store.get_trial(second)["state"] == "failed"
-    store.cancel_sweep(sweep_id)
-    assert store.finish_many([Finish(third, 1, "cancelled")]) == {third: True}
-    assert store.get_sweep(sweep_id)["counts"] == store.recount(sweep_id)
+        store.lifecycle.finish_many(
+            [Finish(second, 1, "failed"), Finish(f"{sweep_id}-00", 1, "failed")]
+        )
+    assert store.reads.get_trial(second)["state"] == "failed"
+    store.admin.cancel_sweep(sweep_id)
+    assert store.lifecycle.finish_many([Finish(third, 1, "cancelled")]) == {third: True}
+    assert store.reads.get_sweep(sweep_id)["counts"] == store.admin.recount(sweep_id)
 
 
 def test_finish_many_keeps_strings_that_look_like_field_paths(store: Store) -> None:
@@ -211,8 +218,8 @@ def test_finish_many_keeps_strings_that_look_like_field_paths(store: Store) -> N
     tid = trial_ids(sweep_id, points)[0]
     run(store, tid)
     finish = Finish(tid, 1, "failed", {"note": "$attempt"}, "$worker", {"tag": "$state"})
-    assert store.finish_many([finish]) == {tid: True}
-    doc = store.get_trial(tid, with_metrics=False)
+    assert store.lifecycle.finish_many([finish]) == {tid: True}
+    doc = store.reads.get_trial(tid, with_metrics=False)
     assert doc["result"] == {"note": "$attempt"} and doc["error"] == "$worker"
     assert doc["tag"] == "$state" and doc["history"][-1]["error"] == "$worker"
 
@@ -224,7 +231,7 @@ def test_claim_queued_cancels_a_queued_trial_a_requeue_left_in_a_cancelled_sweep
     ids = trial_ids(sweep_id, points)[:2]
     # What a retry racing a cancel leaves: the flag set, two trials still queued.
     store.db["sweeps"].update_one({"_id": sweep_id}, {"$set": {"cancelled_at": clock.now}})
-    assert store.claim_queued(dict.fromkeys(ids, 0), WORKER) == []
+    assert store.lifecycle.claim_queued(dict.fromkeys(ids, 0), WORKER) == []
     for trial_id in ids:
-        assert store.get_trial(trial_id, with_metrics=False)["state"] == "cancelled"
-    assert store.get_sweep(sweep_id)["counts"] == store.recount(sweep_id)
+        assert store.reads.get_trial(trial_id, with_metrics=False)["state"] == "cancelled"
+    assert store.reads.get_sweep(sweep_id)["counts"] == store.admin.recount(sweep_id)
