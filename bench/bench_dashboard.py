@@ -65,7 +65,7 @@ _PROBE = """() => {
     dom: performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd,
     data: data ? data.responseEnd : null,
     bytes: data ? data.encodedBodySize : null,
-    figures: marks.script !== undefined ? window.__dashboard.drawnAt - marks.script : null,
+    figures: marks.plotly !== undefined ? window.__dashboard.drawnAt - marks.plotly : null,
     marks: Object.entries(marks).map(([k, v]) => k + ' ' + Math.round(v)).join(', '),
     scatter: gd('fig-scatter').data[0].x.length,
     parallel: gd('fig-parallel').layout.meta.kept.length,
