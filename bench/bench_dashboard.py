@@ -8,13 +8,17 @@ learning rates x `--seeds` seeds: 50,000 trials with 10) and its summaries (what
 lifecycle keeps as trials finish: `core.summaries`), serves the dashboard with gunicorn as
 ``sweepstack dashboard`` does, and opens the sweep page in Debian's Chromium (software
 WebGL, no GPU). The figure is the time from navigation start to the page's own "every
-figure drawn and painted" mark, in four situations, compared in one run:
+figure drawn and painted" mark, in four situations, compared in one run (in brackets: when
+the figures' data had come, when plotly.js had run (DOMContentLoaded: it is the page's last
+script, so the cards and tables are filled before it), and the time from then to the mark):
 
 - first open ever, on a server just started: the server reads the sweep from its finish
   log and computes every figure (before summaries, it read every trial: 11.8 s);
-- first open after a server restart: the figures of the finished sweep were stored by
-  the first open (`dashboard.snapshots.first_payload`), so nothing is read again;
-- server warm, new browser (empty caches: plotly.js, 4.8 MB, is parsed from scratch);
+- first open after a server restart: the figures of the finished sweep and its trials
+  table's first page were stored by the first open (`dashboard.snapshots`), so nothing is
+  read again until the page's first poll, after it is drawn;
+- server warm, new browser (empty caches: plotly.js, 4.8 MB (1.5 gzipped), is parsed
+  from scratch);
 - server warm, returning browser (a profile on disk that has opened the dashboard
   before, so plotly.js comes from the browser's code cache): the everyday case.
 

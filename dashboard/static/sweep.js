@@ -475,8 +475,16 @@
     window.__dashboard.polls = (window.__dashboard.polls || 0) + 1;
   }
 
+  // plotly.js is the deferred script after this one: ready when the document is.
+  const plotlyReady = new Promise((resolve) => {
+    if (window.Plotly) resolve();
+    else document.addEventListener("DOMContentLoaded", resolve, { once: true });
+  });
+
+  // The selects are filled before plotly.js is ready: a change made meanwhile waits for it.
   async function replaceFigure(url, id) {
     const answer = await SS.getJSON(url);
+    await plotlyReady;
     await plot(id, answer.figure);
     return answer;
   }
@@ -494,6 +502,7 @@
   });
   $("history-axis").addEventListener("change", async (event) => {
     S.historyAxis = event.target.value;
+    await plotlyReady;
     if (S.historyFigs) await plot("fig-history-trials", S.historyFigs[S.historyAxis]);
   });
 
@@ -511,12 +520,6 @@
       window.location.href = cfg.trialUrl + point.customdata[0];
     }
   }
-
-  // plotly.js is the deferred script after this one: ready when the document is.
-  const plotlyReady = new Promise((resolve) => {
-    if (window.Plotly) resolve();
-    else document.addEventListener("DOMContentLoaded", resolve, { once: true });
-  });
 
   async function start() {
     SS.fillTimes();
