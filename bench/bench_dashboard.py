@@ -9,8 +9,10 @@ lifecycle keeps as trials finish: `core.summaries`), serves the dashboard with g
 ``sweepstack dashboard`` does, and opens the sweep page in Debian's Chromium (software
 WebGL, no GPU). The figure is the time from navigation start to the page's own "every
 figure drawn and painted" mark, in four situations, compared in one run (in brackets: when
-the figures' data had come, when plotly.js had run (DOMContentLoaded: it is the page's last
-script, so the cards and tables are filled before it), and the time from then to the mark):
+the figures' data had come; when the page found plotly.js ready, its "plotly" mark (it is
+the page's last script, so the cards and tables are filled before it; a page without the
+mark: DOMContentLoaded's end, which then held the drawing too); and the time from then to
+the drawn mark):
 
 - first open ever, on a server just started: the server reads the sweep from its finish
   log and computes every figure (before summaries, it read every trial: 11.8 s);
@@ -66,7 +68,8 @@ _PROBE = """() => {
   const gd = (id) => document.getElementById(id);
   return {
     drawn: window.__dashboard.drawnAt,
-    dom: performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd,
+    dom: marks.plotly !== undefined ? marks.plotly
+      : performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd,
     data: data ? data.responseEnd : null,
     bytes: data ? data.encodedBodySize : null,
     figures: marks.plotly !== undefined ? window.__dashboard.drawnAt - marks.plotly : null,
