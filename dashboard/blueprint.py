@@ -3,7 +3,8 @@
 Pages: ``/`` (sweeps, a page at a time), ``/sweeps/<id>``, ``/trials/<id>``,
 ``/workers``. Their data is under ``/dashboard/data/…`` and their files under
 ``/dashboard/static/…``; plotly.js is served from the installed ``plotly`` package at
-``/dashboard/plotly.min.js``, so pages need no network beyond this server. Each view
+``/dashboard/plotly.min.js`` (gzipped where accepted: `dashboard.plotlyjs`), so pages need
+no network beyond this server. Each view
 parses its arguments, calls `payloads`, and answers; data errors get the one JSON shape
 of the API (``{"code", "message", "details"}``), pages an HTML page with the same status.
 The sweep page's trials table has its routes in a nested blueprint (`trial_routes`), under
@@ -23,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 from datetime import UTC, datetime
-from importlib import resources
 from typing import Any
 
 import plotly
@@ -34,14 +34,13 @@ from flask import (
     redirect,
     render_template,
     request,
-    send_file,
     url_for,
 )
 from flask.blueprints import BlueprintSetupState
 
 from core.errors import InvalidQuery, NotFound, StoreUnavailable
 from core.webcontext import AppContext, Identity, context, error_response, identity
-from dashboard import payloads, snapshots
+from dashboard import payloads, plotlyjs, snapshots
 from dashboard.analysis import panel_payload
 from dashboard.figures import STATE_COLOURS
 from dashboard.payloads import DashboardState
@@ -50,7 +49,6 @@ from dashboard.trial_routes import RetrySweep, trials_blueprint
 log = logging.getLogger(__name__)
 
 STATE_KEY = "sweepstack.dashboard"
-PLOTLY_JS = resources.files("plotly") / "package_data" / "plotly.min.js"
 
 
 #: Sweeps per page of the Sweeps page.
@@ -147,6 +145,7 @@ def _page_context() -> dict[str, Any]:
 
 def _setup(state: BlueprintSetupState) -> None:
     state.app.extensions.setdefault(STATE_KEY, DashboardState())
+    plotlyjs.start_gzip()
 
 
 def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
@@ -215,9 +214,7 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
 
     @bp.get("/dashboard/plotly.min.js")
     def plotly_js() -> Response:
-        with resources.as_file(PLOTLY_JS) as path:
-            return send_file(path, mimetype="text/javascript", max_age=7 * 86400,
-                             conditional=True)
+        return plotlyjs.response(request)
 
     # -- data --------------------------------------------------------------------------
 

@@ -5,7 +5,9 @@ so the dashboard's guard runs first (anonymous: 401) and its error handlers answ
 JSON shape); each view then checks the sweep is the caller's (`own_sweep`: another
 owner's is 404, as if missing; an admin may act on any).
 
-- ``GET  /dashboard/data/sweeps/<id>/table``: a page of the table (`dashboard.trials`).
+- ``GET  /dashboard/data/sweeps/<id>/table``: a page of the table (`dashboard.trials`); a
+  finished sweep's first page, on a server that has not read the sweep yet, comes from
+  the store (`dashboard.snapshots.first_table_page`), as the figures do.
 - ``GET  /dashboard/data/sweeps/<id>/compare?indexes=3,17``: 2 to 5 trials side by side.
 - ``GET  /dashboard/data/sweeps/<id>/download?format=csv|jsonl&…``: the trials the
   table's filters select (all, without filters), as `core.export` writes them, read by
@@ -34,16 +36,13 @@ from core import export
 from core.settings import Settings
 from core.store import Store
 from core.webcontext import context, error_response
-from dashboard import compare, trials
+from dashboard import compare, snapshots, trials
 from dashboard.payloads import DashboardState
 from dashboard.table import SweepTable
 
 #: `scheduler.retry.retry_sweep`: (store, sender, settings, sweep id) -> counts.
 RetrySweep = Callable[[Store, Celery, Settings, str], dict[str, int]]
 FORMATS = {"csv": "text/csv", "jsonl": "application/x-ndjson"}
-#: The query of the table's first page, which the sweep page asks for before its scripts
-#: run (`trials.js` builds the same).
-FIRST_QUERY = f"sort=index&order=asc&page=1&size={trials.DEFAULT_PAGE_SIZE}"
 
 
 def _json(payload: Any) -> Response:
@@ -72,7 +71,7 @@ def trials_blueprint(
                 "max_page_size": trials.MAX_PAGE_SIZE,
                 "compare_min": compare.MIN_TRIALS,
                 "compare_max": compare.MAX_TRIALS,
-                "first_query": FIRST_QUERY,
+                "first_query": trials.FIRST_QUERY,
             }
         }
 
@@ -90,6 +89,10 @@ def trials_blueprint(
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/table")
     def table(sweep_id: str) -> Response:
+        own_sweep(sweep_id)
+        kept = snapshots.first_table_page(state(), context().store.reads, sweep_id, request.args)
+        if kept is not None:
+            return _json(kept)
         return _json(trials.table_payload(table_of(sweep_id), request.args))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/compare")

@@ -41,6 +41,9 @@ from dashboard.table import SweepTable
 #: Rows per page a page offers; any size from 1 to `MAX_PAGE_SIZE` is accepted.
 PAGE_SIZES = (25, 50, 100, 250, 500)
 DEFAULT_PAGE_SIZE = 50
+#: The query of the table's first page, which the sweep page asks for before its scripts
+#: run (`trials.js` builds the same); a finished sweep's is kept (`dashboard.snapshots`).
+FIRST_QUERY = f"sort=index&order=asc&page=1&size={DEFAULT_PAGE_SIZE}"
 MAX_PAGE_SIZE = 500
 #: Filters one request may hold.
 MAX_FILTERS = 20

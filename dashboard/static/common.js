@@ -8,6 +8,11 @@ const SS = (function () {
     responsive: true,
     displaylogo: false,
     modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d", "toggleSpikelines"],
+    // WebGL figures (the sweep page's scatter) at the screen's own pixel density, at most
+    // plotly's default of 2: on a 1x screen that default draws, reads back and scales
+    // down four times the pixels shown, which with software WebGL (no GPU) cost ~0.2-0.4 s
+    // of the sweep page's drawing at 50,000 trials; a 2x screen is drawn as before.
+    plotGlPixelRatio: Math.min(Math.max(window.devicePixelRatio || 1, 1), 2),
   };
 
   /** An element with attributes (text via `text`, classes via `class`) and children. */

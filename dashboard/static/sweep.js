@@ -411,7 +411,10 @@
       value: p, text: p === "index" ? "trial index" : p, selected: p === S.param })));
   }
 
-  async function drawAll(payload) {
+  // What needs no plotly.js: the cards, the tables, the state the polls extend. It runs
+  // as soon as the data has come, while plotly.js (a deferred script after this one) may
+  // still be compiling, so the figures are all that is left once it is ready.
+  function renderPage(payload) {
     S.since = payload.since; S.versions = payload.versions;
     S.sweep = payload.sweep; S.params = payload.params; S.param = payload.param;
     S.limits = payload.limits;
@@ -420,10 +423,19 @@
     const figs = payload.figures;
     S.plotted = new Set(figs.scatter.data[0].customdata);
     S.recent = [];
+    S.historyFigs = figs.history;
+    S.history = figs.history.epochs.layout.meta;
     renderSummary(payload.summary, payload.sweep);
     fillParamSelect();
     setParallel(figs.parallel);
     $("loading").hidden = true;
+    renderTop(payload.top);
+    renderFailed();
+    renderPruned(payload.pruned);
+    renderReasons(payload.reasons);
+  }
+
+  async function drawFigures(figs) {
     // The WebGL scatter first: the GPU process renders it while the rest are drawn.
     for (const [id, fig] of [["fig-scatter", figs.scatter], ["fig-width", figs.width],
       ["fig-parallel", figs.parallel], ["fig-curves", figs.curves]]) {
@@ -434,13 +446,6 @@
     performance.mark("fig-history");
     await plotTiming(figs.timing);
     performance.mark("fig-timing");
-    renderSummary(payload.summary, payload.sweep);
-    // Tables last: each figure measures text, which lays out the page; a shorter page is
-    // laid out faster.
-    renderTop(payload.top);
-    renderFailed();
-    renderPruned(payload.pruned);
-    renderReasons(payload.reasons);
   }
 
   async function step() {
@@ -470,8 +475,16 @@
     window.__dashboard.polls = (window.__dashboard.polls || 0) + 1;
   }
 
+  // plotly.js is the deferred script after this one: ready when the document is.
+  const plotlyReady = new Promise((resolve) => {
+    if (window.Plotly) resolve();
+    else document.addEventListener("DOMContentLoaded", resolve, { once: true });
+  });
+
+  // The selects are filled before plotly.js is ready: a change made meanwhile waits for it.
   async function replaceFigure(url, id) {
     const answer = await SS.getJSON(url);
+    await plotlyReady;
     await plot(id, answer.figure);
     return answer;
   }
@@ -489,6 +502,7 @@
   });
   $("history-axis").addEventListener("change", async (event) => {
     S.historyAxis = event.target.value;
+    await plotlyReady;
     if (S.historyFigs) await plot("fig-history-trials", S.historyFigs[S.historyAxis]);
   });
 
@@ -511,7 +525,6 @@
     SS.fillTimes();
     let payload;
     try {
-      performance.mark("script");
       payload = await window.sweepData;
       performance.mark("data");
     } catch (error) {
@@ -519,7 +532,11 @@
       SS.setLive(false, "not loaded");
       return;
     }
-    await drawAll(payload);
+    renderPage(payload);
+    performance.mark("page");
+    await plotlyReady;
+    performance.mark("plotly");
+    await drawFigures(payload.figures);
     await SS.painted();
     SS.drawn();
     for (const id of ["fig-scatter", "fig-parallel", "fig-history-trials",

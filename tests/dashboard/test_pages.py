@@ -3,9 +3,11 @@ errors, plotly.js from the package; and the WSGI entry point under a real gunico
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +18,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from core.states import TrialState
-from dashboard import payloads
+from dashboard import payloads, plotlyjs
 from scheduler.cli_dashboard import dashboard, gunicorn_argv
 from tests.core import heartbeat, report
 from tests.dashboard.conftest import Sweep, fresh_app, login
@@ -57,6 +59,24 @@ def test_pages_load_only_files_of_this_server(client: FlaskClient, sweep: Sweep)
     assert plotly.status_code == 200 and plotly.mimetype == "text/javascript"
     assert plotly.get_data()[:40].startswith(b"/**\n* plotly.js v")
     assert "max-age" in plotly.headers["Cache-Control"]
+
+
+def test_plotly_js_is_gzipped_for_browsers_that_accept_it(client: FlaskClient) -> None:
+    wait = time.monotonic() + 30
+    while plotlyjs.gzipped() is None and time.monotonic() < wait:  # compressed at setup
+        time.sleep(0.05)
+    whole = client.get("/dashboard/plotly.min.js").get_data()
+    zipped = client.get("/dashboard/plotly.min.js", headers={"Accept-Encoding": "gzip, br"})
+    assert zipped.status_code == 200 and zipped.headers["Content-Encoding"] == "gzip"
+    assert zipped.mimetype == "text/javascript" and "Accept-Encoding" in zipped.headers["Vary"]
+    assert "max-age" in zipped.headers["Cache-Control"]
+    body = zipped.get_data()
+    assert len(body) < len(whole) / 2 and gzip.decompress(body) == whole
+    again = client.get("/dashboard/plotly.min.js", headers={
+        "Accept-Encoding": "gzip", "If-None-Match": zipped.headers["ETag"]})
+    assert again.status_code == 304
+    plain = client.get("/dashboard/plotly.min.js", headers={"Accept-Encoding": "identity"})
+    assert "Content-Encoding" not in plain.headers and plain.get_data() == whole
 
 
 def test_unknown_things_are_404_in_html_and_json(client: FlaskClient) -> None:

@@ -6,11 +6,13 @@ import pytest
 
 from core.errors import NotFound
 from core.states import TrialState
+from dashboard.blueprint import STATE_KEY
 from dashboard.payloads import DashboardState
-from dashboard.snapshots import SNAPSHOT_NAME, first_payload
+from dashboard.snapshots import SNAPSHOT_NAME, TABLE_SNAPSHOT_NAME, first_payload
 from dashboard.table import SweepTable, Tables, digest
+from dashboard.trials import FIRST_QUERY
 from tests.core import heartbeat, make_sweep
-from tests.dashboard.conftest import Sweep, small_sweep_spec
+from tests.dashboard.conftest import Sweep, fresh_app, login, small_sweep_spec
 
 
 def test_first_sync_reads_the_whole_sweep_then_only_changes(sweep: Sweep) -> None:
@@ -133,3 +135,42 @@ def test_a_running_sweeps_first_payload_is_never_kept(sweep: Sweep) -> None:
     assert _fresh_payload(sweep)["table_read"]
     assert _fresh_payload(sweep)["table_read"]
     assert sweep.store.reads.view_snapshot(sweep.sweep_id, SNAPSHOT_NAME) is None
+
+
+def _fresh_table_page(sweep: Sweep, url: str, db_name: str, query: str = FIRST_QUERY) -> dict:
+    """A page of the trials table as a newly started server process answers it."""
+    app = fresh_app(sweep.store, url, db_name)
+    with app.test_client() as client:
+        login(client)
+        answer = client.get(f"/dashboard/data/sweeps/{sweep.sweep_id}/table?{query}")
+        assert answer.status_code == 200, answer.get_data(as_text=True)
+        read = app.extensions[STATE_KEY].tables.peek(sweep.sweep_id) is not None
+        return {"page": answer.get_json(), "table_read": read}
+
+
+def test_a_finished_sweeps_first_table_page_is_kept_beside_its_first_payload(
+    sweep: Sweep, secantus_url: str, db_name: str
+) -> None:
+    for index in range(16):
+        sweep.finish(
+            index,
+            TrialState.FAILED if index == 3 else TrialState.COMPLETE,
+            objective=index / 20,
+            error="boom" if index == 3 else None,
+        )
+    computed = _fresh_table_page(sweep, secantus_url, db_name)
+    assert computed["table_read"]
+    _fresh_payload(sweep)  # the first open of the sweep page stores both
+    assert sweep.store.reads.view_snapshot(sweep.sweep_id, TABLE_SNAPSHOT_NAME) is not None
+    served = _fresh_table_page(sweep, secantus_url, db_name)
+    assert served == {"page": computed["page"], "table_read": False}
+    assert [row["index"] for row in served["page"]["rows"]] == list(range(16))
+
+    # Any other query reads the sweep, as before.
+    other = _fresh_table_page(sweep, secantus_url, db_name, "sort=objective&order=desc")
+    assert other["table_read"] and other["page"]["rows"][0]["index"] == 15
+
+    # A retry moves the sweep on: the kept page is stale, the table is read.
+    sweep.store.admin.retry_failed(sweep.sweep_id)
+    live = _fresh_table_page(sweep, secantus_url, db_name)
+    assert live["table_read"] and live["page"]["rows"][3]["state"] == "queued"
