@@ -19,7 +19,7 @@
    and of fused groups of K, for depths and widths of the McLeod sweep on digits (batches
    of 64, SGD with momentum, one thread), single and fused interleaved and the fastest of
    many windows kept (a shared machine's load inflates the others), then the constants
-   of `scheduler.grouping`'s cost model fitted to them by least squares, beside the values
+   of the cost model (`scheduler.cost`) fitted to them by least squares, beside the values
    in the code and the model's error on each shape.
 
     python -m bench.bench_fused [--sweep small|trimmed|full|all] [--workers 2] [--repeat 1]
@@ -257,15 +257,15 @@ def _step_timer(depth: int, width: int, k: int) -> Any:
 
 def calibrate(windows: int = 12, steps: int = 10) -> None:
     """Time steps of single and fused models and fit the cost model (module docstring, 4)."""
-    from scheduler import grouping
+    from scheduler import cost
 
     torch.set_num_threads(1)
-    print("\n== 4. calibration of scheduler.grouping's cost model (one thread, batch 64) ==")
+    print("\n== 4. calibration of the cost model, scheduler.cost (one thread, batch 64) ==")
     spec = {"dataset": {"name": "digits", "validation_fraction": 0.25}}
     rows: list[tuple[int, int, int, float, float]] = []  # depth, width, k, flops, seconds
     for depth, width, ks in CALIBRATION_SHAPES:
         config = {**spec, "model": {"hidden_layers": depth, "hidden_units": width}}
-        flops = grouping.step_flops(config, [width] * depth)
+        flops = cost.step_flops(config, [width] * depth)
         timers = {k: _step_timer(depth, width, k) for k in (0, *ks)}
         best = dict.fromkeys(timers, math.inf)
         for run in timers.values():
@@ -317,17 +317,17 @@ def calibrate(windows: int = 12, steps: int = 10) -> None:
         ("MEMBER_LAYER_STEP_SECONDS", member_layer),
         ("FUSED_FLOPS_PER_SECOND", 1 / max(fused_flop, 1e-15)),
     ):
-        print(f"{name:28}{value:>12.3g}{getattr(grouping, name):>14.3g}")
+        print(f"{name:28}{value:>12.3g}{getattr(cost, name):>14.3g}")
     print("the code's model against each measurement (gain: K models alone / fused):")
     single = math.nan
     for depth, width, k, flops, seconds in rows:
-        alone = grouping.step_seconds(depth, flops, 1)
+        alone = cost.step_seconds(depth, flops, 1)
         if k == 0:
             single = seconds
             print(f"  {depth} x {width:<5} alone  {seconds * 1e3:7.2f} ms, "
                   f"model {alone * 1e3:7.2f}")  # fmt: skip
             continue
-        model = grouping.step_seconds(depth, flops, k)
+        model = cost.step_seconds(depth, flops, k)
         gain, modelled = k * single / seconds, k * alone / model
         print(f"  {depth} x {width:<5} K={k:<4} {seconds * 1e3:7.2f} ms, "
               f"model {model * 1e3:7.2f}; gain {gain:5.2f}x, model {modelled:5.2f}x")  # fmt: skip

@@ -12,7 +12,7 @@ the per-message costs are shared. A trial is chunked only when it is:
 
 - under ``fuse: auto`` (``off`` and an integer keep one message per trial, as documented);
 - a built-in network (not a user's training function, not a Caffe net) on one process;
-- estimated to train in at most `CHEAP_SECONDS` (`scheduler.grouping.estimate_seconds`);
+- estimated to train in at most `CHEAP_SECONDS` (`scheduler.cost.estimate_seconds`);
 
 and a chunk holds at most `CHUNK_TRIALS` trials and `CHUNK_SECONDS` of estimated training.
 Chunks never starve workers: the work is cut into at least `UNITS_PER_WORKER` units per
@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.fields import leaf_defaults
-from scheduler.grouping import TRIAL_SECONDS, estimate_seconds
+from scheduler.cost import TRIAL_SECONDS, estimate_seconds
 
 #: A trial estimated to train in at most this many seconds may share a message.
 CHEAP_SECONDS = 0.25

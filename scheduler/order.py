@@ -7,7 +7,7 @@ ones start at once and the small ones fill the gaps at the end, so the sweep end
 total work / workers (Graham's LPT bound: within 4/3 of the best order).
 
 The estimate is relative, not seconds: a training step costs its multiply-adds (forward
-and backward, about 6 x batch x parameters; `scheduler.grouping.step_flops`) plus a fixed
+and backward, about 6 x batch x parameters; `scheduler.cost.step_flops`) plus a fixed
 `STEP_OVERHEAD_FLOPS` for what a step costs whatever its size (Python, dispatch, the
 optimiser), times the steps of the whole trial (samples / batch x epochs). A fused group
 takes its members' steps together: the steps of one member, each costing the overhead
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from core.fields import leaf_defaults
-from scheduler.grouping import step_flops
+from scheduler.cost import step_flops
 
 T = TypeVar("T")
 _DEFAULTS: dict[str, Any] = leaf_defaults()

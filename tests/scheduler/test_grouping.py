@@ -10,20 +10,23 @@ from core.config import TrialConfig
 from core.errors import SpecError
 from core.spec import load_spec, load_spec_file
 from scheduler import grouping
+from scheduler.cost import (
+    TRIAL_SECONDS,
+    bucket,
+    estimate_seconds,
+    model_bytes,
+    step_flops,
+    step_seconds,
+    widths,
+)
 from scheduler.expand import expand
 from scheduler.grouping import (
     AUTO_CAP,
     KEY_FIELDS,
     MAY_DIFFER,
     MIN_GAIN,
-    TRIAL_SECONDS,
-    bucket,
-    estimate_seconds,
     group_limit,
     group_trials,
-    model_bytes,
-    step_flops,
-    step_seconds,
 )
 from scheduler.submit import messages
 from tests.core.test_spec import CONFIGS
@@ -244,11 +247,11 @@ def test_mcleod_groups_and_messages() -> None:
         group = [ids] if isinstance(ids, str) else ids
         assert limit == len(group) * 1800.0
         if len(group) > 1:
-            assert max(max(grouping.widths(by_id[i])) for i in group) <= 256
+            assert max(max(widths(by_id[i])) for i in group) <= 256
     assert all(
         isinstance(ids, str)
         for ids, *_ in sent
-        if max(grouping.widths(by_id[ids if isinstance(ids, str) else ids[0]])) >= 512
+        if max(widths(by_id[ids if isinstance(ids, str) else ids[0]])) >= 512
     )
     assert 90 < len(sent) < 360
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from core.spec import load_spec, load_spec_file
+from scheduler.cost import estimate_seconds
 from scheduler.expand import expand
-from scheduler.grouping import estimate_seconds
 from scheduler.order import group_cost, order_by_cost, steps, trial_cost
 from scheduler.submit import messages
 
