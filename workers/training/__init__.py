@@ -9,6 +9,6 @@ these and record what they return.
 
 from __future__ import annotations
 
-from workers.training.loop import TrainResult, objective_value, train, warm_up
+from workers.training.loop import TrainResult, objective_value, train
 
-__all__ = ["TrainResult", "objective_value", "train", "warm_up"]
+__all__ = ["TrainResult", "objective_value", "train"]

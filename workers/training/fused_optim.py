@@ -26,9 +26,17 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
 
 from core.config import TrainingConfig
-from workers.training.optim import RMSPROP_ALPHA, build_optimizer, build_scheduler, current_lr
+from workers.training.optim import (
+    RMSPROP_ALPHA,
+    build_optimizer,
+    build_scheduler,
+    check_optimizer,
+    current_lr,
+)
 
 ADAM_EPS = 1e-8
 RMSPROP_EPS = 1e-8
@@ -39,22 +47,29 @@ class LrClock:
     """One model's learning rate per epoch, as its unfused optimiser and schedule give it.
 
     Building it also checks the optimiser settings as the unfused path does (nesterov
-    needs momentum > 0), raising the same `TrainingError`.
+    needs momentum > 0), raising the same `TrainingError`. A constant rate needs no torch
+    optimiser (it is ``training.lr``, as torch keeps it), so a fused group without a
+    schedule never builds one, and never imports `torch._dynamo` (`workers.app`).
     """
 
     def __init__(self, training: TrainingConfig) -> None:
-        self._dummy = torch.zeros(1, requires_grad=True)
-        self._optimizer = build_optimizer([self._dummy], training)
-        self._scheduler = build_scheduler(self._optimizer, training)
+        check_optimizer(training)
+        self._lr = float(training.lr)
+        self._optimizer: Optimizer | None = None
+        self._scheduler: LRScheduler | None = None
+        if training.lr_schedule != "none":
+            self._dummy = torch.zeros(1, requires_grad=True)
+            self._optimizer = build_optimizer([self._dummy], training)
+            self._scheduler = build_scheduler(self._optimizer, training)
 
     @property
     def lr(self) -> float:
         """The rate the current epoch trains at."""
-        return current_lr(self._optimizer)
+        return self._lr if self._optimizer is None else current_lr(self._optimizer)
 
     def end_epoch(self) -> None:
         """Advance the schedule one epoch (the no-op step keeps torch from warning)."""
-        if self._scheduler is not None:
+        if self._optimizer is not None and self._scheduler is not None:
             self._optimizer.step()  # no gradient: changes nothing, marks the step as taken
             self._scheduler.step()
 

@@ -194,18 +194,6 @@ def oom_reason(err: BaseException) -> str | None:
     return None
 
 
-def warm_up() -> None:
-    """Pay one-time costs at worker start rather than in its first trial.
-
-    The first optimiser a process builds imports `torch._dynamo` (about 2 s on a CPU);
-    a worker calls this once when its process starts.
-    """
-    started = time.perf_counter()
-    weight = torch.zeros(1, requires_grad=True)
-    torch.optim.SGD([weight], lr=0.1)
-    logger.info("training warm-up took %.2fs", time.perf_counter() - started)
-
-
 def error_headline(err: BaseException) -> str:
     """An error's first line of text, or its type's name."""
     text = str(err).strip()

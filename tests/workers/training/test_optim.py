@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +13,10 @@ from torch import nn
 
 from core.config import OPTIMIZERS, TrainingConfig
 from core.errors import TrainingError
+from workers.training.fused_optim import LrClock
 from workers.training.optim import build_optimizer, build_scheduler, current_lr
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _problem() -> tuple[nn.Linear, torch.Tensor, torch.Tensor]:
@@ -93,3 +99,40 @@ def test_cosine_schedule_over_epochs() -> None:
     config = TrainingConfig(lr=0.4, lr_schedule="cosine", epochs=4)
     expected = [0.4 * (1 + math.cos(math.pi * e / 4)) / 2 for e in range(4)]
     assert _lrs(config, 4) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("schedule", ["none", "step", "cosine"])
+def test_a_fused_lr_clock_gives_the_unfused_rates(schedule: str) -> None:
+    config = TrainingConfig(lr=0.3, lr_schedule=schedule, lr_step_size=2, lr_gamma=0.5, epochs=6)
+    clock = LrClock(config)
+    seen = []
+    for _ in range(6):
+        seen.append(clock.lr)
+        clock.end_epoch()
+    assert seen == _lrs(config, 6)
+
+
+def test_a_constant_rate_clock_checks_the_optimiser_as_the_unfused_path_does() -> None:
+    with pytest.raises(TrainingError, match=r"training.momentum must be > 0"):
+        LrClock(TrainingConfig(optimizer="nesterov", momentum=0.0))
+
+
+def test_a_fused_group_without_a_schedule_never_imports_dynamo() -> None:
+    """A fresh interpreter (what a worker's pool process is after the fork): a fused group
+    with a constant rate builds no torch optimiser, so `torch._dynamo` (~1.4 s) stays out."""
+    script = (
+        "import sys\n"
+        "from core.config import TrialConfig\n"
+        "from workers.training.fused import train_fused\n"
+        "configs = [TrialConfig.from_dict({'dataset': {'name': 'iris'}, 'training': "
+        "{'epochs': 2, 'lr': lr, 'seed': 1}}) for lr in (0.01, 0.1)]\n"
+        "done = {}\n"
+        "train_fused(configs, on_epoch=lambda *a: None, should_stop=lambda k: False, "
+        "on_done=done.__setitem__)\n"
+        "assert len(done) == 2, done\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "False", out.stderr
