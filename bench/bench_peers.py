@@ -21,7 +21,7 @@ Prints one table row per system (wall time, first trial start, shut-down, trials
 objective) and the ratio sweepstack (best of auto/off) / Optuna. A busy machine makes every
 figure noisy; compare within one run.
 
-    python -m bench.bench_peers configs/mcleod-demo.yaml [--workers 2] [--systems ...]
+    python -m bench.bench_peers configs/mcleod-demo.yaml [--workers 2] [--systems ...] [--repeat N]
 """
 
 from __future__ import annotations
@@ -262,6 +262,12 @@ def main(argv: list[str] | None = None) -> None:
         default=",".join(SYSTEMS),
         help=f"comma-separated, of {', '.join(SYSTEMS)}",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="runs of each system, in alternating order (a b c, c b a, ...); the median is shown",
+    )
     parser.add_argument("--optuna-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--journal", help=argparse.SUPPRESS)
     parser.add_argument("--study", help=argparse.SUPPRESS)
@@ -273,16 +279,24 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         parser.error(f"--systems: unknown {unknown}; choose from {', '.join(SYSTEMS)}")
+    if args.repeat < 1:
+        parser.error("--repeat: must be 1 or more")
     spec = args.spec.resolve()
-    outcomes = []
-    with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
-        for system in systems:
-            if system == "optuna":
-                outcomes.append(run_optuna(spec, args.workers, Path(tmp)))
-            else:
-                fuse = system.removeprefix("sweepstack-")
-                outcomes.append(run_sweepstack(spec, fuse, args.workers, Path(tmp)))
-            print(f"  done: {outcomes[-1].system} in {outcomes[-1].wall:.1f} s", flush=True)
+    runs: dict[str, list[Outcome]] = {system: [] for system in systems}
+    for turn in range(args.repeat):
+        for system in systems if turn % 2 == 0 else systems[::-1]:
+            with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
+                if system == "optuna":
+                    outcome = run_optuna(spec, args.workers, Path(tmp))
+                else:
+                    fuse = system.removeprefix("sweepstack-")
+                    outcome = run_sweepstack(spec, fuse, args.workers, Path(tmp))
+            runs[system].append(outcome)
+            print(f"  done: {outcome.system} in {outcome.wall:.1f} s", flush=True)
+    # Each system's median run by wall time (the lower middle one of an even count).
+    outcomes = [sorted(done, key=lambda o: o.wall)[(len(done) - 1) // 2] for done in runs.values()]
+    if args.repeat > 1:
+        print(f"median of {args.repeat} runs each, in alternating order")
     print_table(outcomes, args.workers, args.spec)
 
 
