@@ -99,13 +99,7 @@ def run_once(stack: Stack, trials: int, workers: int, fuse: str) -> None:
     submitted = time.time()
     stack.wait_finished(sweep_id, timeout=3600)
     end = time.time()
-    docs: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        page, cursor = stack.store.reads.trials(sweep_id, limit=500, cursor=cursor)
-        docs.extend(page)
-        if not cursor:
-            break
+    docs = stack.all_trials(sweep_id)
     costs = platform_costs(docs)
     messages = len({doc.get("group") or doc["_id"] for doc in docs})
     train = sorted(doc.get("train_seconds") or 0.0 for doc in docs)

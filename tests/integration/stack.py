@@ -136,6 +136,16 @@ class Stack:
 
         return wait_for(done, timeout, f"sweep {sweep_id} to finish", every=0.5)
 
+    def all_trials(self, sweep_id: str) -> list[dict[str, Any]]:
+        """Every trial of the sweep (its page fields), in index order."""
+        out: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            page, cursor = self.store.reads.trials(sweep_id, limit=500, cursor=cursor)
+            out.extend(page)
+            if not cursor:
+                return out
+
     def queue_depth(self) -> int:
         with Connection(self.settings.broker_url) as conn:
             _, messages, _ = conn.default_channel.queue_declare(self.queue, passive=True)

@@ -34,16 +34,6 @@ def _terminal(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [h for h in doc["history"] if h["state"] in ("complete", "failed", "pruned")]
 
 
-def _all(stack: Stack, sweep_id: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        page, cursor = stack.store.reads.trials(sweep_id, limit=500, cursor=cursor)
-        out.extend(page)
-        if not cursor:
-            return out
-
-
 def test_cheap_trials_share_messages_and_each_ends_alone_with_its_own_result(
     stack: Stack,
 ) -> None:
@@ -54,7 +44,7 @@ def test_cheap_trials_share_messages_and_each_ends_alone_with_its_own_result(
     stack.start_worker(concurrency=2)
     counts = stack.wait_finished(sweep_id, timeout=180)
     assert counts["complete"] == 60, stack.logs()
-    trials = _all(stack, sweep_id)
+    trials = stack.all_trials(sweep_id)
     by_group: dict[str, list[dict[str, Any]]] = {}
     for doc in trials:
         assert doc["attempt"] == 1 and doc["fused"] == 1 and doc["group_size"] > 1
@@ -98,7 +88,7 @@ def test_kill_9_of_the_child_mid_chunk_ends_every_trial_once(stack: Stack) -> No
         lambda: stack.store.admin.recount(sweep_id)["complete"] == count, 240, "every trial", 0.5
     )
     retried = 0
-    for trial in _all(stack, sweep_id):
+    for trial in stack.all_trials(sweep_id):
         full = stack.store.reads.get_trial(trial["_id"])
         assert len(_terminal(full)) == 1 and full.get("fused", 1) == 1
         rows = [(m["attempt"], m["epoch"]) for m in full["metrics"]]
