@@ -74,11 +74,14 @@ def test_kill_9_of_the_child_mid_chunk_ends_every_trial_once(stack: Stack) -> No
     assert count == 120 and stack.queue_depth() < count
 
     def mid_chunk() -> dict[str, Any] | None:
-        # A chunk's trials are claimed in one write, so they share their ``started_at``.
+        # A chunk's trials are claimed in one write, so they share their ``started_at``:
+        # one of a chunk has finished, and two or more (so that one still runs when the
+        # kill lands) wait or train.
         running, _ = stack.store.reads.trials(sweep_id, state="running", limit=100)
         done, _ = stack.store.reads.trials(sweep_id, state="complete", limit=500)
         claimed = {doc["started_at"] for doc in done}
-        return next((doc for doc in running if doc["started_at"] in claimed), None)
+        waiting = [doc for doc in running if doc["started_at"] in claimed]
+        return waiting[0] if len(waiting) >= 2 else None
 
     doc = wait_for(mid_chunk, 120, "a chunk with a trial finished and one still running", 0.02)
     os.kill(doc["worker"]["pid"], signal.SIGKILL)
