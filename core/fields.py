@@ -74,6 +74,22 @@ def leaf_defaults() -> dict[str, Any]:
     return {path: info.default for path, info in leaf_fields().items() if not info.is_required()}
 
 
+@cache
+def _defaults() -> Mapping[str, Any]:
+    return MappingProxyType(leaf_defaults())
+
+
+def config_value(config: Mapping[str, Any], path: str) -> Any:
+    """A leaf of a resolved trial config (``section.key``, ``section.sub.key``) as the spec
+    gave it, else its default (None for a leaf without one): what the scheduler's cost,
+    grouping, ordering and chunking rules read, once per trial at submit."""
+    values: Any = config
+    *parents, key = path.split(".")
+    for part in parents:
+        values = values.get(part) or {}
+    return values[key] if key in values else _defaults().get(path)
+
+
 _ADAPTERS: dict[str, TypeAdapter] = {}
 
 

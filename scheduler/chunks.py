@@ -22,11 +22,10 @@ trials at a time) stays one message per trial. Pure logic: no torch, no broker, 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.fields import leaf_defaults
+from core.fields import config_value
 from scheduler.cost import TRIAL_SECONDS, estimate_seconds
 
 #: A trial estimated to train in at most this many seconds may share a message.
@@ -38,22 +37,14 @@ CHUNK_TRIALS = 32
 #: Chunks leave at least this many units of work per worker (when there are the trials).
 UNITS_PER_WORKER = 4
 
-_DEFAULTS: dict[str, Any] = leaf_defaults()
-
-
-def _get(config: Mapping[str, Any], section: str, key: str) -> Any:
-    values = config.get(section) or {}
-    return values[key] if key in values else _DEFAULTS.get(f"{section}.{key}")
-
 
 def chunkable(config: Mapping[str, Any]) -> bool:
     """Whether this trial may share a message with others (module docstring), its cost aside."""
     if "trainable" in config or "caffe" in config:
         return False
-    if _get(config, "execution", "fuse") != "auto":
+    if config_value(config, "execution.fuse") != "auto":
         return False
-    parallel = (config.get("execution") or {}).get("parallel") or {}
-    return int(parallel.get("world_size", 1)) <= 1
+    return int(config_value(config, "execution.parallel.world_size")) <= 1
 
 
 def training_seconds(config: Mapping[str, Any]) -> float:
@@ -82,19 +73,17 @@ def chunk_units(
     others = len(kept)
     wanted = max(1, workers) * UNITS_PER_WORKER
     # The most trials a chunk may take and still leave `wanted` units in all.
-    room = math.floor(len(cheap) / max(1, wanted - others)) if wanted > others else CHUNK_TRIALS
+    room = len(cheap) // (wanted - others) if wanted > others else CHUNK_TRIALS
     size = max(1, min(CHUNK_TRIALS, room))
-    chunk: list[tuple[int, str, float]] = []
-
-    def close() -> None:
-        if chunk:
-            kept.append((chunk[0][0], [trial_id for _, trial_id, _ in chunk], len(chunk) > 1))
-            chunk.clear()
-
+    chunks: list[list[tuple[int, str, float]]] = []
+    total = 0.0  # estimated seconds of the chunk being filled
     for item in cheap:
-        if len(chunk) >= size or (chunk and sum(s for *_, s in chunk) + item[2] > CHUNK_SECONDS):
-            close()
-        chunk.append(item)
-    close()
+        if not chunks or len(chunks[-1]) >= size or total + item[2] > CHUNK_SECONDS:
+            chunks.append([])
+            total = 0.0
+        chunks[-1].append(item)
+        total += item[2]
+    for chunk in chunks:
+        kept.append((chunk[0][0], [trial_id for _, trial_id, _ in chunk], len(chunk) > 1))
     kept.sort(key=lambda item: item[0])
     return [(ids, sequential) for _, ids, sequential in kept]

@@ -39,7 +39,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.fields import leaf_defaults
+from core.fields import config_value
 
 #: The memory one group's training state may take, as `auto` estimates it.
 DEFAULT_MEMORY_BUDGET = 2 * 1024**3
@@ -72,16 +72,6 @@ _FILE_SHAPE = (1000, 100)
 _BUILTIN_ROWS = {"digits": 1797, "iris": 150, "wine": 178, "breast_cancer": 569}
 _FILE_ROWS = 10_000
 
-_DEFAULTS: dict[str, Any] = leaf_defaults()
-
-
-def _get(config: Mapping[str, Any], path: str) -> Any:
-    values: Any = config
-    *parents, key = path.split(".")
-    for part in parents:
-        values = values.get(part) or {}
-    return values[key] if key in values else _DEFAULTS.get(path)
-
 
 def bucket(width: int) -> int:
     """The padded width of `width`'s bucket: `MIN_BUCKET`, else the next 2^j or 1.5 * 2^j."""
@@ -94,20 +84,22 @@ def bucket(width: int) -> int:
 
 def widths(config: Mapping[str, Any]) -> list[int]:
     """One width per hidden layer, from a resolved config (defaults filled in)."""
-    units = _get(config, "model.hidden_units")
+    units = config_value(config, "model.hidden_units")
     if isinstance(units, list):
         return [int(u) for u in units]
-    return [int(units)] * int(_get(config, "model.hidden_layers"))
+    return [int(units)] * int(config_value(config, "model.hidden_layers"))
 
 
 def _data_shape(config: Mapping[str, Any]) -> tuple[int, int]:
-    name = _get(config, "dataset.name")
+    name = config_value(config, "dataset.name")
     if name in _BUILTIN_SHAPES:
         return _BUILTIN_SHAPES[name]
     if name == "synthetic_classification":
-        return int(_get(config, "dataset.features")), int(_get(config, "dataset.classes"))
+        return int(config_value(config, "dataset.features")), int(
+            config_value(config, "dataset.classes")
+        )
     if name == "synthetic_regression":
-        return int(_get(config, "dataset.features")), 1
+        return int(config_value(config, "dataset.features")), 1
     return _FILE_SHAPE
 
 
@@ -119,7 +111,7 @@ def _parameters(
     padded = list(layer_widths) if layer_widths is not None else [bucket(w) for w in widths(config)]
     sizes = [features, *padded, outputs]
     params = sum((fan_in + 1) * fan_out for fan_in, fan_out in itertools.pairwise(sizes))
-    if _get(config, "model.batch_norm"):
+    if config_value(config, "model.batch_norm"):
         params += 2 * sum(padded)
     return params, padded, outputs
 
@@ -128,19 +120,19 @@ def step_flops(config: Mapping[str, Any], layer_widths: Sequence[int] | None = N
     """Multiply-adds of one training step of one member (forward and backward): 6 B P, at
     `layer_widths` (default: its bucketed widths)."""
     params, _, _ = _parameters(config, layer_widths)
-    return max(1, 6 * int(_get(config, "training.batch_size")) * params)
+    return max(1, 6 * int(config_value(config, "training.batch_size")) * params)
 
 
 def _rows(config: Mapping[str, Any]) -> tuple[int, int]:
     """(training rows, validation rows) the trial will see, as the estimate assumes them."""
-    name = _get(config, "dataset.name")
+    name = config_value(config, "dataset.name")
     if name in _BUILTIN_ROWS:
         total = _BUILTIN_ROWS[name]
     elif name in ("synthetic_classification", "synthetic_regression"):
-        total = int(_get(config, "dataset.samples"))
+        total = int(config_value(config, "dataset.samples"))
     else:
         total = _FILE_ROWS
-    val = max(1, round(total * float(_get(config, "dataset.validation_fraction"))))
+    val = max(1, round(total * float(config_value(config, "dataset.validation_fraction"))))
     return max(1, total - val), val
 
 
@@ -159,13 +151,13 @@ class UnitCost:
     of compatible trials (`scheduler.grouping` prices many groups of one class with it)."""
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        self.epochs = int(_get(config, "training.epochs"))
+        self.epochs = int(config_value(config, "training.epochs"))
         n_train, n_val = _rows(config)
-        self.batch = max(1, min(int(_get(config, "training.batch_size")), n_train))
+        self.batch = max(1, min(int(config_value(config, "training.batch_size")), n_train))
         self.steps = math.ceil(n_train / self.batch)
         self.evaluation = n_val / (3 * self.batch)  # a forward pass: a third of a step's flops
         self.features, self.outputs = _data_shape(config)
-        self.batch_norm = bool(_get(config, "model.batch_norm"))
+        self.batch_norm = bool(config_value(config, "model.batch_norm"))
 
     def seconds(self, members: Sequence[Sequence[int]]) -> float:
         """Estimated seconds of the trials of these widths, fused if several."""
@@ -205,7 +197,7 @@ def estimate_seconds(configs: Sequence[Mapping[str, Any]]) -> float:
 def model_bytes(config: Mapping[str, Any]) -> int:
     """An estimate of one member's training memory at its bucketed widths (docstring)."""
     params, padded, outputs = _parameters(config)
-    item = 8 if _get(config, "execution.dtype") == "float64" else 4
-    batch = int(_get(config, "training.batch_size"))
+    item = 8 if config_value(config, "execution.dtype") == "float64" else 4
+    batch = int(config_value(config, "training.batch_size"))
     activations = batch * (sum(padded) + outputs) * ACTIVATION_COPIES
     return max(1, (params * TRAINING_COPIES + activations) * item)

@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.config import SECTIONS
-from core.fields import leaf_defaults
+from core.fields import config_value, leaf_defaults
 from scheduler.cost import (
     DEFAULT_MEMORY_BUDGET,
     UnitCost,
@@ -133,28 +133,23 @@ _KNOWN = frozenset(MAY_DIFFER | set(KEY_FIELDS)) | {
 _UNKNOWN = tuple(sorted(set(_DEFAULTS) - _KNOWN))
 
 
-def _get(config: Mapping[str, Any], path: str) -> Any:
-    values: Any = config
-    *parents, key = path.split(".")
-    for part in parents:
-        values = values.get(part) or {}
-    return values[key] if key in values else _DEFAULTS.get(path)
-
-
 def group_limit(config: Mapping[str, Any]) -> int:
     """The most trials this one may train with: 1 when it is never fused (module docstring)."""
     if "trainable" in config or "caffe" in config:
         return 1  # a user's own function or a Caffe net (`core.caffe.spec`): nothing to stack
-    fuse = _get(config, "execution.fuse")
+    fuse = config_value(config, "execution.fuse")
     if fuse is False or fuse == "off" or fuse == 1:
         return 1
-    if _get(config, "training.epochs") == 0 or _get(config, "execution.dtype") == "float16":
+    if (
+        config_value(config, "training.epochs") == 0
+        or config_value(config, "execution.dtype") == "float16"
+    ):
         return 1
-    if _get(config, "model.kind") != "mlp":
+    if config_value(config, "model.kind") != "mlp":
         return 1
-    if _get(config, f"{_PARALLEL}world_size") > 1:
+    if config_value(config, f"{_PARALLEL}world_size") > 1:
         return 1
-    if any(_get(config, path) != _DEFAULTS[path] for path in _UNKNOWN):
+    if any(config_value(config, path) != _DEFAULTS[path] for path in _UNKNOWN):
         return 1
     if fuse == "auto":
         return max(1, min(AUTO_CAP, DEFAULT_MEMORY_BUDGET // model_bytes(config)))
@@ -163,7 +158,10 @@ def group_limit(config: Mapping[str, Any]) -> int:
 
 def costed(config: Mapping[str, Any]) -> bool:
     """Whether `auto` sizes this trial's groups with the cost model (module docstring)."""
-    return _get(config, "execution.fuse") == "auto" and _get(config, "execution.device") != "cuda"
+    return (
+        config_value(config, "execution.fuse") == "auto"
+        and config_value(config, "execution.device") != "cuda"
+    )
 
 
 def _fusion(config: Mapping[str, Any]) -> tuple[str | None, int, list[int]]:
@@ -172,8 +170,8 @@ def _fusion(config: Mapping[str, Any]) -> tuple[str | None, int, list[int]]:
     if limit == 1:
         return None, 1, []
     layer_widths = widths(config)
-    dataset = {k: _get(config, f"dataset.{k}") for k in SECTIONS["dataset"].model_fields}
-    shared = {path: _get(config, path) for path in KEY_FIELDS}
+    dataset = {k: config_value(config, f"dataset.{k}") for k in SECTIONS["dataset"].model_fields}
+    shared = {path: config_value(config, path) for path in KEY_FIELDS}
     key = {"dataset": dataset, **shared, "buckets": [bucket(w) for w in layer_widths]}
     return json.dumps(key, sort_keys=True, default=str), limit, layer_widths
 

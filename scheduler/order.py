@@ -23,12 +23,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from core.fields import leaf_defaults
+from core.fields import config_value
 from scheduler.cost import step_flops
 
 T = TypeVar("T")
-_DEFAULTS: dict[str, Any] = leaf_defaults()
-
 #: What one training step costs whatever the model's size, in multiply-adds: about 1 ms
 #: of Python and dispatch on a CPU core doing ~20 GFLOP/s.
 STEP_OVERHEAD_FLOPS = 20_000_000
@@ -38,26 +36,20 @@ BUILTIN_SAMPLES = {"digits": 1797, "iris": 150, "wine": 178, "breast_cancer": 56
 FILE_SAMPLES = 10_000
 
 
-def _get(config: Mapping[str, Any], section: str, key: str) -> Any:
-    """A field of a trial's config as the spec gave it, else its default."""
-    values = config.get(section) or {}
-    return values[key] if key in values else _DEFAULTS.get(f"{section}.{key}")
-
-
 def samples(config: Mapping[str, Any]) -> int:
     """Rows of the trial's data set (training and validation together)."""
-    name = _get(config, "dataset", "name")
+    name = config_value(config, "dataset.name")
     if name in BUILTIN_SAMPLES:
         return BUILTIN_SAMPLES[name]
     if isinstance(name, str) and name.startswith("synthetic"):
-        return int(_get(config, "dataset", "samples"))
+        return int(config_value(config, "dataset.samples"))
     return FILE_SAMPLES
 
 
 def steps(config: Mapping[str, Any]) -> int:
     """Training steps of the whole trial; at least one (a zero-epoch trial still evaluates)."""
-    batch = max(1, int(_get(config, "training", "batch_size")))
-    epochs = int(_get(config, "training", "epochs"))
+    batch = max(1, int(config_value(config, "training.batch_size")))
+    epochs = int(config_value(config, "training.epochs"))
     return max(1, epochs * math.ceil(samples(config) / batch))
 
 

@@ -31,7 +31,7 @@ from scheduler.chunks import chunk_units
 from scheduler.enqueue import Outgoing, carry, carry_group, enqueue
 from scheduler.expand import TrialPoint
 from scheduler.grouping import DEFAULT_WORKERS, group_trials
-from scheduler.order import group_cost, order_by_cost
+from scheduler.order import group_cost, order_by_cost, trial_cost
 
 log = logging.getLogger(__name__)
 DEFAULT_TIME_LIMIT: float = ExecutionConfig.model_fields["time_limit"].default
@@ -51,19 +51,16 @@ def messages(
     `chunk_units`). Most expensive first (`scheduler.order`): workers take messages in the
     order sent. `watch`: the sweep prunes, so workers look for prune requests
     (`scheduler.enqueue.carry`)."""
-    by_id = {t.id: t for t in trials}
-    configs_by_id = {t.id: t.config for t in trials}
-    units = group_trials(((t.id, t.config) for t in trials), workers)
+    by_id = {t.id: t.config for t in trials}
+    units = group_trials(by_id.items(), workers)
     out: list[Outgoing] = []
     costs: list[float] = []
-    for group, sequential in chunk_units(units, configs_by_id, workers or DEFAULT_WORKERS):
-        configs = [by_id[key].config for key in group]
+    for group, sequential in chunk_units(units, by_id, workers or DEFAULT_WORKERS):
+        configs = [by_id[key] for key in group]
         limits = [_time_limit(config) for config in configs]
         ids = [f"{sweep_id}-{key}" for key in group]
-        if sequential:
-            costs.append(sum(group_cost([config]) for config in configs))
-        else:
-            costs.append(group_cost(configs))
+        # A chunk trains its trials one after another; a fused group shares their steps.
+        costs.append(sum(map(trial_cost, configs)) if sequential else group_cost(configs))
         if len(ids) == 1:
             out.append((ids[0], limits[0], carry(configs[0], watch=watch)))
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 from celery import Celery
 from celery.signals import worker_process_init
@@ -52,17 +53,12 @@ def preload_training() -> None:
     Each pool process then starts with them already loaded (copy-on-write), instead of
     spending seconds importing them, which it used to do again after every crash.
 
-    `torch._dynamo` (about 1.4 s on a CPU core) is left to the first pool process that
-    needs it: every `torch.optim` optimiser imports it when it is built (its
-    ``add_param_group`` and ``step`` are wrapped to disable dynamo), so a trial trained
-    alone pays it once per process, but a fused group (`workers.training.fused_optim`, no
-    `torch.optim`) never does. The pool's processes import it side by side on their own
-    cores when their first unfused trial builds its optimiser, which on 2 cores ends no
-    later than one import in the parent before the fork did, while fused sweeps start
-    training that much sooner.
+    `torch._dynamo` (about 1.4 s on a CPU core) is not loaded here: every `torch.optim`
+    optimiser imports it when it is built, so each pool process pays it with its first
+    trial trained alone (the processes side by side, on their own cores), and a fused group
+    with a constant learning rate, which builds none (`workers.training.fused_optim`),
+    never does.
     """
-    import time
-
     started = time.perf_counter()
     import workers.training  # noqa: F401  (torch and the training code)
 
