@@ -97,6 +97,17 @@ def test_tables_forget_unknown_sweeps_and_evict_the_least_recently_used(sweep: S
     assert idle.peek(sweep.sweep_id) is None and idle.peek(other) is not None
 
 
+def _finish_sixteen(sweep: Sweep) -> None:
+    """Trials 0-15 finished, objective index / 20; trial 3 failed ("boom")."""
+    for index in range(16):
+        sweep.finish(
+            index,
+            TrialState.FAILED if index == 3 else TrialState.COMPLETE,
+            objective=index / 20,
+            error="boom" if index == 3 else None,
+        )
+
+
 def _fresh_payload(sweep: Sweep) -> dict:
     """The first payload of the sweep page as a newly started server process answers it."""
     state = DashboardState(Tables(min_interval=0))
@@ -107,13 +118,7 @@ def _fresh_payload(sweep: Sweep) -> dict:
 def test_a_finished_sweeps_first_payload_is_kept_for_the_next_server_process(
     sweep: Sweep,
 ) -> None:
-    for index in range(16):
-        sweep.finish(
-            index,
-            TrialState.FAILED if index == 3 else TrialState.COMPLETE,
-            objective=index / 20,
-            error="boom" if index == 3 else None,
-        )
+    _finish_sixteen(sweep)
     computed = _fresh_payload(sweep)
     assert computed["table_read"]
     served = _fresh_payload(sweep)
@@ -151,13 +156,7 @@ def _fresh_table_page(sweep: Sweep, url: str, db_name: str, query: str = FIRST_Q
 def test_a_finished_sweeps_first_table_page_is_kept_beside_its_first_payload(
     sweep: Sweep, secantus_url: str, db_name: str
 ) -> None:
-    for index in range(16):
-        sweep.finish(
-            index,
-            TrialState.FAILED if index == 3 else TrialState.COMPLETE,
-            objective=index / 20,
-            error="boom" if index == 3 else None,
-        )
+    _finish_sixteen(sweep)
     computed = _fresh_table_page(sweep, secantus_url, db_name)
     assert computed["table_read"]
     _fresh_payload(sweep)  # the first open of the sweep page stores both
