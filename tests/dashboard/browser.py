@@ -10,19 +10,44 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from flask import Flask
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, Playwright
 from werkzeug.serving import make_server
 
+from tests.integration.stack import ROOT
+
 CHROMIUM = os.environ.get("SWEEPSTACK_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 #: A laptop screen.
 VIEWPORT = {"width": 1440, "height": 900}
+
+SCREENSHOTS = ROOT / "test-output" / "screenshots"
+FLOWER = "http://127.0.0.1:5555/"
+WORKER = {"host": "browser-test", "pid": 4321, "name": "celery@browser-test"}
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def shoot(page: Page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
 
 
 def launch(playwright: Playwright) -> Browser:
@@ -62,8 +87,9 @@ def open_drawn(context: BrowserContext, url: str, timeout_s: float = 60) -> tupl
     page = context.new_page()
     console = Console().attach(page)
     page.goto(url)
-    page.wait_for_function("window.__dashboard && window.__dashboard.drawn",
-                           timeout=timeout_s * 1000)
+    page.wait_for_function(
+        "window.__dashboard && window.__dashboard.drawn", timeout=timeout_s * 1000
+    )
     return page, console
 
 

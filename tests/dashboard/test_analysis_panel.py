@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser
 
 from core.analysis.figures import figures
 from core.store import Store
@@ -22,10 +20,8 @@ from scheduler.cli import main
 from scheduler.enqueue import sender_app
 from tests.core import finish
 from tests.dashboard.browser import (
-    CHROMIUM,
     VIEWPORT,
     browser_login,
-    launch,
     live_server,
     open_drawn,
 )
@@ -42,26 +38,6 @@ from web.app import create_app
 
 OUTPUT = ROOT / "test-output"
 GROUPS = ("returns", "laws", "importance", "front")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
-        pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install chromium", pytrace=False)
-    with sync_playwright() as playwright:
-        browser = launch(playwright)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def live_store(secantus_url: str, db_name: str) -> Iterator[Store]:
-    """A store on the real clock, its database dropped after."""
-    store = Store.connect(secantus_url, db_name)
-    store.ensure_indexes()
-    yield store
-    store.client.drop_database(db_name)
-    store.close()
 
 
 def test_panel_cli_and_api_agree_and_the_report_opens_offline(

@@ -8,14 +8,12 @@ while pages are open. Screenshots go to ``test-output/screenshots/`` (kept by CI
 from __future__ import annotations
 
 import re
-import shutil
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Response, sync_playwright
+from playwright.sync_api import BrowserContext, Response
 
 from core.spec import load_spec
 from core.states import TrialState
@@ -27,14 +25,15 @@ from dashboard.timing import POINTS_CAP, timing_rows
 from scheduler.enqueue import sender_app
 from tests.core import finish, make_sweep, report, trial_ids
 from tests.dashboard.browser import (
-    CHROMIUM,
-    VIEWPORT,
+    FLOWER,
+    WORKER,
     browser_login,
     figure,
-    launch,
     live_server,
     open_drawn,
+    shoot,
     trace_lengths,
+    wait_until,
 )
 from tests.dashboard.conftest import (
     ALICE_TOKEN,
@@ -43,76 +42,11 @@ from tests.dashboard.conftest import (
     dashboard_settings,
     small_sweep_spec,
 )
-from tests.dashboard.seeding import Seeded, mcleod_spec, seed_sweep
+from tests.dashboard.seeding import Seeded
 from tests.integration.stack import ROOT, Stack
 
-SCREENSHOTS = ROOT / "test-output" / "screenshots"
 #: The sweep page as the README shows it (copied to ``docs/sweep-page.png`` by hand).
 SWEEP_PAGE_PNG = ROOT / "test-output" / "sweep-page.png"
-FLOWER = "http://127.0.0.1:5555/"
-WORKER = {"host": "browser-test", "pid": 4321, "name": "celery@browser-test"}
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def shoot(page: Page, name: str) -> Path:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    return path
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
-        pytest.fail(
-            f"no Chromium at {CHROMIUM}: apt-get install chromium (make test does)", pytrace=False
-        )
-    with sync_playwright() as playwright:
-        browser = launch(playwright)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def context(browser: Browser) -> Iterator[BrowserContext]:
-    context = browser.new_context(viewport=VIEWPORT)
-    yield context
-    context.close()
-
-
-@pytest.fixture
-def live_store(secantus_url: str, db_name: str) -> Iterator[Store]:
-    """A store on the real clock (pages poll in real time), its database dropped after."""
-    store = Store.connect(secantus_url, db_name)
-    store.ensure_indexes()
-    yield store
-    store.client.drop_database(db_name)
-    store.close()
-
-
-@pytest.fixture
-def base_url(live_store: Store, secantus_url: str, db_name: str,
-             context: BrowserContext) -> Iterator[str]:
-    """The dashboard served live, with `context` logged in as alice (the seeded owner)."""
-    settings = dashboard_settings(secantus_url, db_name, flower_url=FLOWER)
-    with live_server(dashboard_app(settings, live_store)) as url:
-        browser_login(context, url, ALICE_TOKEN).close()
-        yield url
-
-
-@pytest.fixture
-def mcleod(live_store: Store) -> Seeded:
-    """The McLeod digits sweep: 309 complete, 8 failed, 3 running, 40 queued."""
-    return seed_sweep(live_store, mcleod_spec(str(ROOT)), failed=8, running=3, queued=40)
 
 
 def test_every_page_draws_without_console_errors(
@@ -187,9 +121,11 @@ def test_sweep_figures_hold_every_point(
     assert strokes[-1] == "rgb(68, 1, 84) 0.9" and len(set(strokes)) == bands["count"]
     gaps = page.evaluate(_TICK_GAPS, "fig-parallel")
     assert gaps and min(gaps) >= 3, gaps
-    outline = page.evaluate("(() => { const s = getComputedStyle(document.querySelector("
-                            "'#fig-parallel .textpoint text'));"
-                            " return [s.stroke, s.paintOrder]; })()")
+    outline = page.evaluate(
+        "(() => { const s = getComputedStyle(document.querySelector("
+        "'#fig-parallel .textpoint text'));"
+        " return [s.stroke, s.paintOrder]; })()"
+    )
     assert outline[0] == "rgb(255, 255, 255)" and outline[1].startswith("stroke"), outline
     # Best so far against trials finished, carried on to the last finished trial.
     history = best_history(rows, "maximize")
@@ -200,8 +136,10 @@ def test_sweep_figures_hold_every_point(
     assert by_trials["data"][0]["y"][-1] == max(mcleod.objectives.values())
     # Training time against depth and size: a point per complete trial, the fit in the legend.
     timing = timing_rows(rows)
-    for element, points, unit in (("fig-depth", timing["depth"], "per layer"),
-                                  ("fig-size", timing["params"], "parameters")):
+    for element, points, unit in (
+        ("fig-depth", timing["depth"], "per layer"),
+        ("fig-size", timing["params"], "parameters"),
+    ):
         drawn = figure(page, element)
         assert len(drawn["data"][0]["x"]) == min(complete, POINTS_CAP)
         assert drawn["layout"]["meta"]["n"] == len(points["x"]) == complete
@@ -224,10 +162,13 @@ def test_sweep_figures_hold_every_point(
     SWEEP_PAGE_PNG.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SWEEP_PAGE_PNG), full_page=True)
     page.select_option("#history-axis", "time")
-    page.wait_for_function("document.getElementById('fig-history-trials').layout.xaxis"
-                           ".title.text.startsWith('time since the first trial started')")
+    page.wait_for_function(
+        "document.getElementById('fig-history-trials').layout.xaxis"
+        ".title.text.startsWith('time since the first trial started')"
+    )
     assert figure(page, "fig-history-trials")["data"][0]["x"][-1] == pytest.approx(
-        history["seconds"] / 60 if history["seconds"] > 120 else history["seconds"], rel=1e-3)
+        history["seconds"] / 60 if history["seconds"] > 120 else history["seconds"], rel=1e-3
+    )
     page.select_option("#parallel-mode", "recent")
     page.wait_for_function("document.getElementById('fig-parallel').layout.meta.mode === 'recent'")
     page.select_option("#scatter-param", "model.activation")
@@ -260,7 +201,12 @@ def test_a_trial_that_finishes_shows_up_without_a_reload(
         result = {"objective": objective} if objective is not None else None
         assert finish(
             live_store,
-            ids[index], 1, state, result=result, error=error, extra={"train_seconds": 1.5}
+            ids[index],
+            1,
+            state,
+            result=result,
+            error=error,
+            extra={"train_seconds": 1.5},
         )
 
     for index in range(4):
@@ -293,8 +239,11 @@ def test_a_trial_that_finishes_shows_up_without_a_reload(
         10,
         "the new best's learning curve",
     )
-    wait_until(lambda: figure(page, "fig-history-trials")["data"][0]["x"][-1] == 6, 10,
-               "the best-so-far line to reach the 6th finish (5 complete, 1 failed)")
+    wait_until(
+        lambda: figure(page, "fig-history-trials")["data"][0]["x"][-1] == 6,
+        10,
+        "the best-so-far line to reach the 6th finish (5 complete, 1 failed)",
+    )
     best = figure(page, "fig-history-trials")["data"][1]
     assert best["y"][-1] == 0.99 and best["customdata"][-1] == 9
     parallel = figure(page, "fig-parallel")["layout"]["meta"]
@@ -320,7 +269,11 @@ def test_the_first_result_of_an_empty_sweep_draws_every_figure(
     report(live_store, trial_id, 1, 1, {"val_accuracy": 0.7})
     finish(
         live_store,
-        trial_id, 1, TrialState.COMPLETE, result={"objective": 0.7}, extra={"train_seconds": 2.0}
+        trial_id,
+        1,
+        TrialState.COMPLETE,
+        result={"objective": 0.7},
+        extra={"train_seconds": 2.0},
     )
     wait_until(lambda: trace_lengths(page, "fig-scatter") == [1], 15, "the first point")
     wait_until(lambda: len(figure(page, "fig-curves")["data"]) == 1, 10, "its curve")
@@ -330,8 +283,9 @@ def test_the_first_result_of_an_empty_sweep_draws_every_figure(
     def parallel_lines() -> tuple[set[int], dict[str, Any]]:
         parallel = figure(page, "fig-parallel")
         bands = parallel["layout"]["meta"]["bands"]
-        return {i for t in parallel["data"][: bands["count"]] for i in t["customdata"]
-                if i is not None}, bands
+        return {
+            i for t in parallel["data"][: bands["count"]] for i in t["customdata"] if i is not None
+        }, bands
 
     # Off the empty figure's objective axis: the page asks for the figure again.
     wait_until(lambda: parallel_lines()[1]["high"] == 0.7, 15, "the redrawn parallel axes")
@@ -352,8 +306,7 @@ def test_parallel_coordinates_keep_the_cap_as_better_trials_arrive(
     def complete(index: int, objective: float) -> None:
         assert live_store.lifecycle.claim(ids[index], WORKER, stale_after=60) is not None
         assert finish(
-            live_store,
-            ids[index], 1, TrialState.COMPLETE, result={"objective": objective}
+            live_store, ids[index], 1, TrialState.COMPLETE, result={"objective": objective}
         )
 
     for index, objective in enumerate((0.6, 0.7, 0.8, 0.5)):
@@ -454,8 +407,9 @@ def test_workers_page_shows_an_online_celery_worker(
     try:
         worker = stack.start_worker()
         name = wait_until(lambda: _worker_name(worker.log_path.read_text()), 10, "its name")
-        settings = dashboard_settings(secantus_url, db_name, broker_url=broker_url,
-                                      queue=stack.queue, flower_url=FLOWER)
+        settings = dashboard_settings(
+            secantus_url, db_name, broker_url=broker_url, queue=stack.queue, flower_url=FLOWER
+        )
         app = dashboard_app(settings, stack.store, sender_app(settings))
         with live_server(app) as url:
             browser_login(context, url, ALICE_TOKEN).close()
@@ -505,13 +459,21 @@ def test_a_data_parallel_sweep_shows_tau_and_the_communication_split(
                 trial_id,
                 1,
                 epoch,
-                {"val_accuracy": 0.8 + index / 100, "val_loss": 1 / epoch,
-                 "epoch_seconds": 0.5, "compute_seconds": 0.3, "comm_seconds": 0.1 / (index + 1),
-                 "comm_bytes": 1e6 / (index + 1)},
+                {
+                    "val_accuracy": 0.8 + index / 100,
+                    "val_loss": 1 / epoch,
+                    "epoch_seconds": 0.5,
+                    "compute_seconds": 0.3,
+                    "comm_seconds": 0.1 / (index + 1),
+                    "comm_bytes": 1e6 / (index + 1),
+                },
             )
         finish(
             live_store,
-            trial_id, 1, TrialState.COMPLETE, result={"objective": 0.8 + index / 100},
+            trial_id,
+            1,
+            TrialState.COMPLETE,
+            result={"objective": 0.8 + index / 100},
             extra={"train_seconds": 1.5, "device_info": {"world_size": 2, "backend": "gloo"}},
         )
     page, console = open_drawn(context, f"{base_url}/sweeps/{sweep_id}")
@@ -528,7 +490,9 @@ def test_a_data_parallel_sweep_shows_tau_and_the_communication_split(
     page, console = open_drawn(context, f"{base_url}/trials/{ids[0]}")
     seconds = figure(page, "fig-seconds")
     assert [t["name"] for t in seconds["data"]] == [
-        "compute", "communication", "evaluation and other"
+        "compute",
+        "communication",
+        "evaluation and other",
     ]
     assert [t["name"] for t in figure(page, "fig-metrics")["data"]] == ["val_accuracy"]
     assert "parallel.tau" in page.locator("#config").inner_text()

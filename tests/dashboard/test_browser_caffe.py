@@ -13,24 +13,16 @@ from core.spec import load_spec
 from core.states import TrialState
 from core.store import Store
 from tests.core import finish, make_sweep, report, trial_ids
-from tests.dashboard.browser import figure, open_drawn
-from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
-    ROOT,
-    WORKER,
-    base_url,
-    browser,
-    context,
-    live_store,
-    shoot,
-)
+from tests.dashboard.browser import WORKER, figure, open_drawn, shoot
+from tests.integration.stack import ROOT
 
 CONFIGS = Path(ROOT) / "configs"
 
 
 def test_a_caffe_sweep_shows_its_fields_as_axes_and_its_layers(
-    context: BrowserContext,  # noqa: F811
-    base_url: str,  # noqa: F811
-    live_store: Store,  # noqa: F811
+    context: BrowserContext,
+    base_url: str,
+    live_store: Store,
 ) -> None:
     spec = load_spec(CONFIGS / "caffe-sweep.yaml")
     sweep_id, points = make_sweep(live_store, spec, owner="alice")

@@ -11,16 +11,8 @@ from __future__ import annotations
 from playwright.sync_api import BrowserContext, Route
 
 from core.store import Store
-from tests.dashboard.browser import Console, trace_lengths
+from tests.dashboard.browser import Console, trace_lengths, wait_until
 from tests.dashboard.seeding import Seeded
-from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
-    base_url,
-    browser,
-    context,
-    live_store,
-    mcleod,
-    wait_until,
-)
 
 #: The scatter's WebGL canvas: its pixels, its CSS size, and the screen's pixel density.
 _GL_CANVAS = """() => {
@@ -31,7 +23,7 @@ _GL_CANVAS = """() => {
 
 
 def test_cards_and_tables_fill_before_plotly_js_comes_and_the_figures_after(
-    context: BrowserContext, base_url: str, mcleod: Seeded  # noqa: F811
+    context: BrowserContext, base_url: str, mcleod: Seeded
 ) -> None:
     held: list[Route] = []
     page = context.new_page()
@@ -44,8 +36,11 @@ def test_cards_and_tables_fill_before_plotly_js_comes_and_the_figures_after(
     page.goto(f"{base_url}/sweeps/{mcleod.sweep_id}", wait_until="commit")
 
     wait_until(lambda: page.locator("#top-table tbody tr").count() == 20, 30, "top trials")
-    wait_until(lambda: page.locator("#trials-table tbody tr").count() == 50, 30,
-               "the trials table's first page")
+    wait_until(
+        lambda: page.locator("#trials-table tbody tr").count() == 50,
+        30,
+        "the trials table's first page",
+    )
     assert held, "plotly.js was asked for"
     assert "309" in page.locator("#summary").inner_text()  # complete trials
     assert page.locator("#failed-table tbody tr").count() == mcleod.count("failed")
@@ -58,16 +53,24 @@ def test_cards_and_tables_fill_before_plotly_js_comes_and_the_figures_after(
         route.continue_()
     page.wait_for_function("window.__dashboard.drawn", timeout=60_000)
     assert trace_lengths(page, "fig-scatter") == [mcleod.count("complete")]
-    for element_id in ("fig-width", "fig-parallel", "fig-curves", "fig-history-trials",
-                       "fig-history-epochs", "fig-depth", "fig-size"):
-        assert page.evaluate("(id) => document.getElementById(id).data.length",
-                             element_id) > 0, element_id
+    for element_id in (
+        "fig-width",
+        "fig-parallel",
+        "fig-curves",
+        "fig-history-trials",
+        "fig-history-epochs",
+        "fig-depth",
+        "fig-size",
+    ):
+        assert page.evaluate("(id) => document.getElementById(id).data.length", element_id) > 0, (
+            element_id
+        )
     assert console.errors() == []
     page.close()
 
 
 def test_the_webgl_scatter_is_drawn_at_the_screens_pixel_density(
-    context: BrowserContext, base_url: str, mcleod: Seeded, live_store: Store  # noqa: F811
+    context: BrowserContext, base_url: str, mcleod: Seeded, live_store: Store
 ) -> None:
     page = context.new_page()
     page.goto(f"{base_url}/sweeps/{mcleod.sweep_id}")

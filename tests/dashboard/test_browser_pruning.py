@@ -12,16 +12,9 @@ from playwright.sync_api import BrowserContext, Page
 from core.states import TrialState
 from core.store import Store
 from tests.core import finish
-from tests.dashboard.browser import figure, open_drawn
+from tests.dashboard.browser import figure, open_drawn, wait_until
 from tests.dashboard.seeding import Seeded, mcleod_spec, seed_sweep
-from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
-    ROOT,
-    base_url,
-    browser,
-    context,
-    live_store,
-    wait_until,
-)
+from tests.integration.stack import ROOT
 
 SECTIONS = {
     "search": {"algorithm": "tpe", "trials": 40, "parallelism": 4, "seed": 7},
@@ -40,14 +33,22 @@ def history_end(page: Page, element_id: str) -> float:
 
 
 def test_pruned_curves_and_the_history_charts_draw_and_follow_a_prune(
-    context: BrowserContext, base_url: str, live_store: Store, tmp_path: Path  # noqa: F811
+    context: BrowserContext, base_url: str, live_store: Store, tmp_path: Path
 ) -> None:
-    seeded: Seeded = seed_sweep(live_store, mcleod_spec(str(ROOT)), failed=4, pruned=60,
-                                running=3, queued=20, sections=SECTIONS)
+    seeded: Seeded = seed_sweep(
+        live_store,
+        mcleod_spec(str(ROOT)),
+        failed=4,
+        pruned=60,
+        running=3,
+        queued=20,
+        sections=SECTIONS,
+    )
     finished = 360 - 23
     page, console = open_drawn(context, f"{base_url}/sweeps/{seeded.sweep_id}")
-    assert "TPE · 40 trials · parallelism 4 · pruner ASHA" in page.locator(
-        "#search-line").inner_text()
+    assert (
+        "TPE · 40 trials · parallelism 4 · pruner ASHA" in page.locator("#search-line").inner_text()
+    )
     by_trials = figure(page, "fig-history-trials")
     by_epochs = figure(page, "fig-history-epochs")
     assert by_trials["data"][0]["x"][-1] == finished
@@ -67,14 +68,28 @@ def test_pruned_curves_and_the_history_charts_draw_and_follow_a_prune(
 
     running = seeded.ids("running")[0]  # it reported 3 epochs (`seeding.build_sweep`)
     assert finish(live_store, running, 1, TrialState.PRUNED, extra={"pruned_epoch": 3})
-    wait_until(lambda: history_end(page, "fig-history-trials") == finished + 1, 20,
-               "the history line to reach the new finish")
+    wait_until(
+        lambda: history_end(page, "fig-history-trials") == finished + 1,
+        20,
+        "the history line to reach the new finish",
+    )
     assert history_end(page, "fig-history-epochs") == meta["epochs"] + 3
-    wait_until(lambda: page.locator("#pruned-table tbody tr").first.get_attribute(
-        "data-index") == str(seeded.points[337].index), 10, "the new pruned trial first")
-    wait_until(lambda: any(t["meta"]["group"] == "pruned" and t["meta"]["stop"] == 3
-                           and t["x"] == [1, 2, 3] for t in figure(page, "fig-curves")["data"]),
-               10, "its dashed curve")
+    wait_until(
+        lambda: (
+            page.locator("#pruned-table tbody tr").first.get_attribute("data-index")
+            == str(seeded.points[337].index)
+        ),
+        10,
+        "the new pruned trial first",
+    )
+    wait_until(
+        lambda: any(
+            t["meta"]["group"] == "pruned" and t["meta"]["stop"] == 3 and t["x"] == [1, 2, 3]
+            for t in figure(page, "fig-curves")["data"]
+        ),
+        10,
+        "its dashed curve",
+    )
     assert "61" in page.locator("#summary").inner_text()
     shoot(page, tmp_path, "sweep-pruning-live")
     assert console.errors() == []

@@ -19,16 +19,10 @@ from core.settings import Settings
 from core.store import Store
 from scheduler.enqueue import sender_app
 from tests.api import enqueued_trials, remove_queue
-from tests.dashboard.browser import browser_login, figure, live_server, open_drawn
+from tests.dashboard.browser import browser_login, figure, live_server, open_drawn, shoot
 from tests.dashboard.conftest import ALICE_TOKEN, dashboard_app, dashboard_settings
 from tests.dashboard.seeding import Seeded, mcleod_spec, seed_sweep
-from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
-    ROOT,
-    browser,
-    context,
-    live_store,
-    shoot,
-)
+from tests.integration.stack import ROOT
 
 
 @pytest.fixture
@@ -80,8 +74,8 @@ def downloaded(page: Page, link: str) -> str:
 
 
 def test_sort_filter_page_download_compare_retry_and_cancel_in_the_browser(
-    context: BrowserContext,  # noqa: F811
-    live_store: Store,  # noqa: F811
+    context: BrowserContext,
+    live_store: Store,
     settings: Settings,
 ) -> None:
     seeded: Seeded = seed_sweep(live_store, mcleod_spec(str(ROOT)), failed=8, queued=40)
