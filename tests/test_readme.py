@@ -38,148 +38,26 @@ from pathlib import Path
 import pytest
 
 from core.settings import Settings
+from tests.readme_blocks import (
+    Block,
+    check,
+    parse,
+    runnable,
+)
 from tests.services import SecantusProcess, reachable
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
-#: Why a block may be left out, and nothing else: each names something this test cannot have.
-SKIP_REASONS = {
-    "docker": "needs a Docker engine",
-    "gpu": "needs a GPU",
-    "hosts": "needs a second machine, or runs on one you reach over the network",
-    "bench": "a benchmark: minutes of work that prints figures",
-    "long": "runs for minutes, or until Ctrl-C",
-}
-#: The marker of a block that runs against RabbitMQ and MongoDB at their default ports.
-SERVICES = "services"
-#: The marker of a block that serves a URL until Ctrl-C.
-SERVES = "serves"
 #: A URL a serving block prints.
 URL = re.compile(r"http://127\.0\.0\.1:\d+/\S*")
 #: Where the README's services blocks find them.
 MONGO_PORT, RABBITMQ_URL = 27017, "amqp://guest:guest@127.0.0.1:5672//"
 EXPORT = re.compile(r"^export [A-Z_][A-Z0-9_]*=.*$", re.MULTILINE)
-#: Fence languages; commands go in ``bash`` blocks, so no other shell name is allowed.
-LANGUAGES = {"bash", "yaml", "toml", "python", "json", ""}
-#: A first line that reads as a command: such a block must be a ``bash`` one.
-COMMAND_START = re.compile(r"^(\.venv/bin/|sweepstack |python3? |docker |make |curl |export )")
-#: What keeps running after a block ends or never ends; such a block needs a marker.
-LINGERS = re.compile(r"(\bsweepstack\s+open\b|--hold\b|--watch\b|(?<!&)&\s*(#.*)?$)", re.MULTILINE)
-FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<lang>[^`\s]*)\s*$")
-MARKER = re.compile(r"^\s*<!--\s*readme-test:\s*(?P<body>.*?)\s*-->\s*$")
-SKIP = re.compile(r"^skip\s+(?P<reason>[a-z]+)(\s*:\s*(?P<why>.+))?$")
 #: A user's PATH on a Debian machine: the virtualenv is not on it.
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Below pytest-timeout's 300 s, so a hung block fails here, naming itself.
 BLOCK_TIMEOUT = 240
-
-
-@dataclass(frozen=True)
-class Block:
-    """One fenced block of the README."""
-
-    line: int  # of its opening fence, from 1
-    lang: str
-    text: str
-    heading: str
-    marker: str | None  # the readme-test comment's body right before the fence
-
-    @property
-    def where(self) -> str:
-        return f"README.md:{self.line} ({self.heading})"
-
-    @property
-    def services(self) -> bool:
-        return self.marker == SERVICES
-
-    @property
-    def serves(self) -> bool:
-        return self.marker == SERVES
-
-    @property
-    def skip_reason(self) -> str | None:
-        if self.marker is None or self.services or self.serves:
-            return None
-        match = SKIP.match(self.marker)
-        return match["reason"] if match else None
-
-
-def parse(text: str) -> tuple[list[Block], list[str]]:
-    """The fenced blocks of a Markdown text, and the problems with its readme-test markers."""
-    lines = text.splitlines()
-    blocks: list[Block] = []
-    problems: list[str] = []
-    heading = "top"
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        fence = FENCE.match(line)
-        if fence is None:
-            if line.startswith("#"):
-                heading = line.lstrip("#").strip()
-            marker = MARKER.match(line)
-            if marker is not None:
-                after = FENCE.match(lines[i + 1]) if i + 1 < len(lines) else None
-                if after is None or after["lang"] != "bash":
-                    problems.append(
-                        f"README.md:{i + 1}: a readme-test marker must be the line right "
-                        "before a ```bash fence"
-                    )
-            i += 1
-            continue
-        indent, close = fence["indent"], fence["fence"]
-        body: list[str] = []
-        j = i + 1
-        while j < len(lines) and not (
-            lines[j].strip().startswith(close) and lines[j].strip().strip(close[0]) == ""
-        ):
-            body.append(lines[j][len(indent) :] if lines[j].startswith(indent) else lines[j])
-            j += 1
-        if j == len(lines):
-            problems.append(f"README.md:{i + 1}: a fence that is never closed")
-        previous = MARKER.match(lines[i - 1]) if i > 0 else None
-        blocks.append(
-            Block(
-                line=i + 1,
-                lang=fence["lang"],
-                text="\n".join(body) + "\n",
-                heading=heading,
-                marker=previous["body"] if previous else None,
-            )
-        )
-        i = j + 1
-    return blocks, problems
-
-
-def check(blocks: list[Block]) -> list[str]:
-    """Why any block is neither run as it stands nor validly marked."""
-    problems: list[str] = []
-    for block in blocks:
-        if block.lang not in LANGUAGES:
-            problems.append(
-                f"{block.where}: ```{block.lang} block; write commands as ```bash so this "
-                f"test runs them (languages: {', '.join(sorted(LANGUAGES - {''}))})"
-            )
-        first = block.text.lstrip().splitlines()[0] if block.text.strip() else ""
-        if block.lang != "bash" and COMMAND_START.match(first):
-            problems.append(f"{block.where}: reads as commands; make it a ```bash block")
-        known = block.services or block.serves or block.skip_reason in SKIP_REASONS
-        if block.marker is not None and not known:
-            problems.append(
-                f"{block.where}: marker {block.marker!r}: must be `{SERVICES}`, `{SERVES}`, "
-                f"`skip REASON` or `skip REASON: why`, REASON one of {', '.join(SKIP_REASONS)}"
-            )
-        if block.lang == "bash" and block.marker is None and LINGERS.search(block.text):
-            problems.append(
-                f"{block.where}: starts something that keeps running (open, --hold, --watch, "
-                "a trailing &); mark it <!-- readme-test: skip long --> or split it off"
-            )
-    return problems
-
-
-def runnable(blocks: list[Block]) -> list[Block]:
-    return [b for b in blocks if b.lang == "bash" and (b.marker is None or b.services or b.serves)]
 
 
 @pytest.fixture(scope="module")
