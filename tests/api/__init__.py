@@ -25,6 +25,8 @@ TOKENS = {ALICE_TOKEN: "alice", BOB_TOKEN: "bob", CAROL_TOKEN: "carol"}
 ALICE = {"Authorization": f"Bearer {ALICE_TOKEN}"}
 BOB = {"Authorization": f"Bearer {BOB_TOKEN}"}
 YAML = {"Content-Type": "application/yaml"}
+#: Where sweeps are posted and listed.
+SWEEPS = "/api/v1/sweeps"
 
 SMALL = {
     "name": "api-test",
