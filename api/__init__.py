@@ -1,4 +1,4 @@
-"""The REST API under ``/api/v1``: `register_api` mounts it (see `api.app`); `web.app`
+"""The REST API under ``/api/v1``: `register_api` mounts it (see `api.app`); `cli.app`
 composes it with the dashboard."""
 
 from __future__ import annotations

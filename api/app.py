@@ -1,10 +1,10 @@
 """The REST API's part of the web app: its blueprints under ``/api/v1`` and its limits.
 
 `register_api(app, settings)` adds the blueprints (sweeps, trials, workers, health, the
-OpenAPI document), the body limit and the JSON provider to an app that `web.app.create_app`
-made: that composition gives it the shared context (`core.webcontext.AppContext` on
+OpenAPI document), the body limit and the JSON provider to an app that `cli.app.create_app`
+made: that composition gives it the shared context (`web.context.AppContext` on
 ``app.extensions["sweepstack"]``), the auth layer (`web.auth`) and the one error shape
-(`api.errors`). The API never imports the dashboard, nor the dashboard the API.
+(`web.errors`). The API never imports the dashboard, nor the dashboard the API.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from flask import Flask
 from api.serialize import JSONProvider
 from api.submission import limit_body
 from core.errors import ConfigError
-from core.query import MAX_LIMIT
 from core.settings import Settings
+from core.store.query import MAX_LIMIT
 
 
 def check_settings(settings: Settings) -> None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from flask import request
 
-from api.errors import ApiError
-from core.webcontext import identity
+from web.context import identity
+from web.errors import ApiError
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="sweepstack"'}
 

@@ -1,9 +1,9 @@
-"""The app context the API's views read: `core.webcontext.AppContext`, shared with the
-dashboard (``app.extensions["sweepstack"]``, set by `web.app.create_app`)."""
+"""The app context the API's views read: `web.context.AppContext`, shared with the
+dashboard (``app.extensions["sweepstack"]``, set by `cli.app.create_app`)."""
 
 from __future__ import annotations
 
-from core.webcontext import AppContext, context
+from web.context import AppContext, context
 
 #: The API's historical name for the shared context.
 ApiContext = AppContext

@@ -18,10 +18,10 @@ from flask import Blueprint
 from kombu.exceptions import OperationalError
 
 from api.context import ApiContext, context
-from api.errors import ApiError
 from api.params import accept
 from api.serialize import PREFIX
 from core.errors import StoreUnavailable
+from web.errors import ApiError
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("health", __name__, url_prefix=PREFIX)

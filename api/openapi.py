@@ -15,14 +15,14 @@ from api.context import context
 from api.openapi_analysis import ANALYSIS
 from api.params import accept
 from api.serialize import PREFIX
-from core.config import SECTIONS
-from core.fields import leaf_fields
-from core.query import TOP_LEVEL_SORTS
-from core.search import ALGORITHMS, PRUNERS
 from core.settings import Settings
-from core.spec import METRICS
+from core.spec.config import SECTIONS
+from core.spec.fields import leaf_fields
+from core.spec.search import ALGORITHMS, PRUNERS
+from core.spec.sweep import METRICS
+from core.spec.trainable import KEY_PATTERN, NAME_PATTERN
 from core.states import ALL_STATES
-from core.trainable_spec import KEY_PATTERN, NAME_PATTERN
+from core.store.query import TOP_LEVEL_SORTS
 
 blueprint = Blueprint("openapi", __name__, url_prefix=PREFIX)
 

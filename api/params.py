@@ -3,7 +3,7 @@
 Each view names the parameters it accepts; anything else is a 400 naming the parameter.
 That is how ``?state[$ne]=x`` or ``?$where=...`` is refused: a key that is not one of the
 view's plain names never gets further. Values are strings that become *values* in a
-query, never keys, and the store checks them again (`core.query`): a value starting with
+query, never keys, and the store checks them again (`core.store.query`): a value starting with
 ``$`` is refused here as well, so the message names the parameter.
 
 Trial filters:
@@ -25,8 +25,8 @@ from typing import Any
 
 from flask import request
 
-from api.errors import bad_parameter
 from core.settings import Settings
+from web.errors import bad_parameter
 
 _STATE_SPLIT = ","
 

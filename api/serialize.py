@@ -11,9 +11,9 @@ from typing import Any
 
 from flask.json.provider import DefaultJSONProvider
 
-from core.export import plain
-from core.records import flatten_params, sweep_status
-from core.search_settings import pruning_settings, search_settings
+from core.spec.search_settings import pruning_settings, search_settings
+from core.store.export import plain
+from core.store.records import flatten_params, sweep_status
 
 PREFIX = "/api/v1"
 

@@ -3,7 +3,7 @@
 The body is JSON (``application/json``) or YAML (``application/yaml``, ``application/x-yaml``,
 ``text/yaml``); anything else is 415. A body over ``SWEEPSTACK_API_MAX_BODY_BYTES`` is 413,
 with a Content-Length or chunked (`limit_body`), never cut short. Before
-`core.spec.load_spec` sees it, the document is checked for what the spec rules do not cover
+`core.spec.sweep.load_spec` sees it, the document is checked for what the spec rules do not cover
 but a server must:
 
 - JSON's types only (YAML timestamps stay strings, no sets or binary), string keys, no key
@@ -20,7 +20,7 @@ but a server must:
   among them), the trial count against the smaller of ``limits.max_trials`` and
   ``SWEEPSTACK_API_MAX_TRIALS`` (422 ``too_many_trials`` naming the count; counting stops
   once past it), ``training.epochs`` against ``SWEEPSTACK_API_MAX_EPOCHS``, and the server's
-  ceilings and datasets folder (`core.limits`) (422).
+  ceilings and datasets folder (`core.spec.limits`) (422).
 """
 
 from __future__ import annotations
@@ -32,16 +32,16 @@ from typing import Any
 import yaml
 from flask import abort, request
 
-from api.errors import ApiError, bad_parameter
-from core.config import SECTIONS, TrainingConfig
-from core.documents import DuplicateKey, SpecLoader, number_error, unique_keys
 from core.errors import Problem, SpecError
-from core.fields import section_model
-from core.limits import check_spec_limits
 from core.settings import Settings
-from core.space import DIMENSION_KEYS
-from core.spec import SweepSpec, load_spec
+from core.spec.config import SECTIONS, TrainingConfig
+from core.spec.documents import DuplicateKey, SpecLoader, number_error, unique_keys
+from core.spec.fields import section_model
+from core.spec.limits import check_spec_limits
+from core.spec.space import DIMENSION_KEYS
+from core.spec.sweep import SweepSpec, load_spec
 from scheduler.expand import check_count
+from web.errors import ApiError, bad_parameter
 
 JSON_TYPES = ("application/json",)
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
@@ -214,7 +214,7 @@ def _max_epochs(spec: SweepSpec) -> float:
 
 def check_limits(spec: SweepSpec, settings: Settings) -> int:
     """The trial count, after checking it, the epochs and the server's ceilings
-    (`core.limits`, which the CLI applies too) against the server's limits."""
+    (`core.spec.limits`, which the CLI applies too) against the server's limits."""
     count = check_count(spec, min(spec.limits.max_trials, settings.api_max_trials))
     epochs = _max_epochs(spec)
     if epochs > settings.api_max_epochs:

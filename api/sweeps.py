@@ -32,8 +32,8 @@ from api.params import accept, choice, cursor, descending, page_limit, param_fil
 from api.params import states as state_filter
 from api.serialize import PREFIX, sweep_detail, sweep_links, sweep_view, trial_view
 from api.submission import read_spec
-from core import export
 from core.analysis import sweep_analysis
+from core.store import export
 from scheduler.retry import broker_reachable, retry_sweep
 from scheduler.submit import submit_sweep
 

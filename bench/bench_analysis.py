@@ -33,8 +33,8 @@ from bench.bench_expand import GRID
 from core.analysis import FIELDS, analyse, sweep_analysis
 from core.analysis.report import jsonable
 from core.analysis.rows import complete_trials
-from core.spec import load_spec
-from core.store import Store
+from core.spec.sweep import load_spec
+from core.store.store import Store
 from scheduler import importance
 from tests.dashboard.seeding import seed_sweep
 

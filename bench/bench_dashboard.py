@@ -5,7 +5,7 @@ and ``GET /api/v1/sweeps/{id}``.
 
 Seeds a store with a finished grid sweep (5 depths x 50 widths x 5 activations x 4
 learning rates x `--seeds` seeds: 50,000 trials with 10) and its summaries (what the
-lifecycle keeps as trials finish: `core.summaries`), serves the dashboard with gunicorn as
+lifecycle keeps as trials finish: `core.store.summaries`), serves the dashboard with gunicorn as
 ``sweepstack dashboard`` does, and opens the sweep page in Debian's Chromium (software
 WebGL, no GPU). The figure is the time from navigation start to the page's own "every
 figure drawn and painted" mark, in four situations, compared in one run (in brackets: when
@@ -46,9 +46,9 @@ from typing import Any
 
 from bench import store_url
 from bench.bench_expand import GRID
-from core.spec import load_spec
-from core.store import Store
-from scheduler.cli_dashboard import gunicorn_argv
+from cli.dashboard_server import gunicorn_argv
+from core.spec.sweep import load_spec
+from core.store.store import Store
 from tests.dashboard.browser import VIEWPORT, launch, launch_profile, open_drawn
 from tests.dashboard.seeding import seed_sweep
 from tests.services import free_port, wait_listening
@@ -112,8 +112,8 @@ def _serve(env: dict[str, str], port: int) -> subprocess.Popen:
 
 def _time_get_sweep(url: str, db_name: str, sweep_id: str) -> tuple[float, float]:
     """Seconds of ``GET /api/v1/sweeps/{id}`` on a new app: the first call, then the median."""
+    from cli.app import create_app
     from core.settings import Settings
-    from web.app import create_app
 
     settings = Settings(
         mongo_url=url, mongo_db=db_name, broker_url="memory://", api_tokens={BENCH_TOKEN: "alice"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from core.spec import load_spec
+from core.spec.sweep import load_spec
 from scheduler.expand import count_trials, expand
 
 GRID = """

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 import yaml
 
-from core.config import TrialConfig
+from core.spec.config import TrialConfig
 from scheduler.expand import canonical
 from tests.integration.stack import ROOT, Stack
 from tests.services import SecantusProcess, broker_url_or_fail

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from core.config import TrialConfig
+from core.spec.config import TrialConfig
 from workers.training import TrainResult, train
 
 TAUS = (1, 5, 20, 50)

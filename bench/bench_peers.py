@@ -128,7 +128,7 @@ def run_sweepstack(spec_path: Path, fuse: str, workers: int, tmp: Path) -> Outco
     data = tmp / f"data-{fuse}"
     env = clean_env()
     env["HOME"] = str(tmp / "home")
-    cmd = [sys.executable, "-m", "scheduler.cli", "run", str(spec), "--workers", str(workers)]
+    cmd = [sys.executable, "-m", "cli.main", "run", str(spec), "--workers", str(workers)]
     cmd += ["--json", "--data", str(data), "--port", "0"]
     started = time.time()
     out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -158,8 +158,8 @@ def optuna_worker(spec_path: str, journal: str, study_name: str) -> None:
     import optuna
     import torch
 
-    from core.config import TrialConfig
-    from scheduler.cli import _load
+    from cli.main import _load
+    from core.spec.config import TrialConfig
     from scheduler.expand import expand
     from workers.training import objective_value, train
 

@@ -88,7 +88,7 @@ def run_variant(raw: dict, variant: str, workers: int, tmp: Path, **options: Any
     data = tmp / f"data-{variant}"
     env = clean_env()
     env["HOME"] = str(tmp / "home")
-    cmd = [sys.executable, "-m", "scheduler.cli", "run", str(spec), "--workers", str(workers)]
+    cmd = [sys.executable, "-m", "cli.main", "run", str(spec), "--workers", str(workers)]
     cmd += ["--json", "--data", str(data), "--no-dashboard"]
     started = time.time()
     out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     raw = yaml.safe_load(args.spec.read_text())
     tpe_trials = args.tpe_trials
     if tpe_trials is None:
-        from scheduler.cli import _load
+        from cli.main import _load
         from scheduler.expand import count_trials
 
         tpe_trials = max(1, count_trials(_load(str(args.spec))) // 3)

@@ -19,9 +19,9 @@ from typing import Any
 
 from bench import store_url
 from bench.bench_expand import GRID
-from core.records import trial_document, utcnow
-from core.spec import load_spec
-from core.store import INSERT_BATCH, Store
+from core.spec.sweep import load_spec
+from core.store.records import trial_document, utcnow
+from core.store.store import INSERT_BATCH, Store
 from scheduler.expand import expand
 
 PAGE = 50

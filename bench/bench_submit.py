@@ -30,17 +30,17 @@ from kombu import Connection
 
 from api.submission import check_limits
 from bench.bench_expand import GRID
+from cli.app import create_app
 from core.broker import TASK_NAME, time_limits
 from core.settings import Settings
-from core.spec import load_spec
-from core.store import Store
+from core.spec.sweep import load_spec
+from core.store.store import Store
 from scheduler.enqueue import enqueue, sender_app
 from scheduler.expand import expand
 from scheduler.feed import BIG_WINDOW
 from scheduler.order import order_by_cost, trial_cost
 from scheduler.submit import messages
 from tests.services import SecantusProcess, broker_url_or_fail
-from web.app import create_app
 
 SEND_TASK_SAMPLE = 2000
 TOKEN = "bench-token-0123456789abcdef0123456789"

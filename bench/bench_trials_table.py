@@ -38,8 +38,8 @@ from bench import store_url
 from bench.bench_dashboard import BENCH_TOKEN, BUDGET_MS, REPEAT, ROOT, _serve
 from bench.bench_expand import GRID
 from core.settings import Settings
-from core.spec import load_spec
-from core.store import Store
+from core.spec.sweep import load_spec
+from core.store.store import Store
 from tests.dashboard.browser import launch_profile, open_drawn
 from tests.dashboard.seeding import seed_sweep
 from tests.services import free_port
@@ -78,7 +78,7 @@ def _seed(store: Store, seeds: int) -> tuple[str, int]:
 
 
 def _time_route(url: str, db_name: str, sweep_id: str) -> None:
-    from web.app import create_app
+    from cli.app import create_app
 
     settings = Settings(mongo_url=url, mongo_db=db_name, api_tokens={BENCH_TOKEN: "alice"})
     store = Store.connect(url, db_name)
@@ -175,10 +175,10 @@ def _visit(context: Any, page_url: str, *, table: bool) -> dict[str, Any]:
 
 def _time_downloads(url: str, db_name: str, sweep_id: str) -> None:
     """A download of the whole sweep and of a filter's selection, read by index as the
-    dashboard reads them (`core.reads.Reads.trials_at`), against the API's paged export."""
+    dashboard reads them (`core.store.reads.Reads.trials_at`), against the API's paged export."""
     from werkzeug.datastructures import MultiDict
 
-    from core import export
+    from core.store import export
     from dashboard import trials
     from dashboard.table import SweepTable
 

@@ -73,7 +73,7 @@ _INT_FIELDS = frozenset(
         "feed_window",
     }
 )
-# Ceilings on what a spec may ask for (core.limits), checked at submit by the API and the CLI.
+# Ceilings on what a spec may ask for (core.spec.limits), checked at submit by the API and the CLI.
 _CEILING_FIELDS = frozenset(
     {
         "max_world_size",
@@ -124,7 +124,7 @@ class Settings:
     # Seconds the API waits for the store or broker before answering 503.
     api_timeout_seconds: float = 5.0
     flower_url: str | None = None
-    # Inputs (core.limits): the folder every dataset.path must lie in (resolved, symlinks
+    # Inputs (core.spec.limits): the folder every dataset.path must lie in (resolved, symlinks
     # followed; the API checks it at submit, the worker again before reading), and the
     # ceilings a spec is held to at submit (422 naming the field and the limit).
     datasets_dir: Path = field(default_factory=Path.cwd)
@@ -133,7 +133,7 @@ class Settings:
     max_dataset_elements: int = 100_000_000
     max_epoch_samples: int = 10_000_000_000
     max_description_bytes: int = 4096
-    # A Caffe spec's net and solver texts (core.caffe.spec), each, in UTF-8 bytes.
+    # A Caffe spec's net and solver texts (core.spec.caffe.spec), each, in UTF-8 bytes.
     max_prototxt_bytes: int = 500_000
     # Web auth (web/auth.py): owner names of SWEEPSTACK_API_TOKENS who see every sweep on the
     # dashboard; the key signing session cookies (unset: random per server start); Secure on
@@ -146,10 +146,10 @@ class Settings:
     auth_window_seconds: int = 60
     ratelimit_storage_url: str = "memory://"
     # The address the web server is bound to, set by the `sweepstack` launchers; with no
-    # tokens and a loopback address the dashboard is open (core.webcontext.local_open).
+    # tokens and a loopback address the dashboard is open (web.context.local_open).
     bind_host: str | None = None
     # Torch threads per worker process; None: `sweepstack worker` (and `run`) give each of
-    # its training processes cores / processes (`scheduler.commands.worker_commands`), and a
+    # its training processes cores / processes (`cli.commands.worker_commands`), and a
     # worker started otherwise uses one.
     torch_threads: int | None = None
     # Celery task events from the workers (Flower's task list). Off by default: each event is

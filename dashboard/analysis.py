@@ -1,7 +1,7 @@
 """The data of the sweep page's Analysis panel: the sweep's analysis and its figures.
 
 The analysis is `core.analysis.sweep_analysis`, with the importance function and the
-memo of the shared app context (`core.webcontext.AppContext`: the web composition hands
+memo of the shared app context (`web.context.AppContext`: the web composition hands
 in Optuna's importance, which the dashboard may not import), so the panel shows what the
 API's ``/analysis`` and ``sweepstack report`` show. The panel polls while the sweep runs;
 a live sweep's analysis is computed at most every `PANEL_MAX_AGE` seconds however many
@@ -14,7 +14,7 @@ from typing import Any
 
 from core.analysis import sweep_analysis
 from core.analysis.figures import figures
-from core.webcontext import AppContext
+from web.context import AppContext
 
 #: A live sweep's analysis is served for this many seconds before it is computed again.
 PANEL_MAX_AGE = 10.0

@@ -13,9 +13,9 @@ the same guard and error handlers.
 Who may see what (`_guard`, before every view but the static files): an anonymous
 request for a page is sent to ``/login``, one for data answered 401; a logged-in owner
 sees their own sweeps and trials, and another owner's are 404, as if missing; an admin
-sees all. The caller comes from `core.webcontext.identity`, which the composition's auth
-layer (`web.auth`) sets; the shared context (`core.webcontext.AppContext`: settings,
-store, sender) from `core.webcontext.context`. The blueprint keeps its own state (the
+sees all. The caller comes from `web.context.identity`, which the composition's auth
+layer (`web.auth`) sets; the shared context (`web.context.AppContext`: settings,
+store, sender) from `web.context.context`. The blueprint keeps its own state (the
 sweep tables) in ``current_app.extensions["sweepstack.dashboard"]``.
 """
 
@@ -39,12 +39,12 @@ from flask import (
 from flask.blueprints import BlueprintSetupState
 
 from core.errors import InvalidQuery, NotFound, StoreUnavailable
-from core.webcontext import AppContext, Identity, context, error_response, identity
 from dashboard import payloads, plotlyjs, snapshots
 from dashboard.analysis import panel_payload
 from dashboard.figures import STATE_COLOURS
 from dashboard.payloads import DashboardState
 from dashboard.trial_routes import RetrySweep, trials_blueprint
+from web.context import AppContext, Identity, context, error_response, identity
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ curves overlaid, for the trials table's "Compare" (``/dashboard/data/sweeps/<id>
 
 In two steps, as the figures are: `compare_rows` reads the trials (each record and its
 per-epoch metrics, the latest attempt) into rows, `compare_figures` draws one figure per
-metric from them. The results are `core.export` rows, so the comparison shows what a
+metric from them. The results are `core.store.export` rows, so the comparison shows what a
 download holds.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core import export
 from core.errors import InvalidQuery, NotFound
-from core.reads import Reads
+from core.store import export
+from core.store.reads import Reads
 from dashboard.detail import epoch_series
 from dashboard.figures import PALETTE, base_layout
 from dashboard.table import SweepTable

@@ -21,12 +21,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from core import summaries
-from core.records import finite_number
 from core.states import FINISH_STATES, TrialState
+from core.store import summaries
+from core.store.records import finite_number
 
-#: The trial fields the in-memory table reads (`core.reads.Reads.changed_rows`).
-#: The trial fields the dashboard's table keeps: the finish log's (`core.summaries`), so a
+#: The trial fields the in-memory table reads (`core.store.reads.Reads.changed_rows`).
+#: The trial fields the dashboard's table keeps: the finish log's (`core.store.summaries`), so a
 #: finished sweep's rows come from the log; ``updated_at`` is the table's own watermark.
 FIELDS = tuple(f for f in summaries.ROW_FIELDS if f != "updated_at")
 
@@ -72,7 +72,7 @@ def _plain(value: Any) -> Any:
 
 
 def _flat_params(nested: Mapping[str, Any], prefix: str, out: dict[str, Any]) -> None:
-    """`core.records.flatten_params` with `_plain` values, in one pass (it runs on every
+    """`core.store.records.flatten_params` with `_plain` values, in one pass (it runs on every
     trial of a sweep when a page first opens; dicts are tested by type before Mapping)."""
     for key, value in nested.items():
         path = f"{prefix}{key}"

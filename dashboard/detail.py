@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from core.records import finite_number, flatten_params
+from core.store.records import finite_number, flatten_params
 from dashboard.data import pruned_stop, to_ms
 
 #: Per-epoch values that are not curves of the model's quality.

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.query import sort_key
+from core.store.query import sort_key
 from dashboard.data import SEED_KEYS, category_text, complete_rows, rank_key
 
 #: Parallel coordinates show at most this many trials.

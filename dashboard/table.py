@@ -1,7 +1,7 @@
 """The dashboard's in-memory copy of each open sweep, kept up to date from the store.
 
 Why a copy: reading a whole sweep from SecantusDB takes seconds (50,000 trials: 7-11 s
-on the 2-core test machine; see `core.store`), far over the two seconds a sweep page may
+on the 2-core test machine; see `core.store.store`), far over the two seconds a sweep page may
 take to draw. So the first visit reads the sweep once, mostly from its finish log
 (`Store.sweep_rows`, projected to `data.FIELDS`: ~0.5 s for 50,000 finished trials), and
 from then on each sync reads only what changed since the last watermark
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from core.reads import Reads
+from core.store.reads import Reads
 from dashboard.data import FIELDS, to_ms, trial_row
 from dashboard.params import Prepared, prepare
 

@@ -10,8 +10,8 @@ owner's is 404, as if missing; an admin may act on any).
   the store (`dashboard.snapshots.first_table_page`), as the figures do.
 - ``GET  /dashboard/data/sweeps/<id>/compare?indexes=3,17``: 2 to 5 trials side by side.
 - ``GET  /dashboard/data/sweeps/<id>/download?format=csv|jsonl&…``: the trials the
-  table's filters select (all, without filters), as `core.export` writes them, read by
-  index (`core.reads.Reads.trials_at`: a whole sweep about as fast as the API's paged
+  table's filters select (all, without filters), as `core.store.export` writes them, read by
+  index (`core.store.reads.Reads.trials_at`: a whole sweep about as fast as the API's paged
   export, a selection in a share of that time; by id it took ~2.5 ms a trial).
 - ``POST /dashboard/data/sweeps/<id>/cancel`` and ``…/retry``: cancel the sweep; queue its
   failed (and stale) trials again and enqueue them.
@@ -32,13 +32,13 @@ from typing import Any
 from celery import Celery
 from flask import Blueprint, Response, request
 
-from core import export
 from core.settings import Settings
-from core.store import Store
-from core.webcontext import context, error_response
+from core.store import export
+from core.store.store import Store
 from dashboard import compare, snapshots, trials
 from dashboard.payloads import DashboardState
 from dashboard.table import SweepTable
+from web.context import context, error_response
 
 #: `scheduler.retry.retry_sweep`: (store, sender, settings, sweep id) -> counts.
 RetrySweep = Callable[[Store, Celery, Settings, str], dict[str, int]]

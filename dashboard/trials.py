@@ -32,8 +32,8 @@ from typing import Any
 from werkzeug.datastructures import MultiDict
 
 from core.errors import InvalidQuery
-from core.query import sort_key
 from core.states import ALL_STATES
+from core.store.query import sort_key
 from dashboard.data import public_row
 from dashboard.params import Prepared
 from dashboard.table import SweepTable

@@ -24,8 +24,8 @@ from typing import Any
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from core.reads import Reads
 from core.states import FINISH_STATES
+from core.store.reads import Reads
 from dashboard.data import RUNNING, to_ms
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core.fields import config_value
+from core.spec.fields import config_value
 from scheduler.cost import TRIAL_SECONDS, estimate_seconds
 
 #: A trial estimated to train in at most this many seconds may share a message.

@@ -23,11 +23,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from core.config import CROSS_FIELDS
 from core.errors import Problem, SpecError, TooManyTrials
-from core.fields import get_in, leaf_defaults, set_in
-from core.space import Dimension, IntRange
-from core.spec import SweepSpec, problems_from
+from core.spec.config import CROSS_FIELDS
+from core.spec.fields import get_in, leaf_defaults, set_in
+from core.spec.space import Dimension, IntRange
+from core.spec.sweep import SweepSpec, problems_from
 
 # Random search stops drawing after this many draws per requested trial, so a small finite
 # space cannot loop forever; it then returns the distinct points it found.
@@ -329,7 +329,7 @@ def _check_cross_fields(spec: SweepSpec, points: list[dict[str, Any]]) -> None:
     varying = {d.path for d in spec.dimensions}
     for section, fields in CROSS_FIELDS.items():
         if section.split(".")[0] not in base:
-            continue  # a section a trainable spec does not have (`core.trainable_spec`)
+            continue  # a section a trainable spec does not have (`core.spec.trainable`)
         model = spec.config_model(section)
         if model is None:
             raise ValueError(f"CROSS_FIELDS names {section!r}, which is not a config section")

@@ -27,10 +27,10 @@ number, params, state, objective, pruned-metric epochs, system attrs; the sweep'
 attrs), so no point is asked twice and a seeded sweep asks the same points; a trial stored
 but maybe never sent (the sweep's ``sending`` list) is sent again; ``planned`` is repaired
 from the count of trials.
-One feeder per sweep: the store's lease (`core.feeding`), renewed every step.
+One feeder per sweep: the store's lease (`core.store.feeding`), renewed every step.
 
 Counts that stopped moving: a process killed between a trial's write and its sweep's
-counter write leaves the counts one off (`core.store`), e.g. a trial counted running
+counter write leaves the counts one off (`core.store.store`), e.g. a trial counted running
 forever, so the sweep would never end. A step that finds trials in flight but the counts
 unchanged (``counts_rev``) for `STALL_SECONDS` recounts them from the trials
 (`SweepAdmin.recount`); while they still do not move the wait doubles, up to
@@ -49,11 +49,11 @@ from typing import Any
 from celery import Celery
 
 from core.errors import NotFound
-from core.records import flatten_params
 from core.settings import Settings
-from core.spec import SweepSpec, load_spec
+from core.spec.sweep import SweepSpec, load_spec
 from core.states import TrialState
-from core.store import Store
+from core.store.records import flatten_params
+from core.store.store import Store
 from scheduler.enqueue import enqueue
 from scheduler.expand import TrialPoint, expand
 from scheduler.order import trial_cost
@@ -141,7 +141,7 @@ class Feeder:
         else:
             self.total = int(self.spec.search.trials or 0)
         if needs_session(self.spec):
-            from scheduler.search import SearchSession  # imports Optuna (~1 s)
+            from scheduler.search_session import SearchSession  # imports Optuna (~1 s)
 
             self.session = SearchSession(self.spec)
 
@@ -164,7 +164,7 @@ class Feeder:
     def _rebuild(
         self, docs: list[dict[str, Any]], study_attrs: dict[str, Any], sending: list[str]
     ) -> None:
-        from scheduler.search import Record
+        from scheduler.search_session import Record
 
         self._created = {d["key"] for d in docs}
         self._index = max((d["index"] for d in docs), default=-1) + 1

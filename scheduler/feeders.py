@@ -14,7 +14,7 @@ from typing import Any
 from celery import Celery
 
 from core.errors import SpecError, SweepstackError
-from core.store import Store
+from core.store.store import Store
 from scheduler.feed import BIG_WINDOW, LEASE_SECONDS, Feeder, owner_name
 
 log = logging.getLogger(__name__)

@@ -59,7 +59,7 @@ from optuna.importance import (
 )
 
 from core.analysis.rows import dimensions
-from core.space import Categorical, Dimension, Fixed, Uniform
+from core.spec.space import Categorical, Dimension, Fixed, Uniform
 from scheduler import samplers
 
 #: Complete trials beyond this are sampled for the evaluators.

@@ -14,7 +14,7 @@ takes its members' steps together: the steps of one member, each costing the ove
 once and every member's multiply-adds. A Caffe trial counts its own graph instead of an
 MLP's (`caffe_cost`): ``max_iter`` x ``iter_size`` steps, and the multiply-accumulates of
 its Convolution and InnerProduct layers for every sample its TRAIN and TEST nets see
-(`core.caffe.cost`, memoised by net text). Pure logic: no torch, no broker, no store.
+(`core.spec.caffe.cost`, memoised by net text). Pure logic: no torch, no broker, no store.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from core.fields import config_value
+from core.spec.fields import config_value
 from scheduler.cost import step_flops
 
 T = TypeVar("T")
@@ -63,8 +63,8 @@ def trial_cost(config: Mapping[str, Any]) -> float:
 def caffe_cost(config: Mapping[str, Any]) -> float:
     """The relative cost of a Caffe trial, in the MLP's units: its solver's updates, each
     `STEP_OVERHEAD_FLOPS`, plus two flops per multiply-accumulate of its graph's
-    Convolution and InnerProduct layers over every TRAIN and TEST pass (`core.caffe.cost`)."""
-    from core.caffe.cost import config_work  # the layer graph loads only for Caffe sweeps
+    Convolution and InnerProduct layers over every TRAIN and TEST pass (`core.spec.caffe.cost`)."""
+    from core.spec.caffe.cost import config_work  # the layer graph loads only for Caffe sweeps
 
     work = config_work(config)
     return float(work.steps * STEP_OVERHEAD_FLOPS + 2 * work.macs)

@@ -7,7 +7,7 @@ trials stay queued without a message; nothing resends them yet (a known gap, as 
 ``POST /api/v1/sweeps/{id}/retry``).
 
 The dashboard may not import the scheduler (DESIGN.md, "who may import whom"), so the
-composition (`web.app.create_app`) hands it `retry_sweep` as a callable.
+composition (`cli.app.create_app`) hands it `retry_sweep` as a callable.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 from celery import Celery
 
 from core.settings import Settings
-from core.store import Store
+from core.store.store import Store
 from scheduler.submit import enqueue_ids
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Optuna's pieces for a sweep spec: each dimension as an Optuna distribution, the sampler of
 `search.algorithm` (seeded per trial, so that a rebuilt study replays), and the pruner of
-`pruning.algorithm`. `scheduler.search.SearchSession` puts them together.
+`pruning.algorithm`. `scheduler.search_session.SearchSession` puts them together.
 
 Seeding: each trial's sampler is built afresh with a seed drawn from (``search.seed``, trial
 number). Optuna's samplers otherwise keep one generator that every ask advances, so a study
@@ -28,10 +28,10 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from core.errors import Problem, SpecError
-from core.fields import leaf_defaults
-from core.search import Pruning, Search, check_search, option_problems
-from core.space import Categorical, Dimension, Fixed, IntRange, Uniform
-from core.spec import SweepSpec
+from core.spec.fields import leaf_defaults
+from core.spec.search import Pruning, Search, check_search, option_problems
+from core.spec.space import Categorical, Dimension, Fixed, IntRange, Uniform
+from core.spec.sweep import SweepSpec
 
 # --- dimensions -> distributions -------------------------------------------------------
 
@@ -202,13 +202,13 @@ def make_sampler(search: Search, space: dict[str, Dimension]) -> BaseSampler:
 
 def random_sampler(seed: int) -> BaseSampler:
     """Optuna's `RandomSampler`, seeded per trial like `make_sampler`'s: what a session
-    draws a point with after its sampler proposed only repeats (`scheduler.search`)."""
+    draws a point with after its sampler proposed only repeats (`scheduler.search_session`)."""
     return _PerTrialSeed(lambda s: optuna.samplers.RandomSampler(seed=s), seed)
 
 
 def max_epochs(spec: SweepSpec) -> int:
     """The most epochs any trial of the spec trains: Hyperband's largest resource (for a
-    Caffe net, its first trial's evaluations: `core.caffe.spec.CaffeSpec.planned_epochs`)."""
+    Caffe net, its first trial's evaluations: `core.spec.caffe.spec.CaffeSpec.planned_epochs`)."""
     planned = getattr(spec, "planned_epochs", None)
     if planned is not None:
         return int(planned())

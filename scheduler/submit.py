@@ -22,11 +22,11 @@ from collections.abc import Iterable
 
 from celery import Celery
 
-from core.config import MAX_TIME_LIMIT, ExecutionConfig
 from core.errors import NotFound
 from core.settings import DEFAULT_MAX_ATTEMPTS
-from core.spec import SweepSpec
-from core.store import Store
+from core.spec.config import MAX_TIME_LIMIT, ExecutionConfig
+from core.spec.sweep import SweepSpec
+from core.store.store import Store
 from scheduler.chunks import chunk_units
 from scheduler.enqueue import Outgoing, carry, carry_group, enqueue
 from scheduler.expand import TrialPoint

@@ -70,7 +70,7 @@ class SecantusProcess:
                 str(data_dir),
                 "--log-level",
                 "WARNING",
-                "--standalone",  # as `sweepstack run`'s store: no oplog (scheduler.embedded_store)
+                "--standalone",  # as `sweepstack run`'s store: no oplog (cli.embedded_store)
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -1,13 +1,13 @@
-"""The one composition entry point: the REST API and the dashboard on one Flask app,
-behind one auth layer (`web.auth`), with one context and one error shape (`web.app`).
+"""The shared web layer: what the REST API (`api`) and the dashboard (`dashboard`) both stand on.
 
-``api`` and ``dashboard`` never import each other or this package; this package imports
-both. WSGI entry points: ``web.wsgi:app`` (API and dashboard) and
-``web.dashboard_wsgi:app`` (the dashboard alone); gunicorn settings: ``web.gunicorn_conf``.
+- `web.context`: the typed `AppContext` every view reads (settings, store, Celery sender,
+  the analysis' importance function and memo) and the caller's `Identity`;
+- `web.auth`: one auth layer for both (bearer tokens, the dashboard's login and session
+  cookie, CSRF, throttling of failed attempts);
+- `web.errors`: the one JSON error body ``{"code", "message", "details"}`` and the handlers
+  that give every error, routing and unexpected ones included, that shape.
+
+It imports `core` only. `api` and `dashboard` import it and never each other; the
+composition that mounts both on one Flask app, and the WSGI entry points, live on the top
+floor (`cli.app`, `cli.wsgi`, `cli.dashboard_wsgi`).
 """
-
-from __future__ import annotations
-
-from web.app import create_app
-
-__all__ = ["create_app"]

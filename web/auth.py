@@ -1,7 +1,7 @@
 """One auth layer for the REST API and the dashboard: who is asking, and how often they
 may be wrong.
 
-Before every request `_identify` leaves the caller's `core.webcontext.Identity` (or None)
+Before every request `_identify` leaves the caller's `web.context.Identity` (or None)
 in ``flask.g``:
 
 - an ``Authorization: Bearer <token>`` header names the owner of a configured token
@@ -14,7 +14,7 @@ in ``flask.g``:
   ``SWEEPSTACK_SESSION_COOKIE_SECURE``), valid 12 hours. It holds a digest of the token,
   not the name, so removing a token from the configuration ends its sessions.
 - otherwise, with no tokens configured and the server bound to loopback
-  (`core.webcontext.local_open`), a local admin; otherwise nobody.
+  (`web.context.local_open`), a local admin; otherwise nobody.
 
 The REST API takes bearer tokens only (`api.auth.require_token`), never the cookie, so a
 page elsewhere cannot make a browser send an API write. Every other state-changing
@@ -59,7 +59,7 @@ from flask_limiter.util import get_remote_address
 from limits import RateLimitItemPerSecond
 
 from core.settings import Settings, check_tokens
-from core.webcontext import IDENTITY_KEY, Identity, error_response, local_open
+from web.context import IDENTITY_KEY, Identity, error_response, local_open
 
 log = logging.getLogger(__name__)
 

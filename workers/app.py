@@ -17,7 +17,7 @@ from celery.signals import worker_process_init
 
 from core.broker import celery_config
 from core.settings import Settings
-from core.store import Store
+from core.store.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -31,10 +31,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 from core.errors import NotFound, StoreUnavailable
-from core.lifecycle import EpochRow, TrialLifecycle
-from core.records import sweep_of
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.states import Heartbeat, TrialState
+from core.store.lifecycle import EpochRow, TrialLifecycle
+from core.store.records import sweep_of
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

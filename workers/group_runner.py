@@ -57,10 +57,10 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from core.config import TrialConfig
 from core.errors import StoreUnavailable, TrainingError
-from core.lifecycle import EpochRow, Finish, TrialLifecycle
+from core.spec.config import TrialConfig
 from core.states import TrialState
+from core.store.lifecycle import EpochRow, Finish, TrialLifecycle
 from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 from workers.runner import (
     RunnerOptions,

@@ -42,13 +42,13 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from core.caffe import is_caffe
-from core.config import TrialConfig
 from core.errors import NotFound, TrainingError
-from core.lifecycle import EpochRow, Finish, TrialLifecycle
 from core.settings import DEFAULT_MAX_ATTEMPTS
+from core.spec.caffe import is_caffe
+from core.spec.config import TrialConfig
+from core.spec.trainable import is_trainable
 from core.states import TrialState
-from core.trainable_spec import is_trainable
+from core.store.lifecycle import EpochRow, Finish, TrialLifecycle
 from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 
 if TYPE_CHECKING:

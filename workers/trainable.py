@@ -1,4 +1,4 @@
-"""Run a user's training function as a trial: ``trainable: NAME`` (`core.trainable_spec`).
+"""Run a user's training function as a trial: ``trainable: NAME`` (`core.spec.trainable`).
 
 A package declares its functions as entry points of the ``sweepstack.trainables`` group::
 
@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.config import DatasetConfig, ExecutionConfig
 from core.errors import TrainingError
-from core.trainable_spec import KEY_PATTERN, TrainableConfig, installed_trainables
+from core.spec.config import DatasetConfig, ExecutionConfig
+from core.spec.trainable import KEY_PATTERN, TrainableConfig, installed_trainables
 from workers.training.datasets import Dataset, load_dataset
 from workers.training.device import describe, seed_torch, select_device
 from workers.training.loop import TrainResult, best_values, oom_reason

@@ -16,8 +16,8 @@ Plain functions over a sweep's finished trials (numpy, no store writes, no Optun
 ``scheduler`` may import Optuna, while the dashboard may import only ``core``. So the
 analysis takes importance as a function (`report.Importance`) that the entry points hand
 in: ``sweepstack report`` and the API pass `scheduler.importance.param_importances`
-themselves, and the web composition (`web.app.create_app`, which may import every
-package) puts it on the shared app context (`core.webcontext.AppContext.importance`),
+themselves, and the web composition (`cli.app.create_app`, which may import every
+package) puts it on the shared app context (`web.context.AppContext.importance`),
 where the dashboard's panel finds it. The layer rules stay as they are; every surface
 computes the same value by the same code, so the panel, the CLI and the API agree.
 """

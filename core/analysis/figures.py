@@ -1,7 +1,7 @@
 """The analysis drawn: plain Plotly figure dictionaries (``{"data", "layout"}``).
 
 Computed here from the analysis value (`core.analysis.report`), never from the trials, so
-the dashboard's Analysis panel and the HTML report (`scheduler.report_files`) draw the
+the dashboard's Analysis panel and the HTML report (`cli.report_files`) draw the
 very same figures. Plain SVG traces only (no WebGL), so a report opens on any machine.
 Each figure comes as ``{"id", "group", "title", "figure"}``; groups are ``returns`` (one
 per numeric parameter), ``laws`` (one per cost law), ``importance`` and ``front``.

@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 
 from core.errors import SpecError
-from core.records import flatten_params
-from core.space import Categorical, Dimension, IntRange, Uniform
-from core.spec import load_spec
+from core.spec.space import Categorical, Dimension, IntRange, Uniform
+from core.spec.sweep import load_spec
 from core.states import TrialState
+from core.store.records import flatten_params
 
 #: The trial fields the analysis reads; every one is in the finish log
-#: (`core.summaries.ROW_FIELDS`), so a finished sweep is read from the log.
+#: (`core.store.summaries.ROW_FIELDS`), so a finished sweep is read from the log.
 FIELDS = (
     "state",
     "params",
@@ -132,7 +132,7 @@ def _epochs(doc: Mapping[str, Any]) -> float:
 
 
 def _flat(nested: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
-    """`core.records.flatten_params` for the dicts rows hold, in one pass (it runs on every
+    """`core.store.records.flatten_params` for the dicts rows hold, in one pass (it runs on every
     trial of a sweep)."""
     if type(nested) is not dict:
         return flatten_params(nested, prefix.rstrip(".")) if nested else out

@@ -23,8 +23,8 @@ from typing import Any
 
 from core.analysis.report import ANALYSIS_VERSION, Importance, analyse
 from core.analysis.rows import FIELDS
-from core.reads import Reads
 from core.states import TrialState
+from core.store.reads import Reads
 
 #: The name of the stored analysis among the sweep's view snapshots.
 SNAPSHOT = "analysis"

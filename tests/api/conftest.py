@@ -8,11 +8,11 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from cli.app import create_app
 from core.settings import Settings
-from core.store import Store
+from core.store.store import Store
 from scheduler.enqueue import sender_app
 from tests.api import api_settings, remove_queue
-from web.app import create_app
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 from flask.testing import FlaskClient
 
 from core.analysis.sweep import SNAPSHOT
-from core.store import Store
+from core.store.store import Store
 from tests.api import ALICE, BOB, BOB_TOKEN
 from tests.api.test_schemathesis import schema
 from tests.dashboard.conftest import login, small_sweep_spec

@@ -12,12 +12,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
+from cli.app import create_app
 from core.errors import ConfigError
 from core.settings import Settings
-from core.store import Store
+from core.store.store import Store
 from scheduler.enqueue import sender_app
 from tests.api import ALICE, ALICE_TOKEN, BOB, BOB_TOKEN, submit
-from web.app import create_app
 from web.auth import identify
 
 NONE: dict[str, str] = {}

@@ -22,11 +22,11 @@ import pytest
 from flask import Flask
 from werkzeug.serving import make_server
 
+from cli.app import create_app
 from core.settings import Settings
-from core.store import Store
+from core.store.store import Store
 from scheduler.enqueue import sender_app
 from tests.api import ALICE, SWEEPS, YAML, queue_depth
-from web.app import create_app
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def test_a_chunked_body_under_the_limit_is_read_whole(server: tuple[int, Setting
 
 
 GUNICORN_APP = """
-from web.app import create_app
+from cli.app import create_app
 from core.settings import Settings
 
 app = create_app(Settings(broker_url="amqp://unused//", mongo_url="mongodb://unused",

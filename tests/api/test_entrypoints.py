@@ -1,4 +1,4 @@
-"""The ways the API is started: ``web.wsgi`` (no torch, no workers), and ``sweepstack api``
+"""The ways the API is started: ``cli.wsgi`` (no torch, no workers), and ``sweepstack api``
 serving it with gunicorn on a real port: gunicorn's own refusals in the JSON error shape,
 and one session key for all its workers."""
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import requests
 from click.testing import CliRunner
 
+from cli.api_server import api, gunicorn_argv
 from core.settings import Settings
-from scheduler.cli_api import api, gunicorn_argv
 from tests.api import ALICE_TOKEN
 from tests.services import free_port, wait_listening
 
@@ -40,11 +40,11 @@ def _env(settings: Settings) -> dict[str, str]:
 
 def test_importing_the_wsgi_app_loads_neither_torch_nor_the_workers(settings: Settings) -> None:
     code = (
-        "import sys, web.wsgi\n"
+        "import sys, cli.wsgi\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'workers'))\n"
         "print(bad)\n"
         "assert not bad, bad\n"
-        "assert web.wsgi.app.extensions['sweepstack'].settings.queue\n"
+        "assert cli.wsgi.app.extensions['sweepstack'].settings.queue\n"
     )
     done = subprocess.run([sys.executable, "-c", code], env=_env(settings), cwd=ROOT,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
@@ -76,7 +76,7 @@ def test_the_api_command_needs_the_service_urls() -> None:
     result = CliRunner().invoke(api, ["--port", "9"], env={"SWEEPSTACK_BROKER_URL": ""})
     assert result.exit_code == 2 and "SWEEPSTACK_BROKER_URL is not set" in result.output
     argv = gunicorn_argv("0.0.0.0", 8080, workers=3, threads=4)
-    assert argv[argv.index("--bind") + 1] == "0.0.0.0:8080" and "web.wsgi:app" in argv
+    assert argv[argv.index("--bind") + 1] == "0.0.0.0:8080" and "cli.wsgi:app" in argv
     assert argv[argv.index("--workers") + 1] == "3"
 
 

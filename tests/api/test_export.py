@@ -9,9 +9,9 @@ import json
 import pytest
 from flask.testing import FlaskClient
 
-from core import export
 from core.states import TrialState
-from core.store import Store
+from core.store import export
+from core.store.store import Store
 from tests.api import ALICE, small_spec, submit
 from tests.core import WORKER, finish
 

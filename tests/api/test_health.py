@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 from flask.testing import FlaskClient
 
+from cli.app import create_app
 from core.settings import Settings
-from core.store import Store
+from core.store.store import Store
 from scheduler.enqueue import sender_app
 from tests.api import ALICE, queue_depth, submit
 from tests.services import free_port
-from web.app import create_app
 
 
 def test_health_reports_latencies_and_the_queue(client: FlaskClient, settings: Settings) -> None:

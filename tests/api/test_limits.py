@@ -16,14 +16,14 @@ import pytest
 import yaml
 from flask.testing import FlaskClient
 
+from cli.app import create_app
 from core.settings import Settings
-from core.spec import load_spec
-from core.store import Store
+from core.spec.sweep import load_spec
+from core.store.store import Store
 from scheduler.enqueue import sender_app
 from scheduler.expand import TrialPoint, expand
 from tests.api import ALICE, SWEEPS, YAML, queue_depth, small_spec
-from tests.core.caffe.test_image_folder import NET, SOLVER
-from web.app import create_app
+from tests.core.spec.caffe.test_image_folder import NET, SOLVER
 
 JSON = {"Content-Type": "application/json"}
 

@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 
 from core.settings import Settings
 from core.states import TrialState
-from core.store import Store
+from core.store.store import Store
 from tests.api import ALICE, YAML, enqueued_trials, queue_depth, small_spec, submit
 from tests.core import WORKER, finish
 

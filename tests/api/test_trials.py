@@ -9,7 +9,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from core.states import TrialState
-from core.store import Store
+from core.store.store import Store
 from tests.api import ALICE, BOB, small_spec, submit
 from tests.core import WORKER, finish, report
 

@@ -10,9 +10,9 @@ import io
 import pytest
 from flask.testing import FlaskClient
 
+from cli.app import create_app
 from tests.api import ALICE, ALICE_TOKEN
 from tests.integration.stack import Stack, wait_for
-from web.app import create_app
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from core.lifecycle import EpochRow, Finish
-from core.spec import SweepSpec, load_spec
+from core.spec.sweep import SweepSpec, load_spec
 from core.states import Heartbeat, TrialState
-from core.store import Store
+from core.store.lifecycle import EpochRow, Finish
+from core.store.store import Store
 from scheduler.expand import TrialPoint, expand
 
 WORKER = {"host": "test-host", "pid": 4242, "name": "worker-1"}
@@ -102,7 +102,7 @@ def complete(store: Store, trial_id: str, objective: float | None, **result: Any
 
 
 # One trial's writes, as a test makes them: the store has only the batched forms, which a
-# worker uses (`core.lifecycle.TrialLifecycle`), so these give each one trial.
+# worker uses (`core.store.lifecycle.TrialLifecycle`), so these give each one trial.
 
 
 def heartbeat(store: Store, trial_id: str, attempt: int) -> Heartbeat:

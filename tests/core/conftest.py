@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.store import Store
+from core.store.store import Store
 from tests.core import FakeClock, open_store
 
 

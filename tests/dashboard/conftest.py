@@ -17,10 +17,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 from playwright.sync_api import Browser, BrowserContext, sync_playwright
 
+from cli.app import create_app
 from core.settings import Settings
-from core.spec import SweepSpec, load_spec
+from core.spec.sweep import SweepSpec, load_spec
 from core.states import TrialState
-from core.store import Store
+from core.store.store import Store
 from dashboard.blueprint import STATE_KEY
 from dashboard.payloads import DashboardState
 from dashboard.table import Tables
@@ -36,7 +37,6 @@ from tests.dashboard.browser import (
     live_server,
 )
 from tests.dashboard.seeding import Seeded, mcleod_spec, seed_sweep
-from web.app import create_app
 
 #: 16 trials: depth 1-2 x width 32/64 x relu/tanh x seeds 0/1.
 SPEC: dict[str, Any] = {
@@ -140,7 +140,7 @@ def dashboard_settings(secantus_url: str, db_name: str, **overrides: Any) -> Set
 
 
 def dashboard_app(settings: Settings, store: Store, sender: Celery | None = None) -> Flask:
-    """The dashboard alone (`web.app.create_app` without the API) on the test's store."""
+    """The dashboard alone (`cli.app.create_app` without the API) on the test's store."""
     return create_app(settings, store=store, sender=sender, api=False)
 
 

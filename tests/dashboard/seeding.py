@@ -3,7 +3,7 @@
 Training 360 networks (or 50,000) to look at a page is not the point of a dashboard test,
 and finishing trials one by one through the lifecycle costs ~5 ms each, so `seed_sweep`
 writes finished trial documents directly through the store's own database handle, in the
-exact shapes of `core.records` (the same functions `Store.create_sweep` uses), with the
+exact shapes of `core.store.records` (the same functions `Store.create_sweep` uses), with the
 sweep's counts matching. Results follow the seed paper's shape: accuracy rises with width
 and plateaus past a few hundred units, sigmoid nets degrade with depth, seeds add a little
 noise, and training time grows about linearly with depth. Use it for tests and benchmarks
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from core.records import sweep_document, trial_document, utcnow
-from core.spec import SweepSpec, load_spec_file
+from core.spec.sweep import SweepSpec, load_spec_file
 from core.states import TrialState
-from core.store import INSERT_BATCH, Store
+from core.store.records import sweep_document, trial_document, utcnow
+from core.store.store import INSERT_BATCH, Store
 from scheduler.expand import TrialPoint, expand
 
 MCLEOD_SPEC = "configs/mcleod-digits.yaml"

@@ -13,10 +13,11 @@ import pytest
 from click.testing import CliRunner
 from playwright.sync_api import Browser
 
+from cli.app import create_app
+from cli.main import main
 from core.analysis.figures import figures
-from core.store import Store
+from core.store.store import Store
 from dashboard import analysis as analysis_data
-from scheduler.cli import main
 from scheduler.enqueue import sender_app
 from tests.core import finish
 from tests.dashboard.browser import (
@@ -34,7 +35,6 @@ from tests.dashboard.conftest import (
 )
 from tests.dashboard.seeding import mcleod_spec, seed_sweep
 from tests.integration.stack import ROOT
-from web.app import create_app
 
 OUTPUT = ROOT / "test-output"
 GROUPS = ("returns", "laws", "importance", "front")

@@ -19,11 +19,11 @@ import requests
 from flask import Flask, url_for
 from flask.testing import FlaskClient
 
+from cli.app import create_app
+from cli.dashboard_server import gunicorn_argv
 from core.errors import ConfigError
 from core.settings import Settings
-from core.webcontext import local_open_note
 from dashboard import blueprint, payloads
-from scheduler.cli_dashboard import gunicorn_argv
 from tests.core import make_sweep
 from tests.dashboard.conftest import (
     ALICE_TOKEN,
@@ -38,7 +38,7 @@ from tests.dashboard.conftest import (
     small_sweep_spec,
 )
 from tests.services import free_port, wait_listening
-from web.app import create_app
+from web.context import local_open_note
 
 #: Routes that need no login (they carry no data): the files pages load.
 OPEN_ENDPOINTS = {"dashboard.static", "dashboard.plotly_js"}
@@ -348,7 +348,7 @@ def test_launchers_say_when_the_dashboard_is_open() -> None:
     assert local_open_note(Settings(), "0.0.0.0") is None
     assert local_open_note(Settings(api_tokens=dict(TOKENS)), "127.0.0.1") is None
     argv = gunicorn_argv("127.0.0.1", 8050, 4)
-    assert "SWEEPSTACK_BIND_HOST=127.0.0.1" in argv and "python:web.gunicorn_conf" in argv
+    assert "SWEEPSTACK_BIND_HOST=127.0.0.1" in argv and "python:cli.gunicorn_conf" in argv
 
 
 def test_the_standalone_dashboard_under_gunicorn_asks_for_a_login(

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import BrowserContext
 
-from core.spec import load_spec
+from core.spec.sweep import load_spec
 from core.states import TrialState
-from core.store import Store
+from core.store.store import Store
 from dashboard.data import FIELDS, objective_by_width, trial_row
 from dashboard.history import best_history
 from dashboard.timing import POINTS_CAP, timing_rows

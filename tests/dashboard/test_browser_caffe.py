@@ -8,10 +8,10 @@ from pathlib import Path
 
 from playwright.sync_api import BrowserContext, expect
 
-from core.caffe.net import build_graph
-from core.spec import load_spec
+from core.spec.caffe.net import build_graph
+from core.spec.sweep import load_spec
 from core.states import TrialState
-from core.store import Store
+from core.store.store import Store
 from tests.core import finish, make_sweep, report, trial_ids
 from tests.dashboard.browser import WORKER, figure, open_drawn, shoot
 from tests.integration.stack import ROOT

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from playwright.sync_api import BrowserContext, Route
 
-from core.store import Store
+from core.store.store import Store
 from tests.dashboard.browser import Console, trace_lengths, wait_until
 from tests.dashboard.seeding import Seeded
 

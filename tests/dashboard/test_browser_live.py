@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import BrowserContext, Response
 
 from core.states import TrialState
-from core.store import Store
+from core.store.store import Store
 from dashboard import params
 from tests.core import finish, make_sweep, report, trial_ids
 from tests.dashboard.browser import (

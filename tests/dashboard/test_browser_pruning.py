@@ -10,7 +10,7 @@ from pathlib import Path
 from playwright.sync_api import BrowserContext, Page
 
 from core.states import TrialState
-from core.store import Store
+from core.store.store import Store
 from tests.core import finish
 from tests.dashboard.browser import figure, open_drawn, wait_until
 from tests.dashboard.seeding import Seeded, mcleod_spec, seed_sweep

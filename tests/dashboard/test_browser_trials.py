@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import BrowserContext, Page, expect
 
 from core.settings import Settings
-from core.store import Store
+from core.store.store import Store
 from scheduler.enqueue import sender_app
 from tests.api import enqueued_trials, remove_queue
 from tests.dashboard.browser import browser_login, figure, live_server, open_drawn, shoot

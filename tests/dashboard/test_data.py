@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from core.spec import load_spec
+from core.spec.sweep import load_spec
 from core.states import TrialState
-from core.store import Store
+from core.store.store import Store
 from dashboard import data, figures, params
 from dashboard.detail import epoch_series, timings, trial_detail
 from dashboard.timing import timing_rows

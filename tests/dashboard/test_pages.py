@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from flask import Flask
 from flask.testing import FlaskClient
 
+from cli.dashboard_server import dashboard, gunicorn_argv
 from core.states import TrialState
 from dashboard import payloads, plotlyjs
-from scheduler.cli_dashboard import dashboard, gunicorn_argv
 from tests.core import heartbeat, report
 from tests.dashboard.conftest import Sweep, fresh_app, login
 from tests.services import free_port, wait_listening
@@ -208,7 +208,7 @@ def test_dashboard_command_needs_a_store() -> None:
     result = CliRunner().invoke(dashboard, [], env={"SWEEPSTACK_MONGO_URL": ""})
     assert result.exit_code == 2 and "SWEEPSTACK_MONGO_URL is not set" in result.output
     argv = gunicorn_argv("127.0.0.1", 8050, 8)
-    assert argv[2:4] == ["gunicorn", "web.dashboard_wsgi:app"] and "gthread" in argv
+    assert argv[2:4] == ["gunicorn", "cli.dashboard_wsgi:app"] and "gthread" in argv
     assert argv[argv.index("--workers") + 1] == "1"
 
 

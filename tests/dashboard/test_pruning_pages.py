@@ -12,7 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from core.states import TrialState
-from core.store import Store
+from core.store.store import Store
 from dashboard import payloads
 from tests.core import finish, report
 from tests.dashboard.conftest import (

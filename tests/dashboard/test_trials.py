@@ -18,10 +18,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.datastructures import MultiDict
 
-from core import export
 from core.errors import InvalidQuery
 from core.settings import Settings
-from core.store import Store
+from core.store import export
+from core.store.store import Store
 from dashboard import payloads, trials
 from dashboard.blueprint import STATE_KEY
 from dashboard.payloads import DashboardState

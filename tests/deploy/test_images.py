@@ -41,7 +41,7 @@ def _commands(services: dict[str, dict[str, Any]]) -> Iterator[tuple[str, list[s
 
 
 def test_commands_the_containers_run_exist(services: dict[str, dict[str, Any]]) -> None:
-    from scheduler.cli import main
+    from cli.main import main
 
     for where, argv in _commands(services):
         if argv[0] == "gunicorn":

@@ -16,10 +16,10 @@ from typing import Any
 
 from kombu import Connection
 
+from cli.commands import worker_commands
 from core.settings import Settings
-from core.spec import load_spec
-from core.store import Store
-from scheduler.commands import worker_commands
+from core.spec.sweep import load_spec
+from core.store.store import Store
 from scheduler.enqueue import sender_app
 from scheduler.submit import submit_sweep
 
@@ -84,7 +84,7 @@ class Scheduler(Process):
     `lease` seconds; `kill_all` is a power cut (no lease given back, nothing flushed)."""
 
     def __init__(self, env: dict[str, str], log_path: Path, lease: float = 3) -> None:
-        argv = [sys.executable, "-m", "scheduler.cli", "scheduler", "--lease", str(lease)]
+        argv = [sys.executable, "-m", "cli.main", "scheduler", "--lease", str(lease)]
         super().__init__(argv, env, log_path, "feeding sweeps every", "scheduler")
 
 

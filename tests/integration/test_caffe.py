@@ -20,16 +20,16 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from core.caffe.net import build_graph
-from core.caffe.prototxt import parse
-from core.limits import dataset_file_problems
-from core.spec import load_spec
+from cli.app import create_app
+from core.spec.caffe.net import build_graph
+from core.spec.caffe.prototxt import parse
+from core.spec.limits import dataset_file_problems
+from core.spec.sweep import load_spec
 from scheduler.enqueue import enqueue
 from scheduler.expand import expand
 from scheduler.submit import messages, submit_sweep
 from tests.api import ALICE, api_settings
 from tests.integration.stack import Stack, wait_for
-from web.app import create_app
 
 pytestmark = pytest.mark.integration
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from core.config import TrialConfig
+from core.spec.config import TrialConfig
 from tests.integration.stack import Stack, wait_for
 from workers.training import train
 

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from core.records import flatten_params
+from cli.app import create_app
 from core.settings import Settings
 from core.states import TERMINAL_STATES
+from core.store.records import flatten_params
 from scheduler.enqueue import sender_app
 from tests.api import ALICE_TOKEN
 from tests.integration.stack import Scheduler, Stack, wait_for
-from web.app import create_app
 
 pytestmark = pytest.mark.integration
 

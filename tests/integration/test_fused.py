@@ -22,8 +22,8 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu import Connection
 
 from core.broker import GROUP_TASK_NAME, time_limits
-from core.config import TrialConfig
 from core.settings import Settings
+from core.spec.config import TrialConfig
 from scheduler.enqueue import enqueue, sender_app
 from tests.integration.stack import Stack, wait_for
 from workers import group_runner

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from cli.app import create_app
 from tests.integration.stack import Stack, wait_for
-from web.app import create_app
 
 pytestmark = pytest.mark.integration
 

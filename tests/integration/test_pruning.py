@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 
-from core.spec import load_spec
+from core.spec.sweep import load_spec
 from scheduler.enqueue import enqueue
 from scheduler.expand import expand
 from scheduler.submit import messages

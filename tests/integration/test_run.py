@@ -21,12 +21,12 @@ import pymongo
 import pytest
 from click.testing import CliRunner, Result
 
-from scheduler.cli import main
+from cli.main import main
 from tests.integration.stack import ROOT, wait_for
 from tests.services import SecantusProcess
 
 pytestmark = pytest.mark.integration
-SWEEPSTACK = [sys.executable, "-m", "scheduler.cli"]
+SWEEPSTACK = [sys.executable, "-m", "cli.main"]
 DEFAULT_DASHBOARD_PORT = 8050
 
 

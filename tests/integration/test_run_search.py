@@ -10,7 +10,7 @@ import pymongo
 import pytest
 import yaml
 
-from core.records import flatten_params
+from core.store.records import flatten_params
 from tests.integration.stack import ROOT, wait_for
 from tests.integration.test_run import (
     clean_env,

@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from core.spec import load_spec
+from cli.app import create_app
+from core.spec.sweep import load_spec
 from scheduler.enqueue import enqueue
 from scheduler.expand import expand
 from scheduler.submit import messages
 from tests import trainables
 from tests.api import ALICE, BOB, api_settings
 from tests.integration.stack import Stack, wait_for
-from web.app import create_app
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ class Command:
         self.log_path = log_path
         self.log = open(log_path, "a")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scheduler.cli", "worker", *args],
+            [sys.executable, "-m", "cli.main", "worker", *args],
             env=stack.env,
             cwd=ROOT,
             stdout=self.log,
@@ -93,7 +93,7 @@ def test_a_taken_name_is_one_line_and_exit_2(stack: Stack, commands: list[Comman
     commands.append(first)
     first.wait_ready()
     second = subprocess.run(
-        [sys.executable, "-m", "scheduler.cli", "worker", "--workers", "1", "--name", name],
+        [sys.executable, "-m", "cli.main", "worker", "--workers", "1", "--name", name],
         env=stack.env,
         cwd=ROOT,
         capture_output=True,

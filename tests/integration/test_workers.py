@@ -31,7 +31,7 @@ def spec(name: str, body: str, execution: str = "device: cpu") -> str:
 
 def test_quickstart_sweep_completes_with_metrics_via_cli(stack: Stack) -> None:
     stack.start_worker(concurrency=2)
-    cli = [sys.executable, "-m", "scheduler.cli"]
+    cli = [sys.executable, "-m", "cli.main"]
     out = subprocess.run(
         [*cli, "submit", str(ROOT / "configs" / "quickstart.yaml"), "--json"],
         env=stack.env,
@@ -210,8 +210,8 @@ def test_redelivered_message_for_a_finished_trial_changes_nothing(stack: Stack) 
 
 def test_api_scheduler_and_core_do_not_import_torch() -> None:
     code = (
-        "import sys, core.spec, core.store, core.broker, core.settings, scheduler.cli, "
-        "scheduler.commands, scheduler.submit, scheduler.enqueue, api, dashboard; "
+        "import sys, core.spec.sweep, core.store.store, core.broker, core.settings, cli.main, "
+        "cli.commands, scheduler.submit, scheduler.enqueue, api, dashboard; "
         "bad = [m for m in ('torch', 'workers') if m in sys.modules]; "
         "assert not bad, bad"
     )

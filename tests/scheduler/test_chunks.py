@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from core.spec import load_spec
+from core.spec.sweep import load_spec
 from scheduler import chunks
 from scheduler.chunks import (
     CHEAP_SECONDS,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from core.errors import TooManyTrials
-from core.spec import load_spec
+from core.spec.sweep import load_spec
 from scheduler.expand import count_trials, expand, tally
 from tests.scheduler.test_expand import spec
 

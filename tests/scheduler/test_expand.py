@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import SpecError, TooManyTrials
-from core.spec import load_spec, load_spec_file
+from core.spec.sweep import load_spec, load_spec_file
 from scheduler.expand import count_trials, expand, trial_id
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -65,7 +65,7 @@ def test_expansion_is_identical_in_other_processes() -> None:
     ]
     for hash_seed in ("1", "2"):
         out = subprocess.run(
-            [sys.executable, "-m", "scheduler.cli", "generate", str(path), "--format", "jsonl"],
+            [sys.executable, "-m", "cli.main", "generate", str(path), "--format", "jsonl"],
             capture_output=True,
             text=True,
             check=True,

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from core.config import TrialConfig
 from core.errors import SpecError
-from core.spec import load_spec, load_spec_file
+from core.spec.config import TrialConfig
+from core.spec.sweep import load_spec, load_spec_file
 from scheduler import grouping
 from scheduler.cost import (
     TRIAL_SECONDS,
@@ -29,7 +29,7 @@ from scheduler.grouping import (
     group_trials,
 )
 from scheduler.submit import messages
-from tests.core.test_spec import CONFIGS
+from tests.core.spec.test_spec import CONFIGS
 
 
 def config(**sections: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from core.spec import load_spec, load_spec_file
+from core.spec.sweep import load_spec, load_spec_file
 from scheduler.cost import estimate_seconds
 from scheduler.expand import expand
 from scheduler.order import group_cost, order_by_cost, steps, trial_cost

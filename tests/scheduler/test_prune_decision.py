@@ -3,9 +3,9 @@ with Optuna's median pruner behind a real SearchSession (no store, no broker).""
 
 from __future__ import annotations
 
-from core.spec import load_spec
+from core.spec.sweep import load_spec
 from scheduler.prune_decision import decide
-from scheduler.search import SearchSession
+from scheduler.search_session import SearchSession
 
 SPEC = (
     "name: prune\ndataset: {name: digits}\nmodel: {hidden_units: [8, 16, 32, 64, 128]}\n"

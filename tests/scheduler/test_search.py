@@ -12,12 +12,12 @@ import optuna
 import pytest
 
 from core.errors import SpecError
-from core.search import Pruning, Search
-from core.space import Categorical, IntRange, Uniform
-from core.spec import SweepSpec, load_spec
+from core.spec.search import Pruning, Search
+from core.spec.space import Categorical, IntRange, Uniform
+from core.spec.sweep import SweepSpec, load_spec
 from scheduler.expand import expand
 from scheduler.samplers import distribution, make_pruner, make_sampler
-from scheduler.search import Asked, Record, SearchSession
+from scheduler.search_session import Asked, Record, SearchSession
 
 MIXED = """
 name: mixed

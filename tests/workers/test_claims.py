@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.store import Store
+from core.store.store import Store
 from tests.core import WORKER, make_sweep, open_store, trial_ids
 from tests.integration.stack import wait_for
 from workers.claims import EpochRows, HeartbeatSender, claim_trials, holder_is_dead

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from core.config import DatasetConfig
 from core.errors import TrainingError
-from core.limits import OutsideDatasets, confine
+from core.spec.config import DatasetConfig
+from core.spec.limits import OutsideDatasets, confine
 from workers.training.bundled import FILES as BUNDLED_FILES
 from workers.training.bundled import load_bundled
 from workers.training.splits import StratifyError, train_val_split
@@ -111,7 +111,7 @@ def load_dataset(config: DatasetConfig, base_dir: Path | None = None) -> Dataset
 
     A file is read only from inside `base_dir`, the worker's datasets folder
     (``SWEEPSTACK_DATASETS_DIR``; None: the current folder): a relative path from there, an
-    absolute one only if it lies in it, symlinks followed (`core.limits.confine`). The API
+    absolute one only if it lies in it, symlinks followed (`core.spec.limits.confine`). The API
     refused anything else at submit; this is the worker's own check, with its own folder.
 
     Raises `TrainingError` for a path outside the folder, a missing or unreadable file, a

@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from core.config import ExecutionConfig
 from core.errors import TrainingError
+from core.spec.config import ExecutionConfig
 
 logger = logging.getLogger(__name__)
 

@@ -48,8 +48,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from core.config import TrialConfig
 from core.errors import TrainingError
+from core.spec.config import TrialConfig
 from workers.training.device import MIXED_DTYPES, seed_torch
 from workers.training.fused_model import FusedMLP, parameter_count
 from workers.training.fused_optim import FusedOptimizer, LrClock

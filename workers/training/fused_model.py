@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.config import ModelConfig
+from core.spec.config import ModelConfig
 from workers.training.models import _ACTIVATIONS
 
 BN_MOMENTUM = 0.1

@@ -29,7 +29,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from core.config import TrainingConfig
+from core.spec.config import TrainingConfig
 from workers.training.optim import (
     RMSPROP_ALPHA,
     build_optimizer,

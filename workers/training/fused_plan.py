@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from core.config import ModelConfig, TrialConfig
+from core.spec.config import ModelConfig, TrialConfig
 from workers.training.datasets import Dataset, load_dataset
 from workers.training.device import parameter_dtype, select_device, select_dtype
 from workers.training.fused_model import FusedMLP

@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.config import TrialConfig
 from core.errors import TrainingError
+from core.spec.config import TrialConfig
 from workers.training.datasets import Dataset, load_dataset
 from workers.training.device import (
     MIXED_DTYPES,

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.config import ModelConfig
 from core.errors import TrainingError
+from core.spec.config import ModelConfig
 
 logger = logging.getLogger(__name__)
 

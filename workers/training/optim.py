@@ -29,8 +29,8 @@ import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, StepLR
 
-from core.config import TrainingConfig
 from core.errors import TrainingError
+from core.spec.config import TrainingConfig
 
 RMSPROP_ALPHA = 0.99
 

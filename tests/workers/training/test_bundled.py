@@ -40,7 +40,7 @@ def test_unknown_name_is_a_training_error() -> None:
 def test_loading_digits_imports_neither_sklearn_nor_pandas() -> None:
     code = (
         "import sys\n"
-        "from core.config import DatasetConfig\n"
+        "from core.spec.config import DatasetConfig\n"
         "from workers.training.datasets import load_dataset\n"
         "data = load_dataset(DatasetConfig(name='digits'))\n"
         "assert data.n_train + data.n_val == 1797\n"

@@ -12,8 +12,8 @@ import pytest
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from core.config import DatasetConfig
 from core.errors import TrainingError
+from core.spec.config import DatasetConfig
 from workers.training.datasets import clear_dataset_cache, load_dataset
 
 
@@ -316,7 +316,7 @@ def test_a_trial_config_outside_the_workers_folder_fails_with_a_plain_reason(
     # What the worker does with a stored config: validate it, train it with its own folder.
     from pydantic import ValidationError
 
-    from core.config import TrialConfig
+    from core.spec.config import TrialConfig
     from workers.runner import failure_reason
     from workers.training import train
 

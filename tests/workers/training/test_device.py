@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.config import ExecutionConfig
 from core.errors import TrainingError
+from core.spec.config import ExecutionConfig
 from workers.training.device import describe, parameter_dtype, select_device, select_dtype
 
 HAS_CUDA = torch.cuda.is_available()

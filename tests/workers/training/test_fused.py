@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from core.config import TrialConfig
 from core.errors import TrainingError
+from core.spec.config import TrialConfig
 from workers.training import TrainResult, fused_plan, train
 from workers.training import fused as fused_module
 from workers.training.fused import FusedEpoch, check_compatible, train_fused

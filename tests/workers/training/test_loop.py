@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from core.config import TrialConfig
 from core.errors import TrainingError
+from core.spec.config import TrialConfig
 from workers.training import TrainResult, objective_value, train
 from workers.training.loop import CHECK_EVERY_STEPS
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from core.config import ACTIVATIONS, INITS, ModelConfig
 from core.errors import TrainingError
+from core.spec.config import ACTIVATIONS, INITS, ModelConfig
 from workers.training import models
 from workers.training.models import (
     build_mlp,

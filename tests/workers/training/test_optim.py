@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from core.config import OPTIMIZERS, TrainingConfig
 from core.errors import TrainingError
+from core.spec.config import OPTIMIZERS, TrainingConfig
 from workers.training.fused_optim import LrClock
 from workers.training.optim import build_optimizer, build_scheduler, current_lr
 
@@ -122,7 +122,7 @@ def test_a_fused_group_without_a_schedule_never_imports_dynamo() -> None:
     with a constant rate builds no torch optimiser, so `torch._dynamo` (~1.4 s) stays out."""
     script = (
         "import sys\n"
-        "from core.config import TrialConfig\n"
+        "from core.spec.config import TrialConfig\n"
         "from workers.training.fused import train_fused\n"
         "configs = [TrialConfig.from_dict({'dataset': {'name': 'iris'}, 'training': "
         "{'epochs': 2, 'lr': lr, 'seed': 1}}) for lr in (0.01, 0.1)]\n"

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from core.config import TrialConfig
 from core.errors import TrainingError
 from core.procs import free_port
+from core.spec.config import TrialConfig
 from workers.training import train
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -235,7 +235,7 @@ def test_ranks_started_by_hand_rendezvous_at_a_tcp_store(tmp_path: Path) -> None
     spec = tmp_path / "spec.yaml"
     spec.write_text(BY_HAND)
     trials = tmp_path / "trials.jsonl"
-    cli = [sys.executable, "-m", "scheduler.cli"]
+    cli = [sys.executable, "-m", "cli.main"]
     subprocess.run(
         [*cli, "generate", str(spec), "--format", "jsonl", "--with-config", "--out", str(trials)],
         cwd=ROOT,

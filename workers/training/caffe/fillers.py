@@ -22,9 +22,9 @@ import math
 
 import torch
 
-from core.caffe.fields import resolve
-from core.caffe.prototxt import Message
 from core.errors import TrainingError
+from core.spec.caffe.fields import resolve
+from core.spec.caffe.prototxt import Message
 
 
 def _legacy(shape: torch.Size, axis: int) -> int:

@@ -1,5 +1,5 @@
 """Image files read into arrays for `workers.training.caffe.images`: a folder of PNG/JPEG
-files by class (Pillow; listed and checked by `core.caffe.image_folder`) and an .npz of
+files by class (Pillow; listed and checked by `core.spec.caffe.image_folder`) and an .npz of
 images, each held to the ceilings before decoding.
 
 Both return ``(x, y)``: ``x`` float64 of shape (N, C, H, W), already resized when a
@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from core.caffe.image_folder import ImageFolderError, scan_folder
 from core.errors import TrainingError
+from core.spec.caffe.image_folder import ImageFolderError, scan_folder
 
 _Limits = tuple[int, int, int]
 
@@ -26,7 +26,7 @@ def read_folder(
     folder: Path, shown: str, resize: tuple[int, int] | None, limits: _Limits
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every image of `folder`'s class sub-folders (sorted names are the classes), listed
-    and checked by `core.caffe.image_folder.scan_folder` before any is decoded."""
+    and checked by `core.spec.caffe.image_folder.scan_folder` before any is decoded."""
     try:
         scan = scan_folder(folder, shown, resize, limits)
     except ImageFolderError as err:

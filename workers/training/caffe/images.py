@@ -24,7 +24,7 @@ pixels a side (checked from each file's header, before it is decoded) and `MAX_E
 values in the loaded set. Errors name files as the spec and the folder do, never by the
 worker's own paths.
 
-`Transform` applies a data layer's ``transform_param`` (`core.caffe.transform`) to a batch,
+`Transform` applies a data layer's ``transform_param`` (`core.spec.caffe.transform`) to a batch,
 as Caffe's DataTransformer does: the crop at a random offset in TRAIN and centred in TEST,
 a random horizontal flip of each image when ``mirror`` is set (in either phase, as Caffe
 draws it whatever the phase), then ``(pixel - mean_value[c]) * scale``. Its random draws
@@ -46,11 +46,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.caffe.image_folder import IMAGE_SUFFIXES, MAX_ELEMENTS, MAX_IMAGE_SIDE, MAX_IMAGES
-from core.caffe.prototxt import Message
-from core.caffe.transform import TransformParam, missing_dataset_message
-from core.config import DatasetConfig
 from core.errors import TrainingError
+from core.spec.caffe.image_folder import IMAGE_SUFFIXES, MAX_ELEMENTS, MAX_IMAGE_SIDE, MAX_IMAGES
+from core.spec.caffe.prototxt import Message
+from core.spec.caffe.transform import TransformParam, missing_dataset_message
+from core.spec.config import DatasetConfig
 from workers.training.bundled import load_bundled
 from workers.training.caffe.image_files import read_folder, read_npz
 from workers.training.datasets import AUTO_CLASSIFICATION_MAX_CLASSES

@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from core.caffe.geometry import canonical_axis, conv_window, pool_window
-from core.caffe.net import LayerDef
-from core.caffe.prototxt import Message
-from core.caffe.shapes import Ctx, LayerError, reshape
 from core.errors import TrainingError
+from core.spec.caffe.geometry import canonical_axis, conv_window, pool_window
+from core.spec.caffe.net import LayerDef
+from core.spec.caffe.prototxt import Message
+from core.spec.caffe.shapes import Ctx, LayerError, reshape
 from workers.training.caffe import losses
 from workers.training.caffe.fillers import values
 from workers.training.caffe.pooling import lrn, pool

@@ -1,8 +1,8 @@
 """Train a Caffe net as a trial: the solver's iterations, its test schedule as epoch rows.
 
-A trial's config (`core.caffe.trial.CaffeTrialConfig`) holds the net's and the solver's
+A trial's config (`core.spec.caffe.trial.CaffeTrialConfig`) holds the net's and the solver's
 texts with its values set. The worker builds the TRAIN and TEST graphs from the data set's
-sample shape (`core.caffe.net.build_graph`), the module (`CaffeNet`, weights drawn from a
+sample shape (`core.spec.caffe.net.build_graph`), the module (`CaffeNet`, weights drawn from a
 generator seeded by the solver's ``random_seed``, or the trial's seed when it is -1), the
 solver (`CaffeSolver`) and the images (`workers.training.caffe.images`), then trains as
 Caffe's ``Solver::Step`` does:
@@ -14,7 +14,7 @@ Caffe's ``Solver::Step`` does:
 - an evaluation before iteration k whenever k is a multiple of ``test_interval`` (k > 0:
   the untrained net's evaluation that ``test_initialization`` asks for is not reported),
   and one after the last iteration, so the last row is the trained net (Caffe's own
-  schedule, `core.caffe.solver.evaluation_iterations`, tests after the last update only
+  schedule, `core.spec.caffe.solver.evaluation_iterations`, tests after the last update only
   when ``max_iter`` is a multiple of ``test_interval``): ``test_iter`` batches of the TEST
   net's data layer from the start of the validation split, wrapping round (each
   evaluation reads the same batches, where Caffe's TEST cursor would go on);
@@ -42,13 +42,13 @@ from typing import Any
 
 import torch
 
-from core.caffe.net import NetGraph, build_graph, check_shared
-from core.caffe.prototxt import PrototxtError, parse
-from core.caffe.solver import SolverConfig, parse_solver
-from core.caffe.transform import parse_transform
-from core.caffe.trial import CaffeTrialConfig
-from core.config import ExecutionConfig
 from core.errors import SpecError, TrainingError
+from core.spec.caffe.net import NetGraph, build_graph, check_shared
+from core.spec.caffe.prototxt import PrototxtError, parse
+from core.spec.caffe.solver import SolverConfig, parse_solver
+from core.spec.caffe.transform import parse_transform
+from core.spec.caffe.trial import CaffeTrialConfig
+from core.spec.config import ExecutionConfig
 from workers.training.caffe.images import ImageSet, Transform, load_images, sequential_batch
 from workers.training.caffe.model import CaffeNet
 from workers.training.caffe.solver import CaffeSolver

@@ -20,9 +20,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from core.caffe.fields import given, resolve
-from core.caffe.prototxt import Message
 from core.errors import TrainingError
+from core.spec.caffe.fields import given, resolve
+from core.spec.caffe.prototxt import Message
 
 FLT_MIN = 1.17549435e-38
 _LOG_FLT_MIN = math.log(FLT_MIN)

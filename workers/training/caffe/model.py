@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from core.caffe.layers import LAYER_TYPES
-from core.caffe.net import LayerDef, NetGraph
 from core.errors import TrainingError
+from core.spec.caffe.layers import LAYER_TYPES
+from core.spec.caffe.net import LayerDef, NetGraph
 from workers.training.caffe.layers import Forward, make_blobs, make_forward
 
 

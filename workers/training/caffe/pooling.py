@@ -1,6 +1,6 @@
 """Caffe's pooling and local response normalisation, which PyTorch's own do not match.
 
-Caffe's pooling (pooling_layer.cpp) lays its windows out with `core.caffe.geometry.
+Caffe's pooling (pooling_layer.cpp) lays its windows out with `core.spec.caffe.geometry.
 pool_window` (output size rounded up, the last window clipped), which PyTorch's
 ``ceil_mode`` matches only while ``pad <= kernel / 2``. Here the input is padded explicitly
 up to the last window's end and pooled without padding: MAX pads with -inf, so a window
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from core.caffe.geometry import Window, pool_window
+from core.spec.caffe.geometry import Window, pool_window
 
 
 def _right_pads(x: torch.Tensor, window: Window) -> tuple[int, int]:

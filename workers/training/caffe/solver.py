@@ -5,7 +5,7 @@ makes it.
 gradients accumulated since `zero_grad` (``iter_size`` backward passes), in the order of
 Caffe's ``SGDSolver::ApplyUpdate``:
 
-1. the base rate of the iteration, ``learning_rate(config, iteration)`` (`core.caffe.solver`);
+1. the base rate of the iteration, ``learning_rate(config, iteration)`` (`core.spec.caffe.solver`);
 2. ``clip_gradients`` (when >= 0): if the L2 norm of all the gradients together, as
    accumulated, is above it, every gradient is scaled by ``clip_gradients / norm``;
 3. then for each blob: the gradient divided by ``iter_size`` (Normalize); the decay added,
@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from core.caffe.solver import SOLVER_TYPES, SolverConfig, learning_rate
 from core.errors import TrainingError
+from core.spec.caffe.solver import SOLVER_TYPES, SolverConfig, learning_rate
 
 if TYPE_CHECKING:
     from workers.training.caffe.model import ParamInfo

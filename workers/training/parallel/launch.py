@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from core.config import TrialConfig
 from core.errors import TrainingError
 from core.procs import die_with_parent, free_port
+from core.spec.config import TrialConfig
 from workers.training.loop import TrainResult, best_values
 
 log = logging.getLogger(__name__)

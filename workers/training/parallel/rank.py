@@ -36,8 +36,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
-from core.config import TrialConfig
 from core.errors import TrainingError
+from core.spec.config import TrialConfig
 from workers.training.loop import (
     CHECK_EVERY_STEPS,
     Trainer,

@@ -19,7 +19,7 @@ import torch
 import torch.distributed.rpc as rpc
 from torch import nn
 
-from core.config import ParallelConfig
+from core.spec.config import ParallelConfig
 from workers.training.parallel.comm import (
     CommMeter,
     all_reduce_sum,

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from core.caffe.solver import SolverConfig
+from core.spec.caffe.solver import SolverConfig
 
 
 def reference_rate(c: SolverConfig, it: int) -> float:

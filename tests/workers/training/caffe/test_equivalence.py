@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from core.caffe import net as net_module
-from core.caffe.prototxt import parse
-from core.caffe.solver import SOLVER_TYPES, SolverConfig
+from core.spec.caffe import net as net_module
+from core.spec.caffe.prototxt import parse
+from core.spec.caffe.solver import SOLVER_TYPES, SolverConfig
 from tests.workers.training.caffe.reference import POLICY_SETTINGS, ReferenceSolver, config_for
 from workers.training.caffe import model
 from workers.training.caffe.solver import CaffeSolver

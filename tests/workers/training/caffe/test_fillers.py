@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from core.caffe.prototxt import parse
 from core.errors import TrainingError
+from core.spec.caffe.prototxt import parse
 from workers.training.caffe.fillers import fill, values
 
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 from PIL import Image
 
-from core.caffe.prototxt import parse
-from core.caffe.transform import TransformParam
-from core.config import DatasetConfig
 from core.errors import TrainingError
+from core.spec.caffe.prototxt import parse
+from core.spec.caffe.transform import TransformParam
+from core.spec.config import DatasetConfig
 from workers.training.bundled import load_bundled
 from workers.training.caffe import image_files, images
 from workers.training.caffe.images import (

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from core.caffe.net import build_graph
-from core.caffe.prototxt import parse
 from core.errors import TrainingError
+from core.spec.caffe.net import build_graph
+from core.spec.caffe.prototxt import parse
 from workers.training.caffe.model import CaffeNet
 
 F64 = torch.float64

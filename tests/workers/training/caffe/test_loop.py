@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from core.caffe.prototxt import parse
 from core.errors import TrainingError
-from core.spec import load_spec
+from core.spec.caffe.prototxt import parse
+from core.spec.sweep import load_spec
 from scheduler.expand import expand
 from workers.training.caffe.loop import CaffeTrainer, train_caffe
 

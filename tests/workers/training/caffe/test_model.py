@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.caffe.layers import LAYER_TYPES
-from core.caffe.net import build_graph
-from core.caffe.prototxt import parse
 from core.errors import TrainingError
+from core.spec.caffe.layers import LAYER_TYPES
+from core.spec.caffe.net import build_graph
+from core.spec.caffe.prototxt import parse
 from workers.training.caffe.model import CaffeNet
 
 # Every layer type that computes (the data layers are fed), wired into one net.

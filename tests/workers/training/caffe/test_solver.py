@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.caffe.solver import SOLVER_TYPES, SolverConfig
+from core.spec.caffe.solver import SOLVER_TYPES, SolverConfig
 from tests.workers.training.caffe.reference import (
     POLICY_SETTINGS,
     ReferenceSolver,

@@ -1,0 +1,177 @@
+"""Building a Caffe spec's nets and solvers at validation time, so no worker meets a broken one.
+
+`check_first` runs when the spec loads (`sweepstack validate`, ``submit``, the API): the net
+of the first trial (each dimension at its first value, or its low bound) through the layer
+graph (`core.spec.caffe.net.build_graph`, TRAIN and TEST phases) and its solver through
+`core.spec.caffe.solver.parse_solver`. `check_points` runs when a grid or random sweep is
+expanded (`scheduler.expand`), on every distinct net and every distinct solver of its
+trials, at most `MAX_CHECKED` of each; a problem names the values it happened with.
+
+The data set's shape is known here for ``digits`` (1 x 8 x 8, or 1 x H x W with
+``caffe.resize``); a ``.npz`` file lies in a worker's datasets folder, so for one the graph
+is checked by the worker that reads it (the solver still is here). A folder of images is
+read from its files' headers by the commands whose workers share this host's datasets
+folder (`sweepstack validate`, `run`: `folder_problems`), which build the first trial's net
+on its shape and classes too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.errors import Problem, SpecError
+from core.spec.caffe.image_folder import ImageFolderError, scan_folder
+from core.spec.caffe.net import PHASES, build_graph, check_shared
+from core.spec.caffe.solver import parse_solver
+from core.spec.caffe.targets import Target
+from core.spec.fields import leaf_defaults
+from core.spec.space import Fixed, IntRange, Uniform
+
+if TYPE_CHECKING:
+    from core.spec.caffe.prototxt import Message
+    from core.spec.caffe.spec import CaffeSpec
+
+#: The most distinct nets (and solvers) one expansion builds; the rest are built by workers.
+MAX_CHECKED = 500
+#: Problems reported before giving up.
+MAX_PROBLEMS = 10
+#: (channels, height, width) and classes of the built-in image set.
+DIGITS = ((1, 8, 8), 10)
+
+
+def input_shape(spec: CaffeSpec) -> tuple[tuple[int, ...], int | None] | None:
+    """One sample's (C, H, W) and the class count, or None when only a worker knows them."""
+    name = spec.space.get("dataset.name")
+    if not isinstance(name, Fixed) or name.value != "digits":
+        return None
+    (channels, height, width), classes = DIGITS
+    if spec.resize is not None:
+        height, width = spec.resize
+    return (channels, height, width), classes
+
+
+def _problems(exc: SpecError, when: str) -> list[Problem]:
+    suffix = f" (when {when})" if when else ""
+    return [Problem(p.path, p.message + suffix) for p in exc.problems]
+
+
+def check_messages(
+    spec: CaffeSpec,
+    net: Message | None,
+    solver: Message | None,
+    when: str = "",
+    shape: tuple[tuple[int, ...], int | None] | None = None,
+) -> list[Problem]:
+    """The problems of building `net` (both phases) and parsing `solver`; `shape` is the
+    data set's (sample shape, classes) where the caller read it (a folder), else
+    `input_shape`'s."""
+    problems: list[Problem] = []
+    shape = shape if shape is not None else input_shape(spec)
+    if net is not None and shape is not None:
+        try:
+            train, test = (build_graph(net, phase, shape[0], shape[1], spec.net_source)
+                           for phase in PHASES)  # fmt: skip
+            check_shared(train, test)
+        except SpecError as exc:  # the other phase mostly fails the same way: one is enough
+            problems.extend(_problems(exc, when))
+    if solver is not None:
+        try:
+            parse_solver(solver, spec.solver_source)
+        except SpecError as exc:
+            problems.extend(_problems(exc, when))
+    return problems
+
+
+def _first(dim: Any) -> Any:
+    if isinstance(dim, Uniform | IntRange):
+        return dim.low
+    return dim.values()[0]
+
+
+def first_params(spec: CaffeSpec) -> dict[str, Any]:
+    """The first trial a grid would list: each active dimension at its first value."""
+    lookup = leaf_defaults()
+    lookup.update(
+        {p: d.value for p, d in spec.space.items() if isinstance(d, Fixed) and not d.when}
+    )
+    params: dict[str, Any] = {}
+    for path, dim in spec.space.items():
+        if dim.varies and (not dim.when or dim.active(lookup)):
+            params[path] = lookup[path] = _first(dim)
+    return params
+
+
+def check_first(spec: CaffeSpec) -> None:
+    """Raise `SpecError` if the first trial's net or solver cannot be built."""
+    net, solver = spec.messages(first_params(spec))
+    problems = check_messages(spec, net, solver)
+    if problems:
+        raise SpecError(problems)
+
+
+def first_param_count(spec: CaffeSpec) -> int | None:
+    """The learnable parameters of the first trial's net, or None when only a worker can
+    build it (a file's shape) or it cannot be built (reported by `check_first`)."""
+    shape = input_shape(spec)
+    if shape is None:
+        return None
+    net, _ = spec.messages(first_params(spec))
+    try:
+        return build_graph(net, "TRAIN", shape[0], shape[1], source=spec.net_source).param_count
+    except SpecError:
+        return None
+
+
+def _show(values: dict[str, Any]) -> str:
+    return ", ".join(f"{p}={json.dumps(v)}" for p, v in values.items())
+
+
+def check_points(spec: CaffeSpec, points: list[dict[str, Any]]) -> None:
+    """Raise `SpecError` if a distinct net or solver among these trials cannot be built."""
+    problems: list[Problem] = []
+    for kind in ("layer", "solver"):
+        seen: set[str] = set()
+        for params in points:
+            mine = {p: v for p, v in params.items() if _kind(spec.targets.get(p)) == kind}
+            key = json.dumps(mine, sort_keys=True, default=str)
+            if key in seen or len(seen) >= MAX_CHECKED:
+                continue
+            seen.add(key)
+            if not mine and kind == "layer" and len(seen) > 1:
+                continue
+            net, solver = spec.messages(mine)
+            found = check_messages(
+                spec,
+                net if kind == "layer" else None,
+                solver if kind == "solver" else None,
+                _show(mine),
+            )
+            problems.extend(p for p in found if p not in problems)
+            if len(problems) >= MAX_PROBLEMS:
+                raise SpecError(problems)
+    if problems:
+        raise SpecError(problems)
+
+
+def _kind(target: Target | None) -> str | None:
+    return target.kind if target is not None else None
+
+
+def folder_problems(spec: CaffeSpec, value: str, real: Path, datasets: Path) -> list[Problem]:
+    """What is wrong with the folder `value` (at `real` in the datasets folder `datasets`)
+    as this spec's data set (`core.spec.caffe.image_folder`), and, once it is read, with the
+    first trial's net built on its images' shape and classes."""
+    where = f"in the datasets folder {datasets} (SWEEPSTACK_DATASETS_DIR)"
+    if not real.exists():
+        return [Problem("dataset.path", f"names no folder {where}, got {value!r}")]
+    if not real.is_dir():
+        rule = "is a file, but a Caffe net reads an .npz file or a folder of images by class"
+        return [Problem("dataset.path", f"{rule}, got {value!r}")]
+    try:
+        scan = scan_folder(real, value, spec.resize)
+    except ImageFolderError as err:
+        return [Problem("dataset.path", f"{err} ({where})")]
+    net, _ = spec.messages(first_params(spec))
+    return check_messages(spec, net, None, f"dataset.path={value}", (scan.shape, len(scan.classes)))

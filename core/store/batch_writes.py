@@ -1,0 +1,397 @@
+"""The trial lifecycle's writes for many trials at once: claim, heartbeat, report, finish.
+
+The implementation of `core.store.lifecycle.TrialLifecycle`'s batched methods (their docstrings
+say what each does), as functions of the store's shared state (`core.store.state`).
+
+A worker that holds several trials (a fused group, or one process's trials) pays one round
+trip per step for all of them, not one per trial. A write that is the same for every trial
+(claim, heartbeat) is one ``update_many`` by ``_id $in`` per attempt number (there is
+usually one); one that differs per trial (progress, finish) is one ``bulk_write``
+(ordered=False) of conditional ``UpdateOne``s; metric rows are one ``insert_many``
+(ordered=False). On SecantusDB a bulk write saves only the round trips (the server works
+statement by statement, ~0.5 ms each), while an ``update_many`` is one statement. Every
+invariant holds trial by trial:
+
+- each filter names the state and attempt it expects, so of concurrent callers exactly one
+  changes a trial (a bulk write is atomic per document, not as a whole);
+- the sweep's counts move by the caller that made the change, one ``$inc`` per sweep;
+- a metric row is unique on (trial_id, attempt, epoch): a repeated report changes nothing.
+
+When a bulk write changes fewer trials than it names, one read finds out which (rare: a
+trial taken over, requeued or cancelled meanwhile).
+
+Round trips for K trials: `claim_queued` 2 (the claims; the counts, if the sweep is not
+cancelled), `heartbeat_many` 1, `report_many` 2 (progress, rows), `finish_many` 2 (the
+finishes, each building its history entry on the server, and the counts).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pymongo import UpdateOne
+from pymongo.errors import BulkWriteError
+
+from core.errors import InvalidQuery, InvalidTransition, NotFound
+from core.states import FINISH_STATES, Heartbeat, TrialState
+from core.store.query import check_attempt, check_id, check_keys
+from core.store.records import RESERVED_TRIAL_FIELDS, sweep_of
+from core.store.state import StoreState
+
+log = logging.getLogger(__name__)
+
+_QUEUED = TrialState.QUEUED.value
+_RUNNING = TrialState.RUNNING.value
+_CANCELLED = TrialState.CANCELLED.value
+_STATES = frozenset(s.value for s in TrialState)
+# What a finish accepts: a finish state, or cancelled after a stop request.
+_FINISHES = frozenset(s.value for s in FINISH_STATES) | {_CANCELLED}
+_DUPLICATE_KEY = 11000
+#: The path of the attempt a prune request names (`core.store.prune_requests`).
+PRUNE_ATTEMPT = "prune_requested.attempt"
+
+
+def not_pruned(attempt: int) -> dict[str, Any]:
+    """The filter clause of an attempt that no prune request names (an older attempt's
+    request, or none at all, leaves it alone)."""
+    return {PRUNE_ATTEMPT: {"$ne": attempt}}
+
+
+def running_fields(worker: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """What a claim sets on a trial that starts an attempt (with the attempt's number moved
+    by the caller): one shape for the careful claim and the batched one."""
+    return {
+        "state": _RUNNING,
+        "worker": worker,
+        "started_at": now,
+        "heartbeat_at": now,
+        "updated_at": now,
+        "progress": None,
+    }
+
+
+def finish_state(state: Any) -> str:
+    """A finish's state as a string; `InvalidTransition` for one a finish cannot reach."""
+    value = getattr(state, "value", state)
+    names = ", ".join(sorted(s.value for s in FINISH_STATES))
+    if value not in _STATES:
+        raise InvalidTransition(_RUNNING, str(value), f"not a trial state; finish accepts {names}")
+    if value not in _FINISHES:
+        raise InvalidTransition(_RUNNING, value, f"not a finish; finish accepts {names}")
+    return value
+
+
+@dataclass(frozen=True)
+class EpochRow:
+    """One epoch's metrics of one attempt, for `TrialLifecycle.report_many`."""
+
+    trial_id: str
+    attempt: int
+    epoch: int
+    metrics: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How one attempt ended, for `TrialLifecycle.finish_many`: the `state` it ended in
+    (complete, failed, pruned; cancelled after a stop request), its `result` (final
+    metrics), `error` (why it failed) and `extra` record fields (see `finish_many`)."""
+
+    trial_id: str
+    attempt: int
+    state: TrialState | str
+    result: Mapping[str, Any] | None = None
+    error: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _by_attempt(attempts: Mapping[str, int]) -> dict[int, list[str]]:
+    """Trial ids by attempt: one ``update_many`` per attempt (usually one in all)."""
+    out: dict[int, list[str]] = {}
+    for trial_id, attempt in attempts.items():
+        out.setdefault(attempt, []).append(trial_id)
+    return out
+
+
+def claim_queued(
+    s: StoreState, expected: Mapping[str, int], worker: Mapping[str, Any]
+) -> list[str]:
+    """`TrialLifecycle.claim_queued` (its docstring says what it does)."""
+    for trial_id, attempt in expected.items():
+        check_id("trial_id", trial_id)
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+            raise InvalidQuery("attempt", f"must be an integer >= 0, got {attempt!r}")
+    worker = check_keys("worker", worker)
+    if not expected:
+        return []
+    wanted = dict(expected)
+    now = s.call_time()
+    modified = 0
+    for attempt, ids in _by_attempt(wanted).items():
+        done = s.trials.update_many(
+            {"_id": {"$in": ids}, "state": _QUEUED, "attempt": attempt},
+            {"$set": {**running_fields(worker, now), "attempt": attempt + 1}},
+        )
+        modified += done.modified_count
+    if modified == len(wanted):
+        claimed = list(wanted)
+    elif modified == 0:
+        claimed = []
+    else:
+        claimed = s.changed_by(
+            wanted, {"state": _RUNNING, "worker": worker, "started_at": now}, offset=1
+        )
+    by_sweep: dict[str, list[str]] = {}
+    for trial_id in claimed:
+        by_sweep.setdefault(sweep_of(trial_id), []).append(trial_id)
+    for sweep_id, ids in by_sweep.items():
+        if not _claimed_in_live_sweep(s, sweep_id, ids, now):
+            claimed = [t for t in claimed if t not in set(ids)]
+    return claimed
+
+
+def _claimed_in_live_sweep(s: StoreState, sweep_id: str, ids: list[str], now: datetime) -> bool:
+    """Move the counts for trials of `sweep_id` this call claimed; False if the sweep was
+    cancelled (or deleted), and the trials are then cancelled instead.
+
+    The counter write asks that the sweep is not cancelled, so the usual claim needs no
+    read of the sweep. A queued trial of a cancelled sweep exists only when a requeue
+    or retry raced the cancel (`cancel_sweep` cancels every queued trial after setting
+    its flag): such a trial, just claimed, ends cancelled, as `TrialLifecycle.claim` ends it.
+    """
+    n = len(ids)
+    moved = s.sweeps.update_one(
+        {"_id": sweep_id, "cancelled_at": None},
+        {"$inc": {f"counts.{_QUEUED}": -n, f"counts.{_RUNNING}": n, "counts_rev": 1},
+         "$set": {"updated_at": now}},
+    )  # fmt: skip
+    if moved.matched_count:
+        return True
+    ended = s.trials.update_many(
+        {"_id": {"$in": ids}, "state": _RUNNING, "started_at": now},
+        {"$set": {"state": _CANCELLED, "finished_at": now, "updated_at": now}},
+    )
+    gone = ended.modified_count
+    s.bump(sweep_id, {_QUEUED: -n, _RUNNING: n - gone, _CANCELLED: gone}, now)
+    log.info("%d trial(s) of cancelled sweep %s cancelled at their claim", gone, sweep_id)
+    return False
+
+
+def heartbeat_many(s: StoreState, attempts: Mapping[str, int]) -> dict[str, Heartbeat]:
+    """`TrialLifecycle.heartbeat_many` (its docstring says what it does)."""
+    for trial_id, attempt in attempts.items():
+        check_id("trial_id", trial_id)
+        check_attempt(attempt)
+    if not attempts:
+        return {}
+    now = s.clock()
+    beat = {"$set": {"heartbeat_at": now, "updated_at": now}}
+    matched = 0
+    for attempt, ids in _by_attempt(attempts).items():
+        holders = {"_id": {"$in": ids}, "state": _RUNNING, "attempt": attempt}
+        matched += s.trials.update_many(
+            {**holders, "stop_requested": False, **not_pruned(attempt)}, beat
+        ).matched_count
+    if matched == len(attempts):
+        return dict.fromkeys(attempts, Heartbeat.OK)
+    fields = {"state": 1, "attempt": 1, "stop_requested": 1, PRUNE_ATTEMPT: 1}
+    docs = s.docs(attempts, fields)
+    out: dict[str, Heartbeat] = {}
+    stopping: dict[str, int] = {}
+    for trial_id, attempt in attempts.items():
+        doc = docs.get(trial_id)
+        if doc is None or doc["state"] != _RUNNING or doc["attempt"] != attempt:
+            out[trial_id] = Heartbeat.LOST
+        elif doc.get("stop_requested"):
+            out[trial_id] = Heartbeat.STOP
+            stopping[trial_id] = attempt
+        elif (doc.get("prune_requested") or {}).get("attempt") == attempt:
+            out[trial_id] = Heartbeat.PRUNE
+            stopping[trial_id] = attempt
+        else:
+            out[trial_id] = Heartbeat.OK  # beaten by the write above
+    for attempt, ids in _by_attempt(stopping).items():
+        s.trials.update_many({"_id": {"$in": ids}, "state": _RUNNING, "attempt": attempt}, beat)
+    return out
+
+
+def report_many(s: StoreState, rows: Sequence[EpochRow]) -> None:
+    """`TrialLifecycle.report_many` (its docstring says what it does)."""
+    rows = [_checked_row(row) for row in rows]
+    if not rows:
+        return
+    now = s.clock()
+    latest: dict[tuple[str, int], EpochRow] = {}
+    for row in rows:
+        key = (row.trial_id, row.attempt)
+        if key not in latest or row.epoch >= latest[key].epoch:
+            latest[key] = row
+    shown = s.trials.bulk_write(
+        [
+            UpdateOne(
+                {"_id": row.trial_id, "state": _RUNNING, "attempt": row.attempt},
+                {
+                    "$set": {
+                        "progress": {"epoch": row.epoch, "metrics": row.metrics},
+                        "updated_at": now,
+                    }
+                },
+            )
+            for row in latest.values()
+        ],
+        ordered=False,
+    )
+    if shown.matched_count < len(latest):
+        _check_attempts(s, {t: a for t, a in latest})
+    inserts = [
+        {
+            "trial_id": row.trial_id,
+            "attempt": row.attempt,
+            "epoch": row.epoch,
+            "sweep_id": sweep_of(row.trial_id),
+            "metrics": row.metrics,
+            "reported_at": now,
+        }
+        for row in rows
+    ]
+    try:
+        s.metrics.insert_many(inserts, ordered=False)
+    except BulkWriteError as exc:
+        others = [e for e in exc.details.get("writeErrors", []) if e["code"] != _DUPLICATE_KEY]
+        if others:
+            raise
+
+
+def finish_many(s: StoreState, finishes: Sequence[Finish]) -> dict[str, bool]:
+    """`TrialLifecycle.finish_many` (its docstring says what it does)."""
+    checked = [_checked_finish(f) for f in finishes]
+    if len({f.trial_id for f in checked}) != len(checked):
+        raise InvalidQuery("finishes", "name each trial at most once")
+    if not checked:
+        return {}
+    now = s.call_time()
+    ops = []
+    for f in checked:
+        expect: dict[str, Any] = {"_id": f.trial_id, "state": _RUNNING, "attempt": f.attempt}
+        if f.state == _CANCELLED:
+            expect["stop_requested"] = True
+        ops.append(UpdateOne(expect, [{"$set": _finish_fields(s, f, now)}]))
+    done = s.trials.bulk_write(ops, ordered=False)
+    wanted = {f.trial_id: f.attempt for f in checked}
+    states = {f.trial_id: str(f.state) for f in checked}
+    if done.modified_count == len(checked):
+        ended = list(wanted)
+    else:
+        ended = _ended_by(s, wanted, states, now)
+    s.bump_many(((t, {_RUNNING: -1, states[t]: 1}) for t in ended), now)
+    s.log_finished(ended)
+    out = dict.fromkeys(wanted, False) | dict.fromkeys(ended, True)
+    if len(ended) < len(checked):
+        _explain_unfinished(s, [f for f in checked if not out[f.trial_id]])
+    return out
+
+
+def _ended_by(
+    s: StoreState, wanted: Mapping[str, int], states: Mapping[str, str], now: datetime
+) -> list[str]:
+    """Which of `wanted` (id -> attempt) a partial finish write ended: those at that attempt
+    whose last history entry is this call's (its state, at its time). A trial another
+    caller ended at the same millisecond (a poisoned attempt's end, a cancel at a claim)
+    has a ``lost`` entry last; only the holder finishes an attempt, so no other finish of
+    it writes the same time (`core.store.state.StoreState.call_time`)."""
+    docs = s.docs(wanted, {"attempt": 1, "history": 1})
+    out = []
+    for trial_id, attempt in wanted.items():
+        doc = docs.get(trial_id)
+        last = ((doc or {}).get("history") or [{}])[-1]
+        if (
+            doc is not None
+            and doc["attempt"] == attempt
+            and last.get("state") == states[trial_id]
+            and last.get("finished_at") == now
+        ):
+            out.append(trial_id)
+    return out
+
+
+def _finish_fields(s: StoreState, f: Finish, now: datetime) -> dict[str, Any]:
+    """The pipeline ``$set`` of a finish: the record as literals (a string of the caller's
+    is never read as a field path), the history entry from the trial's own fields."""
+    record = {
+        **f.extra,
+        "state": str(f.state),
+        "finished_at": now,
+        "updated_at": now,
+        "result": f.result,
+        "objective": s.objective_of(sweep_of(f.trial_id), f.result),
+        "error": f.error,
+    }
+    ended = {
+        "attempt": "$attempt",
+        "state": {"$literal": str(f.state)},
+        "worker": "$worker",
+        "started_at": "$started_at",
+        "finished_at": {"$literal": now},
+        "error": {"$literal": f.error},
+    }
+    return {
+        **{key: {"$literal": value} for key, value in record.items()},
+        "history": {"$concatArrays": [{"$ifNull": ["$history", []]}, [ended]]},
+    }
+
+
+def _explain_unfinished(s: StoreState, unfinished: list[Finish]) -> None:
+    """Raise for an unfinished trial the store does not have, or a cancelled finish
+    without a stop request; an attempt that lost its claim is only logged."""
+    docs = s.docs([f.trial_id for f in unfinished], {"state": 1, "attempt": 1})
+    for f in unfinished:
+        doc = docs.get(f.trial_id)
+        if doc is None:
+            raise NotFound("trial", f.trial_id)
+        if doc["state"] == _RUNNING and doc["attempt"] == f.attempt:
+            raise InvalidTransition(
+                _RUNNING,
+                _CANCELLED,
+                "only an attempt whose sweep was cancelled may finish cancelled; "
+                "use complete, failed or pruned",
+            )
+        log.info("trial %s: finish by attempt %d ignored (%s)", f.trial_id, f.attempt, doc["state"])
+
+
+def _check_attempts(s: StoreState, attempts: Mapping[str, int]) -> None:
+    docs = s.docs(attempts, {"attempt": 1})
+    for trial_id, attempt in attempts.items():
+        if trial_id not in docs:
+            raise NotFound("trial", trial_id)
+        if attempt > docs[trial_id]["attempt"]:
+            raise InvalidQuery(
+                "attempt",
+                f"trial {trial_id} has had {docs[trial_id]['attempt']} attempts, got {attempt}",
+            )
+
+
+def _checked_row(row: EpochRow) -> EpochRow:
+    check_id("trial_id", row.trial_id)
+    check_attempt(row.attempt)
+    epoch = row.epoch
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise InvalidQuery("epoch", f"must be an integer >= 0, got {epoch!r}")
+    return EpochRow(row.trial_id, row.attempt, epoch, check_keys("metrics", row.metrics))
+
+
+def _checked_finish(f: Finish) -> Finish:
+    check_id("trial_id", f.trial_id)
+    check_attempt(f.attempt)
+    state = finish_state(f.state)
+    result = check_keys("result", f.result) if f.result is not None else None
+    extra = check_keys("extra", f.extra) if f.extra else {}
+    reserved = sorted(set(extra) & RESERVED_TRIAL_FIELDS)
+    if reserved:
+        raise InvalidQuery(f"extra.{reserved[0]}", "is a lifecycle field that finish sets")
+    if f.error is not None and not isinstance(f.error, str):
+        raise InvalidQuery("error", f"must be a string, got {f.error!r}")
+    return Finish(f.trial_id, f.attempt, state, result, f.error, extra)

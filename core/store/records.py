@@ -1,0 +1,262 @@
+"""The shapes of the documents the store keeps: sweeps, trials and metric rows.
+
+A **sweep** document::
+
+    _id (12 hex), name, description, spec (the submitted document), objective {metric,
+    direction}, owner, created_at, updated_at, cancelled_at, trial_count, max_index (the
+    highest trial index), counts {state: n, every state}, counts_rev (bumped with every
+    change to counts); for sweeps fed in windows (`core.store.feeding`): planned (trials not yet
+    created, counted as queued), sending (ids of the window being sent), lease {owner,
+    expires}, study_attrs (the search's Optuna study state). A fed trial also has
+    optuna {number, system_attrs}.
+
+A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
+
+    sweep_id, key (the stable 16-hex point id), index, params (nested by path:
+    {"model": {"hidden_units": 64}}; dotted keys cannot be queried), config (the full
+    resolved config), seed, state, attempt (the number of the latest claim; 0 = never
+    claimed), history (one entry per ended attempt: {attempt, state, worker, started_at,
+    finished_at, error}, state being a finish state or "lost"), worker {host, pid, name},
+    stop_requested, progress {epoch, metrics} (the latest report), queued_at, started_at,
+    heartbeat_at, finished_at, updated_at, result (final metrics), objective (also at top
+    level, for sorting), error, train_seconds, param_count, device, dtype, versions, and
+    any other `extra` a worker records at finish; prune_requested {attempt, epoch, at}
+    (only once `request_prune` asked, `core.store.prune_requests`) and, on a pruned trial,
+    pruned_epoch (the last epoch it trained).
+
+A **metrics** row: ``trial_id, sweep_id, attempt, epoch, metrics, reported_at``; one per
+(trial, attempt, epoch), which a unique index enforces.
+
+Times are timezone-aware UTC, cut to milliseconds as BSON stores them, so a value read
+back compares equal to the value written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from core.states import ALL_STATES, TERMINAL_STATES, TrialState
+
+
+class TrialPointLike(Protocol):
+    """What a new trial is made from (``scheduler.expand.TrialPoint`` is one)."""
+
+    index: int
+    id: str
+    params: dict[str, Any]
+    seed: int
+    config: dict[str, Any]
+
+
+#: Trial fields that `finish(extra=...)` may not overwrite: the lifecycle's own.
+RESERVED_TRIAL_FIELDS = frozenset(
+    {
+        "_id",
+        "sweep_id",
+        "key",
+        "index",
+        "params",
+        "config",
+        "seed",
+        "state",
+        "attempt",
+        "history",
+        "lost_attempts",
+        "worker",
+        "stop_requested",
+        "prune_requested",
+        "progress",
+        "queued_at",
+        "started_at",
+        "heartbeat_at",
+        "finished_at",
+        "updated_at",
+        "result",
+        "objective",
+        "error",
+    }
+)
+
+
+def sweep_of(trial_id: str) -> str:
+    """The sweep id inside a trial id (``f"{sweep_id}-{key}"``)."""
+    return trial_id.partition("-")[0]
+
+
+def utcnow() -> datetime:
+    """Now, in UTC, to the millisecond (BSON's resolution)."""
+    return truncate_to_millis(datetime.now(UTC))
+
+
+def truncate_to_millis(moment: datetime) -> datetime:
+    """`moment` cut to whole milliseconds, as BSON stores it."""
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def nest_params(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{"model.hidden_units": 64}`` -> ``{"model": {"hidden_units": 64}}``, at any depth
+    (``execution.parallel.tau`` under ``{"execution": {"parallel": {...}}}``)."""
+    nested: dict[str, dict[str, Any]] = {}
+    for path, value in params.items():
+        *parents, key = path.split(".")
+        node: dict[str, Any] = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[key] = value
+    return nested
+
+
+def flatten_params(nested: Mapping[str, Any] | None, prefix: str = "") -> dict[str, Any]:
+    """The inverse of `nest_params`: dotted paths, as the spec and the CLI write them.
+
+    Every mapping is a section or sub-section: a parameter's value is never a mapping
+    (`core.spec.fields`), lists (per-layer widths) are values.
+    """
+    out: dict[str, Any] = {}
+    for key, value in (nested or {}).items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            out.update(flatten_params(value, path))
+        else:
+            out[path] = value
+    return out
+
+
+def empty_counts() -> dict[str, int]:
+    """A count of zero for every state."""
+    return {state.value: 0 for state in ALL_STATES}
+
+
+def full_counts(counts: Mapping[str, int] | None) -> dict[str, int]:
+    """`counts` with every state present, in lifecycle order."""
+    out = empty_counts()
+    for state, n in (counts or {}).items():
+        if state in out:
+            out[state] = int(n)
+    return out
+
+
+def sweep_status(doc: dict[str, Any]) -> str:
+    """``cancelled``, ``finished`` (nothing queued or running), ``running`` or ``queued``."""
+    counts = doc["counts"]
+    if doc.get("cancelled_at") is not None:
+        return "cancelled"
+    if counts["queued"] + counts["running"] == 0:
+        return "finished"
+    started = counts["running"] + sum(counts[s.value] for s in TERMINAL_STATES)
+    return "running" if started else "queued"
+
+
+def finite_number(value: Any) -> float | int | None:
+    """`value` if it is a finite int or float (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def sweep_document(
+    sweep_id: str,
+    *,
+    name: str,
+    description: str,
+    spec: Mapping[str, Any],
+    metric: str,
+    direction: str,
+    owner: str | None,
+    trial_count: int,
+    max_index: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """A new sweep, all its trials queued."""
+    counts = empty_counts()
+    counts[TrialState.QUEUED.value] = trial_count
+    return {
+        "_id": sweep_id,
+        "name": name,
+        "description": description,
+        "spec": dict(spec),
+        "objective": {"metric": metric, "direction": direction},
+        "owner": owner,
+        "created_at": now,
+        "updated_at": now,
+        "cancelled_at": None,
+        "trial_count": trial_count,
+        "max_index": max_index,
+        "counts": counts,
+        "counts_rev": 0,
+    }
+
+
+def trial_document(
+    sweep_id: str,
+    *,
+    key: str,
+    index: int,
+    params: Mapping[str, Any],
+    config: Mapping[str, Any],
+    seed: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """A new trial: queued, never claimed."""
+    return {
+        "_id": f"{sweep_id}-{key}",
+        "sweep_id": sweep_id,
+        "key": key,
+        "index": index,
+        "params": nest_params(params),
+        "config": dict(config),
+        "seed": seed,
+        "state": TrialState.QUEUED.value,
+        "attempt": 0,
+        "history": [],
+        "worker": None,
+        "stop_requested": False,
+        "progress": None,
+        "queued_at": now,
+        "started_at": None,
+        "heartbeat_at": None,
+        "finished_at": None,
+        "updated_at": now,
+        "result": None,
+        "objective": None,
+        "error": None,
+        "train_seconds": None,
+        "param_count": None,
+        "device": None,
+        "dtype": None,
+        "versions": None,
+    }
+
+
+def history_entry(
+    trial: Mapping[str, Any], state: str, finished_at: datetime, error: str | None
+) -> dict[str, Any]:
+    """The record of the attempt `trial` holds now, ending in `state` ("lost" or a finish)."""
+    return {
+        "attempt": trial.get("attempt"),
+        "state": state,
+        "worker": trial.get("worker"),
+        "started_at": trial.get("started_at"),
+        "finished_at": finished_at,
+        "error": error,
+    }
+
+
+#: What a trial's current-attempt fields return to when it goes back to the queue.
+REQUEUED_FIELDS: dict[str, Any] = {
+    "state": TrialState.QUEUED.value,
+    "worker": None,
+    "progress": None,
+    "started_at": None,
+    "heartbeat_at": None,
+    "finished_at": None,
+    "result": None,
+    "objective": None,
+    "error": None,
+    "train_seconds": None,
+}

@@ -1,0 +1,342 @@
+"""The adapter between a sweep spec and Optuna's ask-and-tell interface: one path for every
+search algorithm (grid and random too), and Optuna's pruners on per-epoch reports.
+
+A `SearchSession` wraps an `optuna.Study` on in-memory storage. The scheduler asks it for
+points (`ask`), stores and enqueues them as trials, tells it each result (`tell`), feeds it
+the epochs workers report (`report`) and asks whether to stop a trial (`should_prune`).
+After a restart, `rebuild` recreates the study from the stored records so that no point is
+asked twice and a seeded sweep replayed with the same results asks the same points.
+
+Decisions, and why:
+
+- Params are asked define-by-run, one dimension at a time in `scheduler.expand`'s order
+  (each dimension after those its ``when:`` names); a dimension whose condition does not hold
+  is never asked. They come back as expansion gives them: ``{dotted.path: value}``.
+- A choice list whose values are not all strings, all numbers or all booleans (a list of
+  widths ``[[64, 32], [128, 64]]``, or mixed kinds) is shown to Optuna as the JSON text of
+  each value, since Optuna's categories are scalars.
+- Grid does not use Optuna's `GridSampler`: it shuffles the grid by seed (so the order and
+  indices would differ from `scheduler.expand.expand`), cannot take ``when:`` conditions, and
+  scans every trial on each tell. Grid points are taken in expansion order and added to the
+  study as running trials, so pruners judge them like any other.
+- Replays are deterministic because each trial's sampler is seeded from (``search.seed``,
+  trial number) rather than from one generator advanced by every ask: a rebuilt study with
+  the same trials in the same states asks the same next points. Optuna keeps some state in
+  the study (QMC's position in its sequence) and in trials (CMA-ES's optimizer): `Asked`
+  carries a trial's `system_attrs` and `study_attrs()` the study's, for the scheduler to store
+  and give back to `rebuild`.
+- A point asked again (common for small finite spaces) is not returned: the repeat is
+  recorded as a failed Optuna trial (neutral for every sampler and pruner) and the sampler is
+  asked again. A sampler told only that its repeat failed tends to propose it once more (TPE
+  on a small discrete space converges on its best point, or on the points in flight, which
+  it is not told about), so after `RANDOM_AFTER_REPEATS` repeats in a row the point is drawn
+  by Optuna's `RandomSampler` (seeded per trial too, so replays still agree). After
+  `MAX_DRAWS_PER_POINT` draws per point, a finite space gives its first points not yet
+  asked, in expansion order (so it is used up only once every point was asked), and any
+  other `ask` returns fewer points (the space is, for practical purposes, used up). Without
+  the two, TPE alone lost trials of a 24-trial budget on McLeod's 120 points.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import TrialState, create_trial
+
+from core.spec.search import Pruning, Search, pruning_direction
+from core.spec.space import Fixed
+from core.spec.sweep import SweepSpec
+from core.states import TrialState as State
+from scheduler.expand import TrialPoint, _grid, _lookup, _ordered, canonical, trial_id
+from scheduler.samplers import make_pruner, make_sampler, max_epochs, param, random_sampler
+
+logger = logging.getLogger(__name__)
+
+#: Repeated points tolerated per point returned before `ask` gives up (as expansion's random
+#: search does with its draws).
+MAX_DRAWS_PER_POINT = 50
+#: Repeats in a row after which a point is drawn at random instead (module docstring).
+RANDOM_AFTER_REPEATS = 5
+
+_STATES = {
+    State.QUEUED: TrialState.RUNNING,
+    State.RUNNING: TrialState.RUNNING,
+    State.COMPLETE: TrialState.COMPLETE,
+    State.FAILED: TrialState.FAIL,
+    State.CANCELLED: TrialState.FAIL,
+    State.PRUNED: TrialState.PRUNED,
+}
+
+
+# --- the session ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One point asked: the Optuna trial number (store it with the trial), the params as
+    expansion gives them, their canonical text, and the trial's Optuna state to store."""
+
+    number: int
+    params: dict[str, Any]
+    key: str
+    system_attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Record:
+    """What the store keeps of one asked trial, for `SearchSession.rebuild`.
+
+    `state` is a Sweepstack state (queued and running are in flight for Optuna; failed and
+    cancelled are failures); `epochs` maps an epoch to the pruned metric's value then.
+    """
+
+    number: int
+    params: dict[str, Any]
+    state: str
+    value: float | None = None
+    epochs: dict[int, float] = field(default_factory=dict)
+    system_attrs: dict[str, Any] = field(default_factory=dict)
+
+
+class SearchSession:
+    """One sweep's search: asks points, takes results and epoch reports, decides pruning.
+
+    Not thread-safe; one scheduler feeds one sweep (the store's lease says which).
+    """
+
+    def __init__(
+        self, spec: SweepSpec, search: Search | None = None, pruning: Pruning | None = None
+    ) -> None:
+        self.spec = spec
+        # Until the spec carries these sections itself, they may be given beside it.
+        self.search = search or Search.model_validate(spec.search.model_dump())
+        self.pruning = pruning or getattr(spec, "pruning", None) or Pruning()
+        direction = spec.objective.direction
+        self._flip = pruning_direction(self.pruning, spec.objective.metric, direction) != direction
+        self._dims = _ordered(spec)
+        self._params = {d.path: param(d) for d in self._dims if not isinstance(d, Fixed)}
+        self._base_lookup = _lookup(spec)
+        # Optuna's own handler would log every study and trial on stderr; the scheduler's
+        # logging reports what matters.
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self._storage = optuna.storages.InMemoryStorage()
+        self.study = optuna.create_study(
+            storage=self._storage,
+            study_name=spec.name,
+            direction=direction,
+            sampler=make_sampler(self.search, spec.space),
+            pruner=make_pruner(self.pruning, flip=self._flip, epochs=max_epochs(spec)),
+        )
+        self._random = random_sampler(self.search.seed)
+        self._finite = all(d.finite for d in self._dims)
+        self._study_id = self._storage.get_study_id_from_name(spec.name)
+        self._seen: dict[str, int] = {}
+        self._count = 0  # Optuna trials in the study, repeats included
+        self._grid: Iterator[dict[str, Any]] | None = None
+
+    # The numbers of Optuna trials in the study; also the next trial's number.
+    @property
+    def trials_in_study(self) -> int:
+        return self._count
+
+    @property
+    def asked(self) -> int:
+        """Distinct points asked so far (rebuilt ones included)."""
+        return len(self._seen)
+
+    @property
+    def budget(self) -> int | None:
+        """How many points the sweep asks in all: `search.trials`, or None for a grid
+        (its size, known when the grid is exhausted)."""
+        return None if self.search.algorithm == "grid" else self.search.trials
+
+    def ask(self, n: int) -> list[Asked]:
+        """Up to `n` new, distinct points (fewer when the budget or the space runs out)."""
+        if self.budget is not None:
+            n = min(n, self.budget - len(self._seen))
+        out: list[Asked] = []
+        if self.search.algorithm == "grid":
+            while len(out) < n:
+                params = next(self._grid_points(), None)
+                if params is None:
+                    break
+                out.append(self._add(params, TrialState.RUNNING))
+            return out
+        draws = repeats = 0
+        while len(out) < n and draws < MAX_DRAWS_PER_POINT * n:
+            draws += 1
+            asked = self._ask_one(at_random=repeats >= RANDOM_AFTER_REPEATS)
+            if asked is None:
+                repeats += 1
+            else:
+                out.append(asked)
+                repeats = 0
+        while len(out) < n and self._finite:
+            params = next(self._grid_points(), None)
+            if params is None:
+                break
+            out.append(self._add(params, TrialState.RUNNING))
+        return out
+
+    def add_point(self, params: dict[str, Any]) -> Asked:
+        """Add a point chosen elsewhere (a grid or random sweep's expansion, whose order and
+        ids `scheduler.expand` fixes) as a running trial, for the pruner to judge."""
+        key = canonical(params)
+        if key in self._seen:
+            raise ValueError(f"point {key} is already in the study")
+        return self._add(params, TrialState.RUNNING)
+
+    def _grid_points(self) -> Iterator[dict[str, Any]]:
+        if self._grid is None:
+            self._grid = (p for p in _grid(self.spec) if canonical(p) not in self._seen)
+        return self._grid
+
+    def _ask_one(self, *, at_random: bool = False) -> Asked | None:
+        sampler = self.study.sampler
+        if at_random:  # for the ask and every suggest of this trial (define-by-run)
+            self.study.sampler = self._random
+        try:
+            trial, params = self._draw()
+        finally:
+            self.study.sampler = sampler
+        key = canonical(params)
+        if key in self._seen:
+            self.study.tell(trial, state=TrialState.FAIL)
+            return None
+        self._seen[key] = trial.number
+        return Asked(trial.number, params, key, self.system_attrs(trial.number))
+
+    def _draw(self) -> tuple[optuna.Trial, dict[str, Any]]:
+        trial = self.study.ask()
+        self._count += 1
+        lookup = dict(self._base_lookup)
+        params: dict[str, Any] = {}
+        for dim in self._dims:
+            if dim.when and not dim.active(lookup):
+                continue
+            if isinstance(dim, Fixed):
+                value = dim.value
+            else:
+                chosen = self._params[dim.path]
+                value = chosen.decode(_suggest(trial, dim.path, chosen.distribution))
+            params[dim.path] = lookup[dim.path] = value
+        return trial, params
+
+    def _add(self, params: dict[str, Any], state: TrialState, **extra: Any) -> Asked:
+        """Add a point to the study as a trial given whole (grid points, rebuilt records)."""
+        encoded = {p: self._params[p].encode(v) for p, v in params.items() if p in self._params}
+        dists = {p: self._params[p].distribution for p in encoded}
+        self.study.add_trial(
+            create_trial(state=state, params=encoded, distributions=dists, **extra)
+        )
+        number = self._count
+        self._count += 1
+        key = canonical(params)
+        self._seen[key] = number
+        return Asked(number, params, key, extra.get("system_attrs") or {})
+
+    def _trial_id(self, number: int) -> int:
+        return self._storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
+
+    def system_attrs(self, number: int) -> dict[str, Any]:
+        """A trial's Optuna state, to store with it: CMA-ES's optimizer (set when asked) and
+        successive halving's rung values (set by `should_prune`)."""
+        return dict(self._storage.get_trial_system_attrs(self._trial_id(number)))
+
+    def study_attrs(self) -> dict[str, Any]:
+        """The study's Optuna state (QMC's position), to store with the sweep."""
+        return dict(self._storage.get_study_system_attrs(self._study_id))
+
+    def tell(self, number: int, value: float | None = None, state: str = State.COMPLETE) -> None:
+        """A trial's end: complete with the objective's `value`, failed, cancelled or pruned.
+
+        Telling a trial twice (a redelivered result) changes nothing.
+        """
+        optuna_state = _STATES[State(state)]
+        if optuna_state == TrialState.RUNNING:
+            raise ValueError(f"state must be a finished state, got {state!r}")
+        if optuna_state == TrialState.COMPLETE:
+            if value is None or not math.isfinite(value):
+                optuna_state, value = TrialState.FAIL, None
+            self.study.tell(number, value, state=optuna_state, skip_if_finished=True)
+        else:
+            self.study.tell(number, state=optuna_state, skip_if_finished=True)
+
+    def report(self, number: int, epoch: int, value: float) -> None:
+        """The pruned metric's value after `epoch` epochs of a running trial."""
+        value = -value if self._flip else value
+        self._storage.set_trial_intermediate_value(self._trial_id(number), epoch, value)
+
+    def should_prune(self, number: int) -> bool:
+        """Whether the pruner stops the trial now, given its reports so far. A trial is never
+        judged on its untrained evaluation (epoch 0) alone."""
+        trial = self._storage.get_trial(self._trial_id(number))
+        if trial.state != TrialState.RUNNING or not trial.last_step:
+            return False
+        return bool(self.study.pruner.prune(self.study, trial))
+
+    def rebuild(self, records: Iterable[Record], study_attrs: dict[str, Any] | None = None) -> None:
+        """Recreate the study from stored records, before any `ask` of this session.
+
+        Numbers missing between records (repeated points, never stored) come back as failed
+        trials, which no sampler or pruner looks at, so every record keeps its number.
+        """
+        if self._count:
+            raise RuntimeError("rebuild must come before the session's first ask")
+        for record in sorted(records, key=lambda r: r.number):
+            if record.number < self._count:
+                raise ValueError(f"trial number {record.number} is given twice")
+            while self._count < record.number:
+                self.study.add_trial(create_trial(state=TrialState.FAIL))
+                self._count += 1
+            state = _STATES[State(record.state)]
+            value = record.value
+            if state == TrialState.COMPLETE and (value is None or not math.isfinite(value)):
+                state, value = TrialState.FAIL, None
+            if state == TrialState.PRUNED and record.epochs:
+                value = record.epochs[max(record.epochs)]
+                value = -value if self._flip else value
+            elif state != TrialState.COMPLETE:
+                value = None
+            epochs = {e: (-v if self._flip else v) for e, v in record.epochs.items()}
+            self._add(
+                record.params,
+                state,
+                value=value,
+                intermediate_values=epochs,
+                system_attrs=record.system_attrs,
+            )
+        for key, value in (study_attrs or {}).items():
+            self._storage.set_study_system_attr(self._study_id, key, value)
+
+    def point(self, asked: Asked, index: int, *, with_config: bool = False) -> TrialPoint:
+        """The `TrialPoint` of an asked point at position `index` of the sweep: the same id
+        and seed as `scheduler.expand.expand` gives the same params."""
+        tid = trial_id(self.spec.name, asked.params, asked.key)
+        base = self.spec.base_config()
+        seed = asked.params.get("training.seed", base["training"].get("seed"))
+        if seed is None:
+            seed = int(tid[:8], 16) % (2**31)
+        config = self.spec.seeded_config(asked.params, seed, base) if with_config else {}
+        return TrialPoint(index=index, id=tid, params=asked.params, seed=seed, config=config)
+
+
+def _suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
+    if isinstance(dist, CategoricalDistribution):
+        return trial.suggest_categorical(name, dist.choices)
+    if isinstance(dist, IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    if isinstance(dist, FloatDistribution):
+        return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    raise TypeError(f"{name}: unknown distribution {dist!r}")
