@@ -20,9 +20,9 @@ from typing import Any
 from flask import Blueprint
 
 from api.auth import require_token
-from api.context import context
 from api.params import accept
 from api.serialize import PREFIX
+from web.context import context
 
 INSPECT_TIMEOUT = 1.0
 _GPU = re.compile(r"^gpu(\d+)[-@]|-gpu(\d+)@")

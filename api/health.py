@@ -17,10 +17,10 @@ from amqp.exceptions import ChannelError
 from flask import Blueprint
 from kombu.exceptions import OperationalError
 
-from api.context import ApiContext, context
 from api.params import accept
 from api.serialize import PREFIX
 from core.errors import StoreUnavailable
+from web.context import AppContext, context
 from web.errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 2)
 
 
-def check_store(ctx: ApiContext) -> dict[str, Any]:
+def check_store(ctx: AppContext) -> dict[str, Any]:
     """One ping to the store: ok and latency, or why not."""
     start = time.perf_counter()
     try:
@@ -50,7 +50,7 @@ def _queue(conn: Any, name: str) -> dict[str, Any] | None:
     return {"name": name, "messages": messages, "consumers": consumers}
 
 
-def check_broker(ctx: ApiContext) -> dict[str, Any]:
+def check_broker(ctx: AppContext) -> dict[str, Any]:
     """Connect to the broker: ok, latency and the queue's depth, or why not."""
     start = time.perf_counter()
     timeout = ctx.settings.api_timeout_seconds

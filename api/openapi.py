@@ -11,7 +11,6 @@ from typing import Any
 
 from flask import Blueprint, Flask, current_app
 
-from api.context import context
 from api.openapi_analysis import ANALYSIS
 from api.params import accept
 from api.serialize import PREFIX
@@ -23,6 +22,7 @@ from core.spec.sweep import METRICS
 from core.spec.trainable import KEY_PATTERN, NAME_PATTERN
 from core.states import ALL_STATES
 from core.store.query import TOP_LEVEL_SORTS
+from web.context import context
 
 blueprint = Blueprint("openapi", __name__, url_prefix=PREFIX)
 

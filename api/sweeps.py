@@ -27,7 +27,6 @@ from urllib.parse import urlencode
 from flask import Blueprint, Response, request
 
 from api.auth import owner, require_token
-from api.context import ApiContext, context
 from api.params import accept, choice, cursor, descending, page_limit, param_filters, single
 from api.params import states as state_filter
 from api.serialize import PREFIX, sweep_detail, sweep_links, sweep_view, trial_view
@@ -36,6 +35,7 @@ from core.analysis import sweep_analysis
 from core.store import export
 from scheduler.retry import broker_reachable, retry_sweep
 from scheduler.submit import submit_sweep
+from web.context import AppContext, context
 
 blueprint = Blueprint("sweeps", __name__, url_prefix=f"{PREFIX}/sweeps")
 blueprint.before_request(require_token)
@@ -50,7 +50,7 @@ def page(items: list[dict[str, Any]], next_cursor: str | None) -> dict[str, Any]
     return {"items": items, "next_cursor": next_cursor, "links": {"next": link}}
 
 
-def _broker_reachable(ctx: ApiContext) -> None:
+def _broker_reachable(ctx: AppContext) -> None:
     """503 now, rather than after storing every trial, if the broker does not answer."""
     broker_reachable(ctx.sender, ctx.settings.api_timeout_seconds)
 

@@ -10,10 +10,10 @@ from typing import Any
 from flask import Blueprint
 
 from api.auth import owner, require_token
-from api.context import context
 from api.params import accept
 from api.serialize import PREFIX, trial_view
 from core.errors import NotFound
+from web.context import context
 
 blueprint = Blueprint("trials", __name__, url_prefix=f"{PREFIX}/trials")
 blueprint.before_request(require_token)

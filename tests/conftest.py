@@ -6,7 +6,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from flask import Flask
+from flask.testing import FlaskClient
 
+from cli.app import create_app
+from core.settings import Settings
+from core.store.store import Store
+from scheduler.enqueue import sender_app
+from tests.api import api_settings, remove_queue
 from tests.integration.stack import Stack
 from tests.services import SecantusProcess, broker_url_or_fail, reachable
 
@@ -65,3 +72,33 @@ def stack(broker_url: str, secantus_url: str, db_name: str, tmp_path: Path) -> I
         yield s
     finally:
         s.close()
+
+
+# The composed web app (API, dashboard, the shared web layer) on the real store and broker:
+# what tests/api, tests/web and tests/cli serve. tests/core and tests/dashboard have stores
+# of their own.
+@pytest.fixture
+def settings(broker_url: str, secantus_url: str, db_name: str) -> Settings:
+    return api_settings(broker_url, secantus_url, db_name)
+
+
+@pytest.fixture
+def store(settings: Settings) -> Iterator[Store]:
+    assert settings.mongo_url is not None
+    store = Store.connect(settings.mongo_url, settings.mongo_db, timeout_ms=2000)
+    try:
+        yield store
+    finally:
+        store.client.drop_database(settings.mongo_db)
+        store.close()
+        remove_queue(settings)
+
+
+@pytest.fixture
+def app(settings: Settings, store: Store) -> Flask:
+    return create_app(settings, store=store, sender=sender_app(settings))
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()

@@ -45,7 +45,7 @@ ONLY = {
 NEVER_IN_CORE = {"flask", "werkzeug", "celery", "plotly"}
 #: A string naming one of our modules, optionally with an attribute (``mod:attr``) or
 #: gunicorn's ``python:`` prefix.
-ENTRY = re.compile(r"^(?:python:)?((?:%s)(?:\.\w+)+)(?::(\w+))?$" % "|".join(OURS))
+ENTRY = re.compile(r"^(?:python:)?((?:" + "|".join(OURS) + r")(?:\.\w+)+)(?::(\w+))?$")
 
 
 def module_name(path: Path) -> str:

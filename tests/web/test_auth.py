@@ -1,0 +1,75 @@
+"""The shared auth layer (`web.auth`): bearer tokens compared in constant time with every
+token, failed attempts throttled per address, and the token rules checked at start."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+from cli.app import create_app
+from core.errors import ConfigError
+from core.settings import Settings
+from core.store.store import Store
+from scheduler.enqueue import sender_app
+from tests.api import ALICE, ALICE_TOKEN, BOB_TOKEN
+from web.auth import identify
+
+
+def test_identify_compares_against_every_token() -> None:
+    tokens = {ALICE_TOKEN: "alice", BOB_TOKEN: "bob"}
+    assert identify(f"Bearer {BOB_TOKEN}", tokens) == "bob"
+    assert identify(f"bearer   {ALICE_TOKEN} ", tokens) == "alice"
+    assert identify(f"Bearer {ALICE_TOKEN[:-1]}", tokens) is None
+    assert identify(f"Bearer {ALICE_TOKEN}-and-more", tokens) is None
+    assert identify("Bearer ", tokens) is None
+    assert identify(ALICE_TOKEN, tokens) is None
+    assert identify(None, tokens) is None
+    assert identify(f"Bearer {ALICE_TOKEN}", {}) is None
+    assert identify("Bearer \udcff\u00e9", tokens) is None
+
+
+def test_wrong_bearer_tokens_are_throttled_per_address(settings: Settings, store: Store) -> None:
+    app = create_app(dataclasses.replace(settings, auth_failures=3, auth_window_seconds=2),
+                     store=store, sender=sender_app(settings))
+    client = app.test_client()
+    client.environ_base["REMOTE_ADDR"] = "10.9.0.1"
+    for _ in range(5):  # right tokens never count
+        assert client.get("/api/v1/sweeps", headers=ALICE).status_code == 200
+    wrong = {"Authorization": "Bearer " + "w" * 40}
+    assert [client.get("/api/v1/sweeps", headers=wrong).status_code for _ in range(3)] == [
+        401, 401, 401]
+    blocked = client.get("/api/v1/sweeps", headers=wrong)
+    assert blocked.status_code == 429 and blocked.json["code"] == "too_many_failures"
+    wait = int(blocked.headers["Retry-After"])
+    assert 1 <= wait <= 2
+    assert client.get("/api/v1/sweeps", headers=ALICE).status_code == 429
+    other = app.test_client()
+    other.environ_base["REMOTE_ADDR"] = "10.9.0.2"
+    assert other.get("/api/v1/sweeps", headers=ALICE).status_code == 200
+    time.sleep(wait + 0.5)
+    assert client.get("/api/v1/sweeps", headers=ALICE).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("alice:short-token", "the token of 'alice' has 11 characters; at least 32"),
+        (f"alice:{ALICE_TOKEN},bob:{ALICE_TOKEN}", "'alice' and 'bob' have the same token"),
+    ],
+    ids=["short", "duplicate"],
+)
+def test_token_rules_at_start(raw: str, message: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        Settings.from_env({"SWEEPSTACK_API_TOKENS": raw})
+    assert message in str(raised.value)
+    assert "short-token" not in str(raised.value) and ALICE_TOKEN not in str(raised.value)
+
+
+def test_admins_must_be_token_names() -> None:
+    env = {"SWEEPSTACK_API_TOKENS": f"alice:{ALICE_TOKEN}", "SWEEPSTACK_ADMINS": "alice,eve"}
+    with pytest.raises(ConfigError, match="SWEEPSTACK_ADMINS: eve not among"):
+        Settings.from_env(env)
+    env["SWEEPSTACK_ADMINS"] = "alice"
+    assert Settings.from_env(env).admins == frozenset({"alice"})
