@@ -21,7 +21,7 @@ def limits(text: str, **settings: object) -> list[str]:
 
 
 def test_shipped_configs_are_within_the_default_limits() -> None:
-    configs = Path(__file__).resolve().parents[2] / "configs"
+    configs = Path(__file__).resolve().parents[3] / "configs"
     for path in configs.glob("*.yaml"):
         check_spec_limits(load_spec(path), Settings())
 

@@ -23,7 +23,7 @@ from core.spec.search import (
 )
 from core.spec.sweep import load_spec, problems_from
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 SPACE = """
 name: s

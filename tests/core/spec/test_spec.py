@@ -11,7 +11,7 @@ from core.spec.config import TrialConfig
 from core.spec.space import Categorical, Fixed, IntRange, Uniform
 from core.spec.sweep import field_adapter, load_spec, load_spec_file
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 
 def problems(text: str) -> list[str]:

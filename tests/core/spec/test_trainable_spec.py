@@ -20,7 +20,7 @@ from scheduler.expand import expand
 from scheduler.grouping import group_limit, group_trials
 from tests import trainables
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CNN = """
 name: cnn
 trainable: digits_cnn

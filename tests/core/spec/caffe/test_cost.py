@@ -18,7 +18,7 @@ from core.spec.sweep import load_spec
 from scheduler.expand import expand
 from tests.core.spec.caffe.texts import graph, layer
 
-CONFIGS = Path(__file__).resolve().parents[3] / "configs"
+CONFIGS = Path(__file__).resolve().parents[4] / "configs"
 SOLVER = 'base_lr: 0.01\nlr_policy: "fixed"\nmax_iter: 100\ntest_iter: 2\ntest_interval: 30\n'
 
 

@@ -21,7 +21,7 @@ from core.store.query import is_param, param_filters
 from scheduler.expand import expand
 from scheduler.grouping import group_limit
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 CONFIGS = ROOT / "configs"
 NET = """name: "Small"
 layer { name: "data" type: "Input" top: "data" top: "label"
