@@ -22,6 +22,13 @@ objective) and the ratio sweepstack (best of auto/off) / Optuna. A busy machine 
 figure noisy; compare within one run.
 
     python -m bench.bench_peers configs/mcleod-demo.yaml [--workers 2] [--systems ...] [--repeat N]
+
+With ``--search`` the spec is an adaptive one (a sampler and a pruner) and the comparison is
+`bench.peers_search`'s: ``sweepstack run`` against a plain Optuna script that reports every
+epoch, with trials complete / pruned, epochs trained, where pruned trials stopped and the
+best objective; ``--repeat N`` runs sweep seeds 0..N-1.
+
+    python -m bench.bench_peers configs/mcleod-search.yaml --search [--repeat 3]
 """
 
 from __future__ import annotations
@@ -41,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from bench import peers_search
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMS = ("sweepstack-auto", "sweepstack-off", "optuna")
@@ -259,8 +268,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
         "--systems",
-        default=",".join(SYSTEMS),
-        help=f"comma-separated, of {', '.join(SYSTEMS)}",
+        default=None,
+        help=f"comma-separated, of {', '.join(SYSTEMS)} (with --search: "
+        f"{', '.join(peers_search.SYSTEMS)}); default all",
     )
     parser.add_argument(
         "--repeat",
@@ -268,20 +278,35 @@ def main(argv: list[str] | None = None) -> None:
         default=1,
         help="runs of each system, in alternating order (a b c, c b a, ...); the median is shown",
     )
+    parser.add_argument(
+        "--search",
+        action="store_true",
+        help="an adaptive spec: sweepstack run vs a plain Optuna script with its pruner",
+    )
     parser.add_argument("--optuna-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--optuna-search-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--journal", help=argparse.SUPPRESS)
     parser.add_argument("--study", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.optuna_worker:
         optuna_worker(str(args.spec), args.journal, args.study)
         return
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = sorted(set(systems) - set(SYSTEMS))
+    if args.optuna_search_worker:
+        peers_search.optuna_search_worker(str(args.spec), args.journal, args.study)
+        return
+    known = peers_search.SYSTEMS if args.search else SYSTEMS
+    chosen = args.systems if args.systems is not None else ",".join(known)
+    systems = [s.strip() for s in chosen.split(",") if s.strip()]
+    unknown = sorted(set(systems) - set(known))
     if unknown:
-        parser.error(f"--systems: unknown {unknown}; choose from {', '.join(SYSTEMS)}")
+        parser.error(f"--systems: unknown {unknown}; choose from {', '.join(known)}")
     if args.repeat < 1:
         parser.error("--repeat: must be 1 or more")
     spec = args.spec.resolve()
+    if args.search:
+        with tempfile.TemporaryDirectory(prefix="bench-peers-search-") as tmp:
+            peers_search.run_search(spec, systems, args.workers, args.repeat, Path(tmp))
+        return
     runs: dict[str, list[Outcome]] = {system: [] for system in systems}
     for turn in range(args.repeat):
         for system in systems if turn % 2 == 0 else systems[::-1]:
