@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from core.spec.sweep import load_spec
+from core.store import records
 from core.store.records import flatten_params
 from scheduler.feed import Feeder, owner_name, start_sweep
 from tests.core import finish
@@ -117,7 +118,7 @@ def test_a_killed_feeder_is_rebuilt_without_asking_twice_and_replays_the_same_po
     stack.store.feeding.begin_sending(sweep_id, [f"{sweep_id}-{p.id}" for p in points])
     stack.store.feeding.add_trials(sweep_id, first.spec, points, extras)
     del first  # no release: the lease runs out
-    stack.store._state.clock = lambda: __import__("core.store.records").records.utcnow() + _later()
+    stack.store._state.clock = lambda: records.utcnow() + _later()
     second = Feeder.open(stack.store, stack.app, sweep_id, owner="b")
     assert second is not None
     assert stack.store.reads.get_sweep(sweep_id)["sending"] == []  # the rebuild sent them
