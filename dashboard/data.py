@@ -25,7 +25,7 @@ from core.states import FINISH_STATES, TrialState
 from core.store import summaries
 from core.store.records import finite_number
 
-#: The trial fields the in-memory table reads (`core.store.reads.Reads.changed_rows`).
+#: The trial fields the in-memory table reads (`core.store.roles.Reads.changed_rows`).
 #: The trial fields the dashboard's table keeps: the finish log's (`core.store.summaries`), so a
 #: finished sweep's rows come from the log; ``updated_at`` is the table's own watermark.
 FIELDS = tuple(f for f in summaries.ROW_FIELDS if f != "updated_at")
