@@ -306,13 +306,6 @@ def category_text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def top_trials(
-    rows: Iterable[Mapping[str, Any]], direction: str, k: int = 20
-) -> list[Mapping[str, Any]]:
-    """The `k` complete trials with the best objective, best first (ties: lower index)."""
-    return heapq.nsmallest(k, complete_rows(rows), key=rank_key(direction))
-
-
 def failed_trials(rows: Iterable[Mapping[str, Any]], n: int = 50) -> list[Mapping[str, Any]]:
     """The `n` most recently finished failed trials, newest first."""
     failed = [r for r in rows if r["state"] == FAILED]
