@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from core.spec.sweep import load_spec
-from scheduler.expand import count_trials, expand
+from scheduler.expand import expand, tally
 
 GRID = """
 name: bench-grid
@@ -50,7 +50,7 @@ def _best_of(fn, repeat: int = 3) -> float:
 def main() -> None:
     for label, text in (("grid", GRID), ("random", RANDOM)):
         spec = load_spec(text)
-        n = count_trials(spec)
+        n = tally(spec).count
         seconds = _best_of(lambda spec=spec: expand(spec))
         with_config = _best_of(lambda spec=spec: expand(spec, with_config=True), repeat=1)
         print(

@@ -138,9 +138,9 @@ def main(argv: list[str] | None = None) -> None:
     tpe_trials = args.tpe_trials
     if tpe_trials is None:
         from cli.main import _load
-        from scheduler.expand import count_trials
+        from scheduler.expand import tally
 
-        tpe_trials = max(1, count_trials(_load(str(args.spec))) // 3)
+        tpe_trials = max(1, tally(_load(str(args.spec))).count // 3)
     pruner = json.loads(args.pruner)
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:

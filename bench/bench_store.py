@@ -61,18 +61,7 @@ def run(url: str) -> None:
             f"batches of {INSERT_BATCH}, 3 secondary indexes)"
         )
         now = utcnow()
-        raw = [
-            trial_document(
-                "raw",
-                key=p.id,
-                index=p.index,
-                params=p.params,
-                config=p.config,
-                seed=p.seed,
-                now=now,
-            )
-            for p in points
-        ]
+        raw = [trial_document("raw", p, p.config, now) for p in points]
         start = time.perf_counter()
         for i in range(0, n, INSERT_BATCH):
             store.db["bench_raw"].insert_many(raw[i : i + INSERT_BATCH], ordered=False)

@@ -69,7 +69,7 @@ def _seed(store: Store, seeds: int) -> tuple[str, int]:
     spec = load_spec(text + "objective: {metric: val_accuracy, direction: maximize}\n")
     start = time.perf_counter()
     seeded = seed_sweep(store, spec, failed=125 * seeds, curves=20, spacing=0.05)
-    store.admin.rebuild_summaries(seeded.sweep_id)
+    store.reads.best(seeded.sweep_id, 1)  # its first read builds the summaries
     n = len(seeded.points)
     print(
         f"seeded {n:,} finished trials and their summaries in {time.perf_counter() - start:.1f} s"
@@ -175,7 +175,7 @@ def _visit(context: Any, page_url: str, *, table: bool) -> dict[str, Any]:
 
 def _time_downloads(url: str, db_name: str, sweep_id: str) -> None:
     """A download of the whole sweep and of a filter's selection, read by index as the
-    dashboard reads them (`core.store.reads.Reads.trials_at`), against the API's paged export."""
+    dashboard reads them (`core.store.roles.Reads.trials_at`), against the API's paged export."""
     from werkzeug.datastructures import MultiDict
 
     from core.store import export

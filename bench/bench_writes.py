@@ -1,9 +1,9 @@
 """Store writes per trial, before and after batching: claim, epoch report, heartbeat, finish.
 
 "Before" is one call per trial (the careful `claim`, and the batched methods of
-`core.store.lifecycle.TrialLifecycle` given one trial each: a fused group of K pays K round
+`core.store.roles.TrialLifecycle` given one trial each: a fused group of K pays K round
 trips; the store's single-trial report, heartbeat and finish, which also read the trial
-first, are gone); "after" is what a worker sends (`core.store.batch_writes`: one write for a
+first, are gone); "after" is what a worker sends (`core.store.lifecycle`: one write for a
 whole group, a claim with no read, epoch rows in batches). Both run in one process
 against one SecantusDB it starts, on fresh queued trials, and print the median
 milliseconds per trial of each path, for one trial alone and for a fused group of K. The
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from core.spec.sweep import load_spec
-from core.store.lifecycle import EpochRow, Finish
+from core.store.roles import EpochRow, Finish
 from core.store.store import Store
 from scheduler.expand import expand
 from tests.services import SecantusProcess

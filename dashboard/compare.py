@@ -14,7 +14,7 @@ from typing import Any
 
 from core.errors import InvalidQuery, NotFound
 from core.store import export
-from core.store.reads import Reads
+from core.store.roles import Reads
 from dashboard.detail import epoch_series
 from dashboard.figures import PALETTE, base_layout
 from dashboard.table import SweepTable

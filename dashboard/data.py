@@ -25,7 +25,7 @@ from core.states import FINISH_STATES, TrialState
 from core.store import summaries
 from core.store.records import finite_number
 
-#: The trial fields the in-memory table reads (`core.store.reads.Reads.changed_rows`).
+#: The trial fields the in-memory table reads (`core.store.roles.Reads.changed_rows`).
 #: The trial fields the dashboard's table keeps: the finish log's (`core.store.summaries`), so a
 #: finished sweep's rows come from the log; ``updated_at`` is the table's own watermark.
 FIELDS = tuple(f for f in summaries.ROW_FIELDS if f != "updated_at")
@@ -304,13 +304,6 @@ def category_text(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ",".join(category_text(v) for v in value) + "]"
     return "null" if value is None else str(value)
-
-
-def top_trials(
-    rows: Iterable[Mapping[str, Any]], direction: str, k: int = 20
-) -> list[Mapping[str, Any]]:
-    """The `k` complete trials with the best objective, best first (ties: lower index)."""
-    return heapq.nsmallest(k, complete_rows(rows), key=rank_key(direction))
 
 
 def failed_trials(rows: Iterable[Mapping[str, Any]], n: int = 50) -> list[Mapping[str, Any]]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from core.errors import NotFound
 from core.spec.search_settings import describe, pruning_settings, search_settings
-from core.store.reads import Reads
+from core.store.roles import Reads
 from dashboard import data, figures, params, parcoords
 from dashboard.detail import epoch_series, trial_detail
 from dashboard.history import best_history, history_figures

@@ -22,7 +22,7 @@ from urllib.parse import parse_qs
 
 from werkzeug.datastructures import MultiDict
 
-from core.store.reads import Reads
+from core.store.roles import Reads
 from dashboard import data, trials
 from dashboard.payloads import (
     PREPARED_SECONDS,

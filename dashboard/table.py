@@ -3,7 +3,7 @@
 Why a copy: reading a whole sweep from SecantusDB takes seconds (50,000 trials: 7-11 s
 on the 2-core test machine; see `core.store.store`), far over the two seconds a sweep page may
 take to draw. So the first visit reads the sweep once, mostly from its finish log
-(`Store.sweep_rows`, projected to `data.FIELDS`: ~0.5 s for 50,000 finished trials), and
+(`Reads.sweep_rows`, projected to `data.FIELDS`: ~0.5 s for 50,000 finished trials), and
 from then on each sync reads only what changed since the last watermark
 (`Reads.changed_rows`). All pages of a sweep share one `SweepTable`, and the
 store is asked at most once per `min_interval`, however many browsers poll.
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from core.store.reads import Reads
+from core.store.roles import Reads
 from dashboard.data import FIELDS, to_ms, trial_row
 from dashboard.params import Prepared, prepare
 

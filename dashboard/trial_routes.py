@@ -11,7 +11,7 @@ owner's is 404, as if missing; an admin may act on any).
 - ``GET  /dashboard/data/sweeps/<id>/compare?indexes=3,17``: 2 to 5 trials side by side.
 - ``GET  /dashboard/data/sweeps/<id>/download?format=csv|jsonl&…``: the trials the
   table's filters select (all, without filters), as `core.store.export` writes them, read by
-  index (`core.store.reads.Reads.trials_at`: a whole sweep about as fast as the API's paged
+  index (`core.store.roles.Reads.trials_at`: a whole sweep about as fast as the API's paged
   export, a selection in a share of that time; by id it took ~2.5 ms a trial).
 - ``POST /dashboard/data/sweeps/<id>/cancel`` and ``…/retry``: cancel the sweep; queue its
   failed (and stale) trials again and enqueue them.

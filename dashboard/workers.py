@@ -25,7 +25,7 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from core.states import FINISH_STATES
-from core.store.reads import Reads
+from core.store.roles import Reads
 from dashboard.data import RUNNING, to_ms
 
 log = logging.getLogger(__name__)

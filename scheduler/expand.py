@@ -232,12 +232,6 @@ def tally(spec: SweepSpec, limit: int | None = None) -> Tally:
     return Tally(total, True, visits)
 
 
-def count_trials(spec: SweepSpec, limit: int | None = None) -> int:
-    """How many trials the spec expands to, without expanding it; past `limit`, some
-    count over `limit` (see `tally`)."""
-    return tally(spec, limit).count
-
-
 def check_count(spec: SweepSpec, limit: int) -> int:
     """The trial count of `spec`, or `TooManyTrials` if it is over `limit`."""
     result = tally(spec, limit)

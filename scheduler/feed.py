@@ -20,7 +20,7 @@ Window: at most `parallelism` trials in flight for a session (``search.paralleli
 `PARALLELISM_PER_WORKER` x the workers known, else `DEFAULT_PARALLELISM`), `big_window`
 for grid/random without pruning. The sweep's size is known up front (``search.trials``, or
 the expansion's length) and stored as planned trials: exactly that many are ever created,
-fewer only when a search's space runs out (`Store.shrink_plan`).
+fewer only when a search's space runs out (`Feeding.shrink_plan`).
 
 Restarts (kill -9 at any point): the session is rebuilt from the stored trials (Optuna
 number, params, state, objective, pruned-metric epochs, system attrs; the sweep's study

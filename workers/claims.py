@@ -33,8 +33,8 @@ from typing import Any, ClassVar, TypeVar
 from core.errors import NotFound, StoreUnavailable
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.states import Heartbeat, TrialState
-from core.store.lifecycle import EpochRow, TrialLifecycle
 from core.store.records import sweep_of
+from core.store.roles import EpochRow, TrialLifecycle
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -60,7 +60,7 @@ from pydantic import ValidationError
 from core.errors import StoreUnavailable, TrainingError
 from core.spec.config import TrialConfig
 from core.states import TrialState
-from core.store.lifecycle import EpochRow, Finish, TrialLifecycle
+from core.store.roles import EpochRow, Finish, TrialLifecycle
 from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 from workers.runner import (
     RunnerOptions,

@@ -48,7 +48,7 @@ from core.spec.caffe import is_caffe
 from core.spec.config import TrialConfig
 from core.spec.trainable import is_trainable
 from core.states import TrialState
-from core.store.lifecycle import EpochRow, Finish, TrialLifecycle
+from core.store.roles import EpochRow, Finish, TrialLifecycle
 from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """A sweep's complete trials as columns, and what each parameter is (numeric, a seed...).
 
-The analysis reads the store only through `Store.sweep_rows` (the finish log, ~0.5 s for
+The analysis reads the store only through `Reads.sweep_rows` (the finish log, ~0.5 s for
 50,000 finished trials) projected to `FIELDS`, and keeps the complete trials with a finite
 objective: the only ones that say what a setting achieves. Failed and pruned trials are
 counted, not analysed.

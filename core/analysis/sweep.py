@@ -1,12 +1,12 @@
 """One sweep's analysis from the store, computed once per state of the sweep.
 
 The trials are read through the store's read interface only (`Reads.get_sweep`, with the
-owner check, and `Store.sweep_rows`, mostly from the finish log). An analysis is valid for
+owner check, and `Reads.sweep_rows`, mostly from the finish log). An analysis is valid for
 one *version* of the sweep: `ANALYSIS_VERSION`, the sweep's ``counts_rev`` (bumped by
 every transition of every trial) and whether importance was computed. So:
 
 - a finished sweep (nothing queued or running) is analysed once: the result is stored
-  with the sweep (`Store.keep_view_snapshot`, removed with it), and any process (the
+  with the sweep (`Reads.keep_view_snapshot`, removed with it), and any process (the
   API, the dashboard, ``sweepstack report``) serves it from there while the version holds;
 - a live sweep is analysed again as trials finish; a `Memo` keeps the last result per
   sweep in the process, served for `max_age` seconds even if trials finished meanwhile
@@ -24,7 +24,7 @@ from typing import Any
 from core.analysis.report import ANALYSIS_VERSION, Importance, analyse
 from core.analysis.rows import FIELDS
 from core.states import TrialState
-from core.store.reads import Reads
+from core.store.roles import Reads
 
 #: The name of the stored analysis among the sweep's view snapshots.
 SNAPSHOT = "analysis"

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
 from core.errors import Problem, SpecError
-from core.spec.config import REGRESSION_DATASETS, SECTIONS, TrialConfig
+from core.spec.config import REGRESSION_DATASETS, SECTIONS
 from core.spec.documents import SpecLoader, number_error, value_problems
 from core.spec.fields import field_adapter, section_model, set_in, sub_model
 from core.spec.search import Pruning, Search, check_search, deprecated_option_problems
@@ -116,10 +116,6 @@ class SweepSpec(_Strict):
         """The model that validates a section of this spec's trials (a rule across its
         fields, `scheduler.expand`); a Caffe spec has its own ``dataset``."""
         return section_model(section)
-
-    def trial_config(self, params: dict[str, Any]) -> TrialConfig:
-        """The typed config of one trial, every default filled in."""
-        return TrialConfig.model_validate(self.resolve(params))
 
 
 def _copy_tree(tree: dict[str, Any]) -> dict[str, Any]:

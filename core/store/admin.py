@@ -1,11 +1,11 @@
-"""Sweep administration, the store's role for the API and the scheduler: create a sweep,
-cancel it, requeue its stale trials, retry its failed ones, delete it, ask running
-attempts to stop early, and repair its counts and summaries.
+"""Sweep administration on MongoDB (`core.store.roles.SweepAdmin`, for the API and the
+scheduler): create a sweep, cancel it, requeue its stale trials, retry its failed ones,
+delete it, ask running attempts to stop early, and repair its counts.
 
 Its transitions are the same conditional ``update_one``s as the trial lifecycle's
-(`core.store.lifecycle`): of concurrent callers exactly one moves a trial, and that caller moves
-the sweep's counts. The scheduler's writes while it feeds a sweep in windows are
-`core.store.feeding`'s; the prune request's write is in `core.store.prune_requests`.
+(`core.store.lifecycle`): of concurrent callers exactly one moves a trial, and that caller
+moves the sweep's counts. Cancelling drops the planned trials through the feeding role
+(`core.store.feeding`), which owns them; a sweep's later windows are that role's too.
 """
 
 from __future__ import annotations
@@ -18,24 +18,28 @@ from datetime import timedelta
 from typing import Any
 
 import bson
+from pymongo import UpdateOne
 from pymongo.errors import PyMongoError
 
 from core.errors import InvalidQuery, InvalidTransition
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.sweep import SweepSpec
 from core.states import TrialState
-from core.store import prune_requests, summaries
-from core.store.feeding import shrink_plan, trial_doc
-from core.store.lifecycle import check_max_attempts, poison_reason
-from core.store.query import check_id, check_seconds
+from core.store import summaries
+from core.store.lifecycle import not_pruned, poison_reason
+from core.store.query import check_attempt, check_id, check_max_attempts, check_seconds
 from core.store.records import (
     REQUEUED_FIELDS,
     TrialPointLike,
     full_counts,
     history_entry,
     sweep_document,
+    trial_document,
 )
+from core.store.roles import Feeding, SweepAdmin
 from core.store.state import StoreState, available
+
+__all__ = ["MongoSweepAdmin"]
 
 log = logging.getLogger(__name__)
 
@@ -45,18 +49,13 @@ _FAILED = TrialState.FAILED.value
 _CANCELLED = TrialState.CANCELLED.value
 
 
-class SweepAdmin:
-    """What acts on whole sweeps: for the API (a user's requests) and the scheduler.
+class MongoSweepAdmin(SweepAdmin):
+    """`SweepAdmin` on the store's shared state (`core.store.state`); `feeding` is the
+    store's feeding role, which drops a cancelled sweep's planned trials."""
 
-    `create_sweep` stores a sweep and its first trials; `cancel_sweep`, `retry_failed` and
-    `delete_sweep` act on a user's request; `requeue_stale` sends trials whose worker went
-    silent back to the queue; `request_prune` asks running attempts to stop early;
-    `recount` and `rebuild_summaries` repair what a process killed between two writes left
-    behind.
-    """
-
-    def __init__(self, state: StoreState) -> None:
+    def __init__(self, state: StoreState, feeding: Feeding) -> None:
         self._s = state
+        self._feeding = feeding
 
     @available
     def create_sweep(
@@ -69,21 +68,9 @@ class SweepAdmin:
         extras: Mapping[str, Mapping[str, Any]] | None = None,
         sweep_fields: Mapping[str, Any] | None = None,
     ) -> str:
-        """Store a sweep and its trials (queued, attempt 0); return the new sweep id.
-
-        `total` (at least ``len(trials)``), when given, is the sweep's size: the trials
-        beyond these are planned (`core.store.feeding`), counted as queued, and these are noted
-        in the sweep's ``sending`` list until the caller has sent them (`end_sending`).
-        `extras` adds fields per trial id (the search's ``optuna`` record), `sweep_fields`
-        to the sweep document (the submitter's feeding ``lease``).
-
-        Trials go in first, in batches, and the sweep document last: a sweep that is
-        visible is complete. The sweep document (which holds the whole spec) and the first
-        trial are encoded before anything is written, so a value BSON cannot store is
-        refused with nothing written. Should anything fail part way (the store, an encoding,
-        an interrupt), what was inserted is removed (best effort) and the error is raised.
-        Not idempotent: a retry makes another sweep.
-        """
+        # Trials go in first, in batches, and the sweep document last, so a visible sweep is
+        # complete; the sweep document (which holds the whole spec) and the first trial are
+        # encoded before anything is written, so a value BSON cannot store changes nothing.
         if owner is not None and not isinstance(owner, str):
             raise InvalidQuery("owner", f"must be a string, got {owner!r}")
         indexes = [p.index for p in trials]
@@ -118,7 +105,8 @@ class SweepAdmin:
         sweep.update(sweep_fields or {})
 
         def doc_of(p: TrialPointLike) -> dict[str, Any]:
-            doc = trial_doc(sweep_id, spec, base, p, now)
+            config = p.config or spec.seeded_config(p.params, p.seed, base)
+            doc = trial_document(sweep_id, p, config, now)
             doc.update((extras or {}).get(p.id, {}))
             return doc
 
@@ -147,12 +135,6 @@ class SweepAdmin:
 
     @available
     def cancel_sweep(self, sweep_id: str) -> dict[str, int]:
-        """Cancel a sweep: queued trials become cancelled, running ones are asked to stop,
-        planned ones are dropped (the sweep's ``trial_count`` shrinks to those created).
-
-        Returns ``{"cancelled": n, "stopping": m}`` for what this call changed. From now
-        on a claim or requeue of one of its trials cancels it instead.
-        """
         self._s.sweep(sweep_id)
         now = self._s.clock()
         # The flag goes first, so a claim that reads it after this point cancels instead.
@@ -167,7 +149,7 @@ class SweepAdmin:
         )
         n = ended.modified_count
         self._s.bump(sweep_id, {_QUEUED: -n, _CANCELLED: n}, now)
-        shrink_plan(self._s, sweep_id)  # planned trials are never created (`core.store.feeding`)
+        self._feeding.shrink_plan(sweep_id)  # planned trials are never created
         stopping = self._s.trials.update_many(
             {"state": _RUNNING, "sweep_id": sweep_id, "stop_requested": False},
             {"$set": {"stop_requested": True, "updated_at": now}},
@@ -183,16 +165,6 @@ class SweepAdmin:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         count_lost: bool = True,
     ) -> list[str]:
-        """Send running trials whose heartbeat is older than `stale_after` s back to the queue.
-
-        The lost attempt goes into history and counts in ``lost_attempts``; the next claim
-        is attempt + 1. The loss that makes `max_attempts` ends the trial ``failed`` instead
-        (as `TrialLifecycle.claim` does). Returns the ids this call requeued (each by exactly one
-        of any concurrent callers), so the caller can publish them again. A trial whose
-        sweep was cancelled is cancelled instead; neither it nor a failed one is returned.
-        ``count_lost=False`` requeues without counting: for a caller that stopped those
-        attempts itself (a resumed ``sweepstack run``), whose trials are no poison.
-        """
         stale = timedelta(seconds=check_seconds("stale_after", stale_after))
         check_max_attempts(max_attempts)
         now = self._s.clock()
@@ -264,13 +236,6 @@ class SweepAdmin:
 
     @available
     def retry_failed(self, sweep_id: str) -> list[str]:
-        """Queue a sweep's failed trials again; their failed attempts stay in history.
-
-        A retry starts the count of lost attempts afresh (``lost_attempts`` back to 0): a
-        trial that failed because its worker died `max_attempts` times gets that many again,
-        as the user asked for it. Returns the ids this call queued. `InvalidTransition` if
-        the sweep is cancelled.
-        """
         sweep = self._s.sweep(sweep_id)
         if sweep.get("cancelled_at") is not None:
             raise InvalidTransition(_FAILED, _QUEUED, f"sweep {sweep_id} is cancelled")
@@ -299,14 +264,6 @@ class SweepAdmin:
 
     @available
     def delete_sweep(self, sweep_id: str, *, owner: str | None = None) -> dict[str, int]:
-        """Remove a sweep, its trials and their metrics; how many trials and metric rows went.
-
-        Refused with `InvalidTransition` while any trial is queued or running: a queued
-        trial still has a message on the broker, so cancel the sweep first and wait for its
-        running trials to stop. The trials themselves are checked, not the counters. The
-        sweep document goes first, so it is invisible (`NotFound`) while the rest goes.
-        `NotFound` if missing or not `owner`'s.
-        """
         self._s.sweep(sweep_id, owner)
         active = {
             state: self._s.trials.find_one({"state": state, "sweep_id": sweep_id}, {"_id": 1})
@@ -330,10 +287,6 @@ class SweepAdmin:
 
     @available
     def recount(self, sweep_id: str) -> dict[str, int]:
-        """Count by state from the trials themselves (slow), and repair the stored counts.
-
-        The repair is skipped if a transition of the sweep happened while counting.
-        """
         sweep = self._s.sweep(sweep_id)
         rev = sweep.get("counts_rev", 0)
         rows = self._s.trials.aggregate(
@@ -350,21 +303,48 @@ class SweepAdmin:
         return exact
 
     @available
-    def rebuild_summaries(self, sweep_id: str) -> None:
-        """Make the sweep's summaries again from its trials (slow: reads every finished
-        trial); for a summary left short by a process killed mid-finish (see `recount`)."""
-        _metric, direction = self._s.objective(sweep_id)
-        summaries.clear(self._s.db, sweep_id)
-        self._s.build_summaries(sweep_id, direction)
-
     def request_prune(self, requests: Mapping[str, tuple[int, int]]) -> list[str]:
-        """Ask running attempts to stop early; the ids this call marked, in input order.
+        if not isinstance(requests, Mapping):
+            raise InvalidQuery(
+                "requests", f"must map trial ids to (attempt, epoch), got {requests!r}"
+            )
+        checked = {t: _prune_request(t, r) for t, r in requests.items()}
+        if not checked:
+            return []
+        now = self._s.call_time()
+        ops = [
+            UpdateOne(
+                {"_id": trial_id, "state": _RUNNING, "attempt": attempt, **not_pruned(attempt)},
+                {"$set": {"prune_requested": {"attempt": attempt, "epoch": epoch, "at": now}}},
+            )
+            for trial_id, (attempt, epoch) in checked.items()
+        ]
+        done = self._s.trials.bulk_write(ops, ordered=False)
+        if done.modified_count == len(checked):
+            marked = list(checked)
+        elif done.modified_count == 0:
+            marked = []
+        else:  # rare: some were finished, lost or asked already; which did this call mark?
+            docs = self._s.docs(checked, {"prune_requested": 1})
+            marked = [
+                t
+                for t, (attempt, _) in checked.items()
+                if (docs.get(t, {}).get("prune_requested") or {}).get("at") == now
+                and docs[t]["prune_requested"].get("attempt") == attempt
+            ]
+        log.info("prune requested for %d of %d trial(s)", len(marked), len(checked))
+        return marked
 
-        `requests` maps a trial id to (attempt, epoch the decision was taken at). Each trial
-        still ``running`` at that attempt gets ``prune_requested: {attempt, epoch, at}``,
-        all in one round trip (a bulk write of conditional updates). Idempotent: a trial
-        already asked for that attempt keeps its first request and is not returned again;
-        a trial in another state or at another attempt, or unknown, is left alone and not
-        returned. The input is checked before anything is written.
-        """
-        return prune_requests.request_prune(self._s, requests)
+
+def _prune_request(trial_id: Any, request: Any) -> tuple[int, int]:
+    """A checked (attempt, epoch) pair of a prune request (`InvalidQuery` naming the field)."""
+    check_id("trial_id", trial_id)
+    if not isinstance(request, tuple | list) or len(request) != 2:
+        raise InvalidQuery(
+            f"requests.{trial_id}", f"must be an (attempt, epoch) pair, got {request!r}"
+        )
+    attempt, epoch = request
+    check_attempt(attempt)
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise InvalidQuery("epoch", f"must be an integer >= 0, got {epoch!r}")
+    return attempt, epoch

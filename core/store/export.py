@@ -14,7 +14,7 @@ dashboard's downloads and ``sweepstack export``.
 
 Given `indexes` (a caller's selection, such as the dashboard's filtered table), only the
 trials at those indexes are written, read a window of `PAGE` indexes at a time
-(`core.store.reads.Reads.trials_at`).
+(`core.store.roles.Reads.trials_at`).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import Any
 
 from core.errors import SpecError, SweepstackError
 from core.spec.sweep import METRICS, load_spec
-from core.store.reads import Reads
 from core.store.records import flatten_params
+from core.store.roles import Reads
 
 log = logging.getLogger(__name__)
 PAGE = 1000

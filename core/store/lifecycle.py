@@ -1,15 +1,31 @@
-"""The trial lifecycle, the store's role for workers: claim, heartbeat, report, finish.
+"""The trial lifecycle role on MongoDB (`core.store.roles.TrialLifecycle`, for the workers):
+claim, heartbeat, report, finish.
 
-`TrialLifecycle` is all a worker needs of the store (`workers/`): it claims trials, beats
-for the attempts it holds, reports their epochs and finishes them, many trials per round
-trip where it can (the batched writes are in `core.store.batch_writes`). Creating a sweep and
-whole-sweep actions (cancel, requeue stale, retry failed, delete, prune requests) are the
-administration's (`core.store.admin`); see `core.states` for the diagram of states.
-
-Every transition is one ``update_one`` (or ``update_many``) whose filter names the state
+Every transition is an ``update_one`` (or ``update_many``) whose filter names the state
 and attempt it expects, so of concurrent callers exactly one changes the trial; that caller
 then moves the sweep's counts. Why this shape, and not ``find_one_and_update``, is in
-`core.store.store`.
+`core.store.store`; see `core.states` for the diagram of states.
+
+A worker that holds several trials (a fused group, or one process's trials) pays one round
+trip per step for all of them, not one per trial. A write that is the same for every trial
+(claim, heartbeat) is one ``update_many`` by ``_id $in`` per attempt number (there is
+usually one); one that differs per trial (progress, finish) is one ``bulk_write``
+(ordered=False) of conditional ``UpdateOne``s; metric rows are one ``insert_many``
+(ordered=False). On SecantusDB a bulk write saves only the round trips (the server works
+statement by statement, ~0.5 ms each), while an ``update_many`` is one statement. Every
+invariant holds trial by trial:
+
+- each filter names the state and attempt it expects (a bulk write is atomic per document,
+  not as a whole);
+- the sweep's counts move by the caller that made the change, one ``$inc`` per sweep;
+- a metric row is unique on (trial_id, attempt, epoch): a repeated report changes nothing.
+
+When a bulk write changes fewer trials than it names, one read finds out which (rare: a
+trial taken over, requeued or cancelled meanwhile). Round trips for K trials:
+`claim_queued` 2 (the claims; the counts, if the sweep is not cancelled), `heartbeat_many`
+1, `report_many` 2 (progress, rows), `finish_many` 2 (the finishes, each building its
+history entry on the server, and the counts). The careful `claim` reads the trial first and
+writes one trial.
 """
 
 from __future__ import annotations
@@ -19,16 +35,24 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from core.errors import InvalidQuery, NotFound
+from pymongo import UpdateOne
+from pymongo.errors import BulkWriteError
+
+from core.errors import InvalidQuery, InvalidTransition, NotFound
 from core.settings import DEFAULT_MAX_ATTEMPTS
-from core.states import Heartbeat, TrialState
-from core.store import batch_writes
-from core.store.batch_writes import EpochRow, Finish, running_fields
-from core.store.query import check_attempt, check_id, check_keys, check_seconds
-from core.store.records import history_entry
+from core.states import FINISH_STATES, Heartbeat, TrialState
+from core.store.query import (
+    check_attempt,
+    check_id,
+    check_keys,
+    check_max_attempts,
+    check_seconds,
+)
+from core.store.records import RESERVED_TRIAL_FIELDS, history_entry, sweep_of
+from core.store.roles import EpochRow, Finish, TrialLifecycle
 from core.store.state import StoreState, available
 
-__all__ = ["EpochRow", "Finish", "TrialLifecycle", "check_max_attempts", "poison_reason"]
+__all__ = ["PRUNE_ATTEMPT", "MongoTrialLifecycle", "not_pruned", "poison_reason"]
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +60,18 @@ _QUEUED = TrialState.QUEUED.value
 _RUNNING = TrialState.RUNNING.value
 _FAILED = TrialState.FAILED.value
 _CANCELLED = TrialState.CANCELLED.value
+_STATES = frozenset(s.value for s in TrialState)
+# What a finish accepts: a finish state, or cancelled after a stop request.
+_FINISHES = frozenset(s.value for s in FINISH_STATES) | {_CANCELLED}
+_DUPLICATE_KEY = 11000
+#: The path of the attempt a prune request names (`core.store.admin`'s `request_prune`).
+PRUNE_ATTEMPT = "prune_requested.attempt"
 
 
-def check_max_attempts(max_attempts: Any) -> int:
-    """`max_attempts` must be an integer >= 1 (`InvalidQuery` otherwise)."""
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise InvalidQuery("max_attempts", f"must be an integer >= 1, got {max_attempts!r}")
-    return max_attempts
+def not_pruned(attempt: int) -> dict[str, Any]:
+    """The filter clause of an attempt that no prune request names (an older attempt's
+    request, or none at all, leaves it alone)."""
+    return {PRUNE_ATTEMPT: {"$ne": attempt}}
 
 
 def poison_reason(doc: Mapping[str, Any], max_attempts: int) -> str:
@@ -60,18 +89,34 @@ def poison_reason(doc: Mapping[str, Any], max_attempts: int) -> str:
     )
 
 
-class TrialLifecycle:
-    """The writes of a trial's attempts, for the workers that run them.
+def _running_fields(worker: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """What a claim sets on a trial that starts an attempt (with the attempt's number moved
+    by the caller): one shape for the careful claim and the batched one."""
+    return {
+        "state": _RUNNING,
+        "worker": worker,
+        "started_at": now,
+        "heartbeat_at": now,
+        "updated_at": now,
+        "progress": None,
+    }
 
-    A worker claims a trial (`claim_queued` for those its message says are queued, `claim`
-    the careful way for the rest), sends `heartbeat_many` for the attempts it holds, writes
-    their epochs with `report_many` and ends them with `finish_many`. Only the attempt
-    that holds the claim can change a trial; a stale attempt's write is a no-op. It also
-    reads the little a worker needs: a `trial` as it stands and a sweep's `objective`.
-    """
+
+def _by_attempt(attempts: Mapping[str, int]) -> dict[int, list[str]]:
+    """Trial ids by attempt: one ``update_many`` per attempt (usually one in all)."""
+    out: dict[int, list[str]] = {}
+    for trial_id, attempt in attempts.items():
+        out.setdefault(attempt, []).append(trial_id)
+    return out
+
+
+class MongoTrialLifecycle(TrialLifecycle):
+    """`TrialLifecycle` on the store's shared state (`core.store.state`)."""
 
     def __init__(self, state: StoreState) -> None:
         self._s = state
+
+    # -- claims --------------------------------------------------------------------------
 
     @available
     def claim(
@@ -83,16 +128,6 @@ class TrialLifecycle:
         takeover_attempt: int | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ) -> dict[str, Any] | None:
-        """Start a new attempt of a trial for `worker`; the trial after the claim, or None.
-
-        Claims a queued trial, or a running one whose attempt is presumed dead: its
-        heartbeat is older than `stale_after` seconds, or its attempt is `takeover_attempt`
-        (the caller knows that attempt's process is gone). The dead attempt goes into
-        ``history`` as ``lost`` and counts in ``lost_attempts``; the one that makes it
-        `max_attempts` ends the trial ``failed`` instead (a poison trial: whatever kills its
-        worker would kill the next one too). None when the trial is terminal, held by a live
-        attempt or ended so. A trial of a cancelled sweep is cancelled instead of claimed.
-        """
         check_id("trial_id", trial_id)
         worker = check_keys("worker", worker)
         stale = timedelta(seconds=check_seconds("stale_after", stale_after))
@@ -153,83 +188,11 @@ class TrialLifecycle:
         now: datetime,
         lost: dict[str, Any] | None = None,
     ) -> bool:
-        update: dict[str, Any] = {"$set": running_fields(worker, now), "$inc": {"attempt": 1}}
+        update: dict[str, Any] = {"$set": _running_fields(worker, now), "$inc": {"attempt": 1}}
         if lost is not None:
             update["$push"] = {"history": lost}
             update["$inc"]["lost_attempts"] = 1
         return self._s.trials.update_one(expect, update).modified_count == 1
-
-    @available
-    def claim_queued(self, expected: Mapping[str, int], worker: Mapping[str, Any]) -> list[str]:
-        """Claim queued trials for `worker` in one write; the ids this call claimed, in order.
-
-        `expected` maps each trial id to the attempt it is queued at (0 for a new trial; a
-        message carries it, `scheduler.enqueue`); a claimed trial runs attempt
-        ``expected + 1`` and its document need not be read. A trial in another state or at
-        another attempt, unknown, or of a cancelled sweep is left alone and not returned:
-        the caller asks `claim`, which takes over dead attempts and cancels.
-        """
-        return batch_writes.claim_queued(self._s, expected, worker)
-
-    @available
-    def heartbeat_many(self, attempts: Mapping[str, int]) -> dict[str, Heartbeat]:
-        """Record that each attempt (trial id -> attempt) is alive, in one write; what each
-        should do (`Heartbeat`).
-
-        ``ok``: it holds the claim. ``stop``: it holds the claim but its sweep was
-        cancelled (finish it ``cancelled``). ``prune``: it holds the claim and a prune
-        request names this attempt (finish it ``pruned``); ``stop`` wins over ``prune``.
-        ``lost``: it no longer holds the claim (requeued, taken over, or the trial is gone).
-        """
-        return batch_writes.heartbeat_many(self._s, attempts)
-
-    @available
-    def report_many(self, rows: Sequence[EpochRow]) -> None:
-        """Store many epochs' metrics (of any trials and attempts) in two writes.
-
-        The first row of an (attempt, epoch) is kept, never overwritten: a repeated one
-        changes nothing. Each trial's ``progress`` shows its latest epoch of the batch while
-        the attempt holds the claim. `NotFound` for an unknown trial and `InvalidQuery` for
-        an attempt it has not had (or a bad field), before any row is written.
-        """
-        batch_writes.report_many(self._s, rows)
-
-    @available
-    def finish_many(self, finishes: Sequence[Finish]) -> dict[str, bool]:
-        """End running attempts; by trial id, True where this call ended it.
-
-        Only the attempt that holds the claim can finish, once: a second finish, or one by
-        an attempt that lost the claim, changes nothing (False). A `Finish`'s state is
-        complete, failed or pruned (`InvalidTransition` otherwise); cancelled is accepted
-        from an attempt whose sweep asked it to stop. Its `result` holds the final metrics,
-        whose ``objective`` (or else the sweep's objective metric) is also stored at top
-        level; its `extra` fields (param_count, train_seconds, device, dtype, versions, ...)
-        are stored at top level and may not name a lifecycle field. The ended attempt goes
-        into the trial's ``history``.
-
-        The input is checked before anything is written (a bad field raises and changes
-        nothing). Then each finish is one conditional update that builds the attempt's
-        history entry on the server (a pipeline update: no read first). A trial the store
-        does not have (`NotFound`), or a cancelled finish without a stop request
-        (`InvalidTransition`), is found after the write: the others of the call are
-        written, and the error is raised.
-        """
-        return batch_writes.finish_many(self._s, finishes)
-
-    @available
-    def trial(self, trial_id: str) -> dict[str, Any]:
-        """The trial as it stands (no metric rows); `NotFound` if the store does not have it."""
-        check_id("trial_id", trial_id)
-        doc = self._s.trials.find_one({"_id": trial_id})
-        if doc is None:
-            raise NotFound("trial", trial_id)
-        return doc
-
-    @available
-    def objective(self, sweep_id: str) -> dict[str, str]:
-        """The sweep's objective, ``{metric, direction}``; `NotFound` for an unknown sweep."""
-        metric, direction = self._s.objective(sweep_id)
-        return {"metric": metric, "direction": direction}
 
     def _end_poisoned(
         self,
@@ -270,3 +233,313 @@ class TrialLifecycle:
         )
         if done.modified_count:
             self._s.bump(doc["sweep_id"], {_QUEUED: -1, _CANCELLED: 1}, now)
+
+    @available
+    def claim_queued(self, expected: Mapping[str, int], worker: Mapping[str, Any]) -> list[str]:
+        for trial_id, attempt in expected.items():
+            check_id("trial_id", trial_id)
+            if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+                raise InvalidQuery("attempt", f"must be an integer >= 0, got {attempt!r}")
+        worker = check_keys("worker", worker)
+        if not expected:
+            return []
+        wanted = dict(expected)
+        now = self._s.call_time()
+        modified = 0
+        for attempt, ids in _by_attempt(wanted).items():
+            done = self._s.trials.update_many(
+                {"_id": {"$in": ids}, "state": _QUEUED, "attempt": attempt},
+                {"$set": {**_running_fields(worker, now), "attempt": attempt + 1}},
+            )
+            modified += done.modified_count
+        if modified == len(wanted):
+            claimed = list(wanted)
+        elif modified == 0:
+            claimed = []
+        else:
+            claimed = self._s.changed_by(
+                wanted, {"state": _RUNNING, "worker": worker, "started_at": now}, offset=1
+            )
+        by_sweep: dict[str, list[str]] = {}
+        for trial_id in claimed:
+            by_sweep.setdefault(sweep_of(trial_id), []).append(trial_id)
+        for sweep_id, ids in by_sweep.items():
+            if not self._claimed_in_live_sweep(sweep_id, ids, now):
+                claimed = [t for t in claimed if t not in set(ids)]
+        return claimed
+
+    def _claimed_in_live_sweep(self, sweep_id: str, ids: list[str], now: datetime) -> bool:
+        """Move the counts for trials of `sweep_id` this call claimed; False if the sweep was
+        cancelled (or deleted), and the trials are then cancelled instead.
+
+        The counter write asks that the sweep is not cancelled, so the usual claim needs no
+        read of the sweep. A queued trial of a cancelled sweep exists only when a requeue
+        or retry raced the cancel (`cancel_sweep` cancels every queued trial after setting
+        its flag): such a trial, just claimed, ends cancelled, as `claim` ends it.
+        """
+        n = len(ids)
+        moved = self._s.sweeps.update_one(
+            {"_id": sweep_id, "cancelled_at": None},
+            {"$inc": {f"counts.{_QUEUED}": -n, f"counts.{_RUNNING}": n, "counts_rev": 1},
+             "$set": {"updated_at": now}},
+        )  # fmt: skip
+        if moved.matched_count:
+            return True
+        ended = self._s.trials.update_many(
+            {"_id": {"$in": ids}, "state": _RUNNING, "started_at": now},
+            {"$set": {"state": _CANCELLED, "finished_at": now, "updated_at": now}},
+        )
+        gone = ended.modified_count
+        self._s.bump(sweep_id, {_QUEUED: -n, _RUNNING: n - gone, _CANCELLED: gone}, now)
+        log.info("%d trial(s) of cancelled sweep %s cancelled at their claim", gone, sweep_id)
+        return False
+
+    # -- while an attempt runs -----------------------------------------------------------
+
+    @available
+    def heartbeat_many(self, attempts: Mapping[str, int]) -> dict[str, Heartbeat]:
+        for trial_id, attempt in attempts.items():
+            check_id("trial_id", trial_id)
+            check_attempt(attempt)
+        if not attempts:
+            return {}
+        now = self._s.clock()
+        beat = {"$set": {"heartbeat_at": now, "updated_at": now}}
+        matched = 0
+        for attempt, ids in _by_attempt(attempts).items():
+            holders = {"_id": {"$in": ids}, "state": _RUNNING, "attempt": attempt}
+            matched += self._s.trials.update_many(
+                {**holders, "stop_requested": False, **not_pruned(attempt)}, beat
+            ).matched_count
+        if matched == len(attempts):
+            return dict.fromkeys(attempts, Heartbeat.OK)
+        fields = {"state": 1, "attempt": 1, "stop_requested": 1, PRUNE_ATTEMPT: 1}
+        docs = self._s.docs(attempts, fields)
+        out: dict[str, Heartbeat] = {}
+        stopping: dict[str, int] = {}
+        for trial_id, attempt in attempts.items():
+            doc = docs.get(trial_id)
+            if doc is None or doc["state"] != _RUNNING or doc["attempt"] != attempt:
+                out[trial_id] = Heartbeat.LOST
+            elif doc.get("stop_requested"):
+                out[trial_id] = Heartbeat.STOP
+                stopping[trial_id] = attempt
+            elif (doc.get("prune_requested") or {}).get("attempt") == attempt:
+                out[trial_id] = Heartbeat.PRUNE
+                stopping[trial_id] = attempt
+            else:
+                out[trial_id] = Heartbeat.OK  # beaten by the write above
+        for attempt, ids in _by_attempt(stopping).items():
+            self._s.trials.update_many(
+                {"_id": {"$in": ids}, "state": _RUNNING, "attempt": attempt}, beat
+            )
+        return out
+
+    @available
+    def report_many(self, rows: Sequence[EpochRow]) -> None:
+        rows = [_checked_row(row) for row in rows]
+        if not rows:
+            return
+        now = self._s.clock()
+        latest: dict[tuple[str, int], EpochRow] = {}
+        for row in rows:
+            key = (row.trial_id, row.attempt)
+            if key not in latest or row.epoch >= latest[key].epoch:
+                latest[key] = row
+        shown = self._s.trials.bulk_write(
+            [
+                UpdateOne(
+                    {"_id": row.trial_id, "state": _RUNNING, "attempt": row.attempt},
+                    {
+                        "$set": {
+                            "progress": {"epoch": row.epoch, "metrics": row.metrics},
+                            "updated_at": now,
+                        }
+                    },
+                )
+                for row in latest.values()
+            ],
+            ordered=False,
+        )
+        if shown.matched_count < len(latest):
+            self._check_attempts({t: a for t, a in latest})
+        inserts = [
+            {
+                "trial_id": row.trial_id,
+                "attempt": row.attempt,
+                "epoch": row.epoch,
+                "sweep_id": sweep_of(row.trial_id),
+                "metrics": row.metrics,
+                "reported_at": now,
+            }
+            for row in rows
+        ]
+        try:
+            self._s.metrics.insert_many(inserts, ordered=False)
+        except BulkWriteError as exc:
+            others = [e for e in exc.details.get("writeErrors", []) if e["code"] != _DUPLICATE_KEY]
+            if others:
+                raise
+
+    def _check_attempts(self, attempts: Mapping[str, int]) -> None:
+        """`NotFound` for a trial the store does not have, `InvalidQuery` for an attempt it
+        has not had: why a progress write matched fewer trials than it named."""
+        docs = self._s.docs(attempts, {"attempt": 1})
+        for trial_id, attempt in attempts.items():
+            if trial_id not in docs:
+                raise NotFound("trial", trial_id)
+            if attempt > docs[trial_id]["attempt"]:
+                raise InvalidQuery(
+                    "attempt",
+                    f"trial {trial_id} has had {docs[trial_id]['attempt']} attempts, got {attempt}",
+                )
+
+    # -- finishes ------------------------------------------------------------------------
+
+    @available
+    def finish_many(self, finishes: Sequence[Finish]) -> dict[str, bool]:
+        # Each finish is one conditional update that builds the attempt's history entry on
+        # the server (a pipeline update: no read first).
+        checked = [_checked_finish(f) for f in finishes]
+        if len({f.trial_id for f in checked}) != len(checked):
+            raise InvalidQuery("finishes", "name each trial at most once")
+        if not checked:
+            return {}
+        now = self._s.call_time()
+        ops = []
+        for f in checked:
+            expect: dict[str, Any] = {"_id": f.trial_id, "state": _RUNNING, "attempt": f.attempt}
+            if f.state == _CANCELLED:
+                expect["stop_requested"] = True
+            ops.append(UpdateOne(expect, [{"$set": self._finish_fields(f, now)}]))
+        done = self._s.trials.bulk_write(ops, ordered=False)
+        wanted = {f.trial_id: f.attempt for f in checked}
+        states = {f.trial_id: str(f.state) for f in checked}
+        if done.modified_count == len(checked):
+            ended = list(wanted)
+        else:
+            ended = self._ended_by(wanted, states, now)
+        self._s.bump_many(((t, {_RUNNING: -1, states[t]: 1}) for t in ended), now)
+        self._s.log_finished(ended)
+        out = dict.fromkeys(wanted, False) | dict.fromkeys(ended, True)
+        if len(ended) < len(checked):
+            self._explain_unfinished([f for f in checked if not out[f.trial_id]])
+        return out
+
+    def _finish_fields(self, f: Finish, now: datetime) -> dict[str, Any]:
+        """The pipeline ``$set`` of a finish: the record as literals (a string of the caller's
+        is never read as a field path), the history entry from the trial's own fields."""
+        record = {
+            **f.extra,
+            "state": str(f.state),
+            "finished_at": now,
+            "updated_at": now,
+            "result": f.result,
+            "objective": self._s.objective_of(sweep_of(f.trial_id), f.result),
+            "error": f.error,
+        }
+        ended = {
+            "attempt": "$attempt",
+            "state": {"$literal": str(f.state)},
+            "worker": "$worker",
+            "started_at": "$started_at",
+            "finished_at": {"$literal": now},
+            "error": {"$literal": f.error},
+        }
+        return {
+            **{key: {"$literal": value} for key, value in record.items()},
+            "history": {"$concatArrays": [{"$ifNull": ["$history", []]}, [ended]]},
+        }
+
+    def _ended_by(
+        self, wanted: Mapping[str, int], states: Mapping[str, str], now: datetime
+    ) -> list[str]:
+        """Which of `wanted` (id -> attempt) a partial finish write ended: those at that
+        attempt whose last history entry is this call's (its state, at its time). A trial
+        another caller ended at the same millisecond (a poisoned attempt's end, a cancel at a
+        claim) has a ``lost`` entry last; only the holder finishes an attempt, so no other
+        finish of it writes the same time (`core.store.state.StoreState.call_time`)."""
+        docs = self._s.docs(wanted, {"attempt": 1, "history": 1})
+        out = []
+        for trial_id, attempt in wanted.items():
+            doc = docs.get(trial_id)
+            last = ((doc or {}).get("history") or [{}])[-1]
+            if (
+                doc is not None
+                and doc["attempt"] == attempt
+                and last.get("state") == states[trial_id]
+                and last.get("finished_at") == now
+            ):
+                out.append(trial_id)
+        return out
+
+    def _explain_unfinished(self, unfinished: list[Finish]) -> None:
+        """Raise for an unfinished trial the store does not have, or a cancelled finish
+        without a stop request; an attempt that lost its claim is only logged."""
+        docs = self._s.docs([f.trial_id for f in unfinished], {"state": 1, "attempt": 1})
+        for f in unfinished:
+            doc = docs.get(f.trial_id)
+            if doc is None:
+                raise NotFound("trial", f.trial_id)
+            if doc["state"] == _RUNNING and doc["attempt"] == f.attempt:
+                raise InvalidTransition(
+                    _RUNNING,
+                    _CANCELLED,
+                    "only an attempt whose sweep was cancelled may finish cancelled; "
+                    "use complete, failed or pruned",
+                )
+            log.info(
+                "trial %s: finish by attempt %d ignored (%s)", f.trial_id, f.attempt, doc["state"]
+            )
+
+    # -- what a worker reads -------------------------------------------------------------
+
+    @available
+    def trial(self, trial_id: str) -> dict[str, Any]:
+        check_id("trial_id", trial_id)
+        doc = self._s.trials.find_one({"_id": trial_id})
+        if doc is None:
+            raise NotFound("trial", trial_id)
+        return doc
+
+    @available
+    def objective(self, sweep_id: str) -> dict[str, str]:
+        metric, direction = self._s.objective(sweep_id)
+        return {"metric": metric, "direction": direction}
+
+
+# -- what a worker sends, checked before anything is written ---------------------------
+
+
+def _finish_state(state: Any) -> str:
+    """A finish's state as a string; `InvalidTransition` for one a finish cannot reach."""
+    value = getattr(state, "value", state)
+    names = ", ".join(sorted(s.value for s in FINISH_STATES))
+    if value not in _STATES:
+        raise InvalidTransition(_RUNNING, str(value), f"not a trial state; finish accepts {names}")
+    if value not in _FINISHES:
+        raise InvalidTransition(_RUNNING, value, f"not a finish; finish accepts {names}")
+    return value
+
+
+def _checked_row(row: EpochRow) -> EpochRow:
+    check_id("trial_id", row.trial_id)
+    check_attempt(row.attempt)
+    epoch = row.epoch
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise InvalidQuery("epoch", f"must be an integer >= 0, got {epoch!r}")
+    return EpochRow(row.trial_id, row.attempt, epoch, check_keys("metrics", row.metrics))
+
+
+def _checked_finish(f: Finish) -> Finish:
+    check_id("trial_id", f.trial_id)
+    check_attempt(f.attempt)
+    state = _finish_state(f.state)
+    result = check_keys("result", f.result) if f.result is not None else None
+    extra = check_keys("extra", f.extra) if f.extra else {}
+    reserved = sorted(set(extra) & RESERVED_TRIAL_FIELDS)
+    if reserved:
+        raise InvalidQuery(f"extra.{reserved[0]}", "is a lifecycle field that finish sets")
+    if f.error is not None and not isinstance(f.error, str):
+        raise InvalidQuery("error", f"must be a string, got {f.error!r}")
+    return Finish(f.trial_id, f.attempt, state, result, f.error, extra)

@@ -86,6 +86,13 @@ def check_attempt(attempt: Any) -> int:
     return attempt
 
 
+def check_max_attempts(max_attempts: Any) -> int:
+    """How many times a trial's worker may die before the trial ends failed: an integer >= 1."""
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise InvalidQuery("max_attempts", f"must be an integer >= 1, got {max_attempts!r}")
+    return max_attempts
+
+
 def check_seconds(field: str, value: Any) -> float:
     """A duration in seconds: a finite number >= 0."""
     ok = isinstance(value, int | float) and not isinstance(value, bool)

@@ -20,8 +20,9 @@ A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
     stop_requested, progress {epoch, metrics} (the latest report), queued_at, started_at,
     heartbeat_at, finished_at, updated_at, result (final metrics), objective (also at top
     level, for sorting), error, train_seconds, param_count, device, dtype, versions, and
-    any other `extra` a worker records at finish; prune_requested {attempt, epoch, at}
-    (only once `request_prune` asked, `core.store.prune_requests`) and, on a pruned trial,
+    any other `extra` a worker records at finish; prune_requested {attempt, epoch, at} (the
+    attempt asked to stop early, the epoch the decision was taken at, and when; absent or
+    null until `SweepAdmin.request_prune` asks, kept by the finish) and, on a pruned trial,
     pruned_epoch (the last epoch it trained).
 
 A **metrics** row: ``trial_id, sweep_id, attempt, epoch, metrics, reported_at``; one per
@@ -51,7 +52,7 @@ class TrialPointLike(Protocol):
     config: dict[str, Any]
 
 
-#: Trial fields that `finish(extra=...)` may not overwrite: the lifecycle's own.
+#: Trial fields that a `Finish`'s `extra` may not overwrite: the lifecycle's own.
 RESERVED_TRIAL_FIELDS = frozenset(
     {
         "_id",
@@ -193,24 +194,17 @@ def sweep_document(
 
 
 def trial_document(
-    sweep_id: str,
-    *,
-    key: str,
-    index: int,
-    params: Mapping[str, Any],
-    config: Mapping[str, Any],
-    seed: int,
-    now: datetime,
+    sweep_id: str, point: TrialPointLike, config: Mapping[str, Any], now: datetime
 ) -> dict[str, Any]:
-    """A new trial: queued, never claimed."""
+    """A new trial of `point` with its full `config`: queued, never claimed."""
     return {
-        "_id": f"{sweep_id}-{key}",
+        "_id": f"{sweep_id}-{point.id}",
         "sweep_id": sweep_id,
-        "key": key,
-        "index": index,
-        "params": nest_params(params),
+        "key": point.id,
+        "index": point.index,
+        "params": nest_params(point.params),
         "config": dict(config),
-        "seed": seed,
+        "seed": point.seed,
         "state": TrialState.QUEUED.value,
         "attempt": 0,
         "history": [],

@@ -1,8 +1,8 @@
 """What the store's roles share: the collections, the clock, the caches, the common steps.
 
-Private to the store. `core.store.store.Store` builds one `StoreState` and hands it to each role
-(`core.store.lifecycle.TrialLifecycle`, `core.store.admin.SweepAdmin`, `core.store.feeding.Feeding`,
-`core.store.reads.Reads`); a role holds it, never inherits from another role. What every write
+Private to the store. `core.store.store.Store` builds one `StoreState` and hands it to each role's
+implementation (`core.store.lifecycle`, `core.store.admin`, `core.store.feeding`,
+`core.store.reads`); a role holds it, never inherits from another role. What every write
 of a trial's state does besides the write itself (move the sweep's counts, log a finish in
 the summaries) is here once, so each role states its own steps and no more.
 """
@@ -57,7 +57,7 @@ class StoreState:
     """The database handles, clock, settings and caches of one `core.store.store.Store`.
 
     `clock` returns the current UTC time; `change_lag` is how far back a change feed read
-    repeats changes (`core.store.changes`); `insert_batch` trials go in one insert;
+    repeats changes (`core.store.roles.Reads.changed_rows`); `insert_batch` trials go in one insert;
     `ensure_indexes` is the store's own, called before the first sweep is created.
     """
 
@@ -81,7 +81,7 @@ class StoreState:
         self.ensure_indexes = ensure_indexes
         #: Each sweep's (objective metric, direction): they never change.
         self.objectives: dict[str, tuple[str, str]] = {}
-        #: `core.store.views.best` past the top summary, per (sweep, k): (complete count, trials).
+        #: `Reads.best` past the top summary, per (sweep, k): (complete count, trials).
         self.best: dict[tuple[str, int], tuple[int, list[dict[str, Any]]]] = {}
         self._call_lock = threading.Lock()
         self._last_call: datetime | None = None

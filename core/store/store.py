@@ -4,17 +4,19 @@
 client, shared), must be created after a fork (pymongo clients are not fork-safe), and turns
 every connection failure into `StoreUnavailable`, which callers retry. It owns the
 connection (`connect`, `ensure_indexes`, `ping`, `close`) and offers each user a small
-documented role, as an attribute; each role holds the store's one shared state
-(`core.store.state`: the collections, clock and caches), none inherits from another:
+documented role, as an attribute, typed as the role's Protocol (`core.store.roles`, the
+interface: signatures and contracts on one page); each role's implementation holds the store's
+one shared state (`core.store.state`: the collections, clock and caches), none inherits from
+another:
 
-- ``store.lifecycle``, `core.store.lifecycle.TrialLifecycle` (workers): claim, heartbeat, report
-  and finish attempts, many per round trip (`core.store.batch_writes`);
-- ``store.admin``, `core.store.admin.SweepAdmin` (API, scheduler): create, cancel, requeue stale,
-  retry failed, delete, request prunes (`core.store.prune_requests`), recount, rebuild summaries;
-- ``store.feeding``, `core.store.feeding.Feeding` (scheduler): a sweep fed in windows, below;
-- ``store.reads``, `core.store.reads.Reads` (API, dashboard, CLI): sweeps, trial pages and the
-  best (`core.store.views`), a trial and its curve, the change feed and aggregates
-  (`core.store.changes`).
+- ``store.lifecycle``, `TrialLifecycle` (workers; `core.store.lifecycle`): claim, heartbeat,
+  report and finish attempts, many per round trip;
+- ``store.admin``, `SweepAdmin` (API, scheduler; `core.store.admin`): create, cancel, requeue
+  stale, retry failed, delete, request prunes, recount;
+- ``store.feeding``, `Feeding` (scheduler; `core.store.feeding`): a sweep fed in windows, below;
+- ``store.reads``, `Reads` (API, dashboard, CLI; `core.store.reads`, its pages read as
+  `core.store.pages` says): sweeps, trial pages and the best, a trial and its curve, the
+  change feed and aggregates.
 
 The document shapes are in `core.store.records`, the checking of user input and the paging order
 in `core.store.query`, the per-sweep summaries (best trials, finish log) in `core.store.summaries`.
@@ -52,7 +54,7 @@ system_attrs}``: with its params, state, objective and epochs, what rebuilds the
 after a restart so no point is asked twice.
 
 Lifecycle writes are atomic per document: each is an ``update_one`` (or, for many trials,
-an ``update_many`` or a bulk write of ``update_one``s, `core.store.batch_writes`) whose filter
+an ``update_many`` or a bulk write of ``update_one``s, `core.store.lifecycle`) whose filter
 names the state (and attempt) it expects, so of any number of concurrent callers exactly
 one changes a trial; a careful claim then reads it with ``find_one``. (Not
 ``find_one_and_update``: SecantusDB 0.7 runs it in time proportional to the collection,
@@ -98,12 +100,13 @@ from pymongo import IndexModel
 from pymongo.errors import ConfigurationError
 
 from core.errors import ConfigError
-from core.store.admin import SweepAdmin
-from core.store.feeding import Feeding
-from core.store.lifecycle import TrialLifecycle
+from core.store.admin import MongoSweepAdmin
+from core.store.feeding import MongoFeeding
+from core.store.lifecycle import MongoTrialLifecycle
 from core.store.query import check_seconds
-from core.store.reads import Reads
+from core.store.reads import MongoReads
 from core.store.records import utcnow
+from core.store.roles import Feeding, Reads, SweepAdmin, TrialLifecycle
 from core.store.state import StoreState, available
 
 __all__ = ["INDEXES", "INSERT_BATCH", "Store"]
@@ -161,13 +164,13 @@ class Store:
         )
         self._state = state
         #: The trial lifecycle, for workers.
-        self.lifecycle = TrialLifecycle(state)
-        #: Sweep administration, for the API and the scheduler.
-        self.admin = SweepAdmin(state)
+        self.lifecycle: TrialLifecycle = MongoTrialLifecycle(state)
         #: The feeding loop's writes, for the scheduler.
-        self.feeding = Feeding(state)
-        #: Reads, for the API, the dashboard and the CLI.
-        self.reads = Reads(state)
+        self.feeding: Feeding = MongoFeeding(state)
+        #: Sweep administration, for the API and the scheduler.
+        self.admin: SweepAdmin = MongoSweepAdmin(state, self.feeding)
+        #: Reads, for the API, the dashboard, the CLI and the analysis.
+        self.reads: Reads = MongoReads(state)
 
     @classmethod
     def connect(

@@ -3,10 +3,10 @@
 
 Why: SecantusDB reads ~60 µs per document, so anything that reads every trial of a
 50,000-trial sweep takes seconds (the dashboard's first open: ~10 s; `Reads.best`: ~4 s).
-A summary is written by whoever finishes trials (`on_finished`, called by
-`core.store.lifecycle`), and is a *cache* of what the trials say: `rebuild` makes it again from
-the trials, and a sweep that has none (made before summaries existed) gets one on its
-first read (`ensure`).
+A summary is written by whoever finishes trials (`on_finished`, called through
+`core.store.state.StoreState.log_finished`), and is a *cache* of what the trials say: `build`
+makes it from the trials, and a sweep that has none (made before summaries existed) gets one
+on its first read that needs it (`Reads.best`, `Reads.sweep_rows`).
 
 Collection ``summaries``, two kinds of document:
 
@@ -27,11 +27,12 @@ Collection ``summaries``, two kinds of document:
   ~0.2 s, against ~7 s for the trials themselves). A trial finished twice (failed,
   retried, finished again) has two entries: the later ``updated_at`` wins. The log holds
   finishes only: `finished_rows` is merged with the live trials that are not finished
-  (queued, running, cancelled; `core.store.changes`), newest ``updated_at`` first.
+  (queued, running, cancelled; `Reads.sweep_rows`), newest ``updated_at`` first.
 
 The summary write comes after the trial write, so a process killed between them leaves a
-summary short of that finish (as with the sweep's counts and `recount`): `rebuild`
-repairs it, and the dashboard's read checks that it accounts for every trial.
+summary short of that finish (as with the sweep's counts and `recount`): the dashboard's
+read (`Reads.sweep_rows`) checks that the log accounts for every trial, and when it does not,
+clears the summaries and builds them again from the trials it read.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ _TIMES = ("finished_at", "started_at", "updated_at")
 #: An error keeps this many characters in the log (pages show its first line).
 _ERROR_CHARS = 1000
 _COMPLETE = TrialState.COMPLETE.value
-#: The states a finish-log entry can have (`core.store.lifecycle` `finish`).
+#: The states a finish-log entry can have (`TrialLifecycle.finish_many`).
 LOGGED_STATES = frozenset(s.value for s in FINISH_STATES) | {TrialState.CANCELLED.value}
 
 _directions: dict[str, str] = {}
@@ -156,11 +157,6 @@ def entry(doc: Mapping[str, Any]) -> bytes:
     return json.dumps(row, separators=(",", ":"), default=str).encode()
 
 
-def read_entry(raw: bytes) -> dict[str, Any]:
-    """A finish-log entry back as a (projected) trial document, times as UTC datetimes."""
-    return _dated(json.loads(raw))
-
-
 def _dated(row: dict[str, Any]) -> dict[str, Any]:
     for path in _TIMES:
         if isinstance(row.get(path), int):
@@ -197,7 +193,7 @@ def _writes(
         for chunk_id, rows in chunks.items()
     ]
     if top and direction is not None:
-        # No upsert: a sweep without a top document gets a whole one from `ensure`.
+        # No upsert: a sweep without a top document gets a whole one from `build`.
         ops.append(
             UpdateOne(
                 {"_id": sweep_id},
@@ -230,7 +226,7 @@ def on_created(db: Database, sweep_id: str, direction: str) -> None:
 
 
 def top_document(db: Database, sweep_id: str) -> dict[str, Any] | None:
-    """The sweep's top summary, or None if it has none yet (see `ensure`)."""
+    """The sweep's top summary, or None if it has none yet (see `build`)."""
     return db[COLLECTION].find_one({"_id": sweep_id})
 
 
@@ -310,7 +306,7 @@ def keep_view_snapshot(db: Database, sweep_id: str, name: str, version: str, dat
 
 
 def clear(db: Database, sweep_id: str) -> None:
-    """Remove a sweep's summaries (when it is deleted, or before a rebuild)."""
+    """Remove a sweep's summaries (when it is deleted, or before they are built again)."""
     _directions.pop(sweep_id, None)
     db[COLLECTION].delete_many(
         {"_id": {"$gte": f"{sweep_id}", "$lt": f"{sweep_id};"}, "sweep_id": sweep_id}

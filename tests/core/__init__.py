@@ -13,7 +13,7 @@ from typing import Any
 
 from core.spec.sweep import SweepSpec, load_spec
 from core.states import Heartbeat, TrialState
-from core.store.lifecycle import EpochRow, Finish
+from core.store.roles import EpochRow, Finish
 from core.store.store import Store
 from scheduler.expand import TrialPoint, expand
 
@@ -102,7 +102,7 @@ def complete(store: Store, trial_id: str, objective: float | None, **result: Any
 
 
 # One trial's writes, as a test makes them: the store has only the batched forms, which a
-# worker uses (`core.store.lifecycle.TrialLifecycle`), so these give each one trial.
+# worker uses (`core.store.roles.TrialLifecycle`), so these give each one trial.
 
 
 def heartbeat(store: Store, trial_id: str, attempt: int) -> Heartbeat:

@@ -3,8 +3,8 @@
 Training 360 networks (or 50,000) to look at a page is not the point of a dashboard test,
 and finishing trials one by one through the lifecycle costs ~5 ms each, so `seed_sweep`
 writes finished trial documents directly through the store's own database handle, in the
-exact shapes of `core.store.records` (the same functions `Store.create_sweep` uses), with the
-sweep's counts matching. Results follow the seed paper's shape: accuracy rises with width
+exact shapes of `core.store.records` (the same functions `SweepAdmin.create_sweep` uses),
+with the sweep's counts matching. Results follow the seed paper's shape: accuracy rises with width
 and plateaus past a few hundred units, sigmoid nets degrade with depth, seeds add a little
 noise, and training time grows about linearly with depth. Use it for tests and benchmarks
 only: the lifecycle is the one writer of real trials.
@@ -161,8 +161,7 @@ def build_sweep(
     docs, metrics, states, objectives = [], [], {}, {}
     epochs = int(spec.document.get("training", {}).get("epochs", 20) or 20)
     for point in points:
-        doc = trial_document(sweep_id, key=point.id, index=point.index, params=point.params,
-                             config=point.config, seed=point.seed, now=start)
+        doc = trial_document(sweep_id, point, point.config, start)
         accuracy, seconds = outcome(point.config, point.seed)
         worker = {"host": "node", "pid": 1000 + point.index % 7,
                   "name": WORKERS[point.index % len(WORKERS)]}

@@ -144,8 +144,8 @@ def test_parallel_rows_cap_the_best_or_the_most_recent(scenario: Sweep) -> None:
 
 def test_top_failed_and_reasons(scenario: Sweep) -> None:
     rows = rows_of(scenario.store, scenario.sweep_id)
-    assert [r["index"] for r in data.top_trials(rows, "maximize", 3)] == [7, 6, 4]
-    assert [r["index"] for r in data.top_trials(rows, "minimize", 2)] == [10, 8]
+    assert [r["index"] for r in params.prepare(rows, "maximize").ranked[:3]] == [7, 6, 4]
+    assert [r["index"] for r in params.prepare(rows, "minimize").ranked[:2]] == [10, 8]
     assert [r["index"] for r in data.failed_trials(rows)] == [13, 12, 11]
     assert data.failure_reasons(rows) == [
         {"reason": "NaN loss at epoch 2", "n": 2, "example": 11},

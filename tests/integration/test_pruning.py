@@ -3,7 +3,7 @@ real Celery workers: the test plays the scheduler.
 
 It stores a sweep and enqueues its messages with ``watch`` on (what a pruning sweep sends,
 `scheduler.enqueue.carry`), waits until a trial has reported an epoch, asks the store to
-prune it at the latest epoch it sees (`Store.request_prune`), and checks that the trial
+prune it at the latest epoch it sees (`SweepAdmin.request_prune`), and checks that the trial
 ends ``pruned`` within one epoch of the request (``pruned_epoch`` is that epoch or the
 next), with every row up to it stored once and its objective the value at that epoch,
 while the other trials are untouched. The workers beat only every 60 s here, so only the

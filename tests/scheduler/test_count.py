@@ -11,7 +11,7 @@ import pytest
 
 from core.errors import TooManyTrials
 from core.spec.sweep import load_spec
-from scheduler.expand import count_trials, expand, tally
+from scheduler.expand import expand, tally
 from tests.scheduler.test_expand import spec
 
 SEVEN = {
@@ -114,6 +114,6 @@ def test_the_count_is_the_number_of_expanded_trials(seed: int) -> None:
         sections.setdefault(section, {})[key] = leaf
     loaded = load_spec({"name": "r", "dataset": {"name": "digits"}, **sections})
     trials = expand(loaded)
-    assert count_trials(loaded) == len(trials) == len({t.id for t in trials})
+    assert tally(loaded).count == len(trials) == len({t.id for t in trials})
     limited = tally(loaded, max(1, len(trials) - 1))
     assert limited.count > len(trials) - 1

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from core.errors import SpecError, TooManyTrials
+from core.spec.config import TrialConfig
 from core.spec.sweep import load_spec, load_spec_file
-from scheduler.expand import count_trials, expand, trial_id
+from scheduler.expand import expand, tally, trial_id
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -25,7 +26,7 @@ def spec(body: str, name: str = "t") -> str:
 def test_mcleod_grid_has_360_trials_in_stable_order() -> None:
     loaded = load_spec_file(CONFIGS / "mcleod-digits.yaml")
     trials = expand(loaded)
-    assert count_trials(loaded) == len(trials) == 360
+    assert tally(loaded).count == len(trials) == 360
     assert len({t.id for t in trials}) == 360
     assert trials[0].params == {
         "model.hidden_layers": 1,
@@ -137,12 +138,12 @@ def test_conditional_grid() -> None:
         )
     )
     trials = expand(loaded)
-    assert count_trials(loaded) == len(trials) == 3 + 2 + 1
+    assert tally(loaded).count == len(trials) == 3 + 2 + 1
     sgd = [t for t in trials if t.params["training.optimizer"] == "sgd"]
     assert sorted(t.params["training.momentum"] for t in sgd) == [0.0, 0.5, 0.9]
     rms = [t for t in trials if t.params["training.optimizer"] == "rmsprop"]
     assert rms[0].params == {"training.optimizer": "rmsprop"}
-    config = loaded.trial_config(rms[0].params)
+    config = TrialConfig.model_validate(loaded.resolve(rms[0].params))
     assert config.training.momentum == 0.9  # inactive: the field keeps its default
 
 
@@ -193,7 +194,7 @@ def test_fifty_million_grid_is_refused_before_expanding() -> None:
             "limits: {max_trials: 1000000}\n"
         )
     )
-    assert count_trials(loaded) == 50_000_000
+    assert tally(loaded).count == 50_000_000
     with pytest.raises(TooManyTrials) as info:
         expand(loaded)
     assert info.value.count == 50_000_000
@@ -242,7 +243,7 @@ def test_huge_int_dimension_is_never_listed() -> None:
     seeds = [t.seed for t in expand(random_spec)]
     assert len(set(seeds)) == 5 and all(0 <= s <= 2147483647 for s in seeds)
     grid_spec = load_spec(spec("training:\n  seed: {int: [0, 2147483647]}\n"))
-    assert count_trials(grid_spec) == 2147483648
+    assert tally(grid_spec).count == 2147483648
     with pytest.raises(TooManyTrials):
         expand(grid_spec)
 
@@ -291,7 +292,7 @@ def test_conditions_inside_a_sub_section() -> None:
         )
     )
     trials = expand(loaded)
-    assert count_trials(loaded) == len(trials) == 1 + 2 + 2 * 2
+    assert tally(loaded).count == len(trials) == 1 + 2 + 2 * 2
     assert trials[0].params == {"execution.parallel.strategy": "allreduce"}
     easgd = [t.params for t in trials if t.params["execution.parallel.strategy"] == "easgd"]
     assert {(p["execution.parallel.tau"], p["execution.parallel.asynchronous"]) for p in easgd} == {
@@ -404,7 +405,7 @@ def test_an_inactive_controller_keeps_its_default_for_the_conditions_after_it() 
         )
     )
     trials = expand(loaded)
-    assert count_trials(loaded) == len(trials) == 4
+    assert tally(loaded).count == len(trials) == 4
     assert [t.params for t in trials if t.params["training.lr_schedule"] == "none"] == [
         {"training.lr_schedule": "none", "training.momentum": 0.1},
         {"training.lr_schedule": "none", "training.momentum": 0.2},

@@ -35,7 +35,7 @@ def test_minimal_spec_fills_defaults() -> None:
     assert loaded.dimensions == []
     assert loaded.objective.metric == "val_loss"
     assert loaded.limits.max_trials == 100_000
-    config = loaded.trial_config({})
+    config = TrialConfig.model_validate(loaded.resolve({}))
     assert isinstance(config, TrialConfig)
     assert config.model.widths == [64, 64]
 
@@ -249,7 +249,7 @@ def test_value_escape_for_per_layer_widths() -> None:
     loaded = load_spec(spec("model:\n  hidden_layers: 2\n  hidden_units: {value: [128, 64]}\n"))
     dim = loaded.space["model.hidden_units"]
     assert isinstance(dim, Fixed) and dim.value == [128, 64]
-    assert loaded.trial_config({}).model.widths == [128, 64]
+    assert TrialConfig.model_validate(loaded.resolve({})).model.widths == [128, 64]
 
 
 def test_grid_values_are_coerced_and_deduplicated() -> None:
@@ -306,7 +306,7 @@ def test_sub_section_leaves_are_parameters_at_their_full_path() -> None:
         "tau": 20,
     }
     assert "tau" not in base["execution"]["parallel"]  # the base is never mutated
-    config = loaded.trial_config({"execution.parallel.tau": 5})
+    config = TrialConfig.model_validate(loaded.resolve({"execution.parallel.tau": 5}))
     assert config.execution.device == "cpu"
     assert (config.execution.parallel.tau, config.execution.parallel.world_size) == (5, 2)
     assert config.execution.parallel.backend == "auto"  # unset: the default

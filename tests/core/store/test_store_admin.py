@@ -1,4 +1,4 @@
-"""Contract of the sweep administration role (`core.store.admin.SweepAdmin`): create a sweep,
+"""Contract of the sweep administration role (`core.store.roles.SweepAdmin`): create a sweep,
 cancel it, requeue stale trials, retry failed ones (deleting: `test_store_admin_delete`;
 prune requests: `test_store_admin_prune`).
 

@@ -1,4 +1,4 @@
-"""Contract of the sweep administration role (`core.store.admin.SweepAdmin`), deleting a sweep:
+"""Contract of the sweep administration role (`core.store.roles.SweepAdmin`), deleting a sweep:
 refused while trials are live, then the sweep, its trials, metrics and summaries go.
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod

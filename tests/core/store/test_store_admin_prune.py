@@ -1,5 +1,5 @@
-"""Contract of the sweep administration role (`core.store.admin.SweepAdmin`), early stopping
-(`request_prune`, `core.store.prune_requests`): a prune request marks a running attempt, its
+"""Contract of the sweep administration role (`core.store.roles.SweepAdmin`), early stopping
+(`request_prune`, `core.store.admin`): a prune request marks a running attempt, its
 heartbeats answer ``prune``, and it ends ``pruned``.
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
@@ -14,7 +14,7 @@ import pytest
 
 from core.errors import InvalidQuery
 from core.states import Heartbeat, TrialState
-from core.store.batch_writes import Finish
+from core.store.roles import Finish
 from core.store.store import Store
 from tests.core import WORKER, FakeClock, finish, heartbeat, make_sweep, report, run, trial_ids
 

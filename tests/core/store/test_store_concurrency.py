@@ -2,7 +2,7 @@
 
 Each thread has its own `Store` on its own client, as separate worker processes would, and
 its own clock, a millisecond apart from the next thread's (a batched finish tells the
-trials it ended by the time it wrote, `core.store.batch_writes`).
+trials it ended by the time it wrote, `core.store.lifecycle`).
 """
 
 from __future__ import annotations

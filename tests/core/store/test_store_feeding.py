@@ -1,4 +1,4 @@
-"""Contract of the feeding role (`core.store.feeding.Feeding`): a sweep stored with its first
+"""Contract of the feeding role (`core.store.roles.Feeding`): a sweep stored with its first
 window and fed the rest, planned trials counted as queued, the window being sent, the
 feeding lease, and what a feeder reads back.
 

@@ -1,4 +1,4 @@
-"""Contract of the trial lifecycle role (`core.store.lifecycle.TrialLifecycle`), one trial at a
+"""Contract of the trial lifecycle role (`core.store.roles.TrialLifecycle`), one trial at a
 time: claim (the careful way), heartbeat, report, finish (the batched writes given one
 trial each: `tests.core.heartbeat`, `report`, `finish`).
 

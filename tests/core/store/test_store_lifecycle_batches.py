@@ -1,5 +1,5 @@
-"""Contract of the trial lifecycle role (`core.store.lifecycle.TrialLifecycle`), many trials at
-once (`core.store.batch_writes`): claim, heartbeat, report and finish keep, trial by trial,
+"""Contract of the trial lifecycle role (`core.store.roles.TrialLifecycle`), many trials at
+once (`core.store.lifecycle`): claim, heartbeat, report and finish keep, trial by trial,
 every promise of one trial's transitions.
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
@@ -14,7 +14,7 @@ import pytest
 
 from core.errors import InvalidQuery, InvalidTransition, NotFound
 from core.states import Heartbeat
-from core.store.batch_writes import EpochRow, Finish
+from core.store.roles import EpochRow, Finish
 from core.store.store import Store
 from tests.core import WORKER, FakeClock, make_sweep, report, run, trial_ids
 

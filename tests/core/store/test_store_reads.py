@@ -1,4 +1,4 @@
-"""Contract of the reads role (`core.store.reads.Reads`): sweeps, counts, trial pages, the best,
+"""Contract of the reads role (`core.store.roles.Reads`): sweeps, counts, trial pages, the best,
 one trial, trials by id and by index.
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod

@@ -1,4 +1,4 @@
-"""Contract of the reads role (`core.store.reads.Reads`) for live pages: the change feed
+"""Contract of the reads role (`core.store.roles.Reads`) for live pages: the change feed
 (`changed_rows`), a running trial's curve (`metrics_after`), a sweep's pace (`throughput`).
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod

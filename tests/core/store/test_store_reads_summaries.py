@@ -1,6 +1,6 @@
 """Contract of the sweep summaries (`core.store.summaries`) behind the reads role: after any
 sequence of lifecycle writes, what `Reads.best` and `Reads.sweep_rows` answer from them
-equals a recomputation from every trial; `SweepAdmin.rebuild_summaries` repairs them.
+equals a recomputation from every trial; a sweep without them gets them from its first read.
 
 Runs against the real server of the `mongo_url` fixture (SecantusDB, and a real mongod
 when SWEEPSTACK_TEST_MONGO_URL is set); each test uses a database of its own and drops it.
@@ -146,7 +146,7 @@ def test_a_lost_log_write_is_noticed_and_repaired(
     assert any("finish log accounts for 0 of 36 trials" in r.message for r in caplog.records)
     store.db[summaries.COLLECTION].update_one({"_id": sweep_id}, {"$set": {"top": []}})
     assert store.reads.best(sweep_id, 1) == []  # a summary left short answers short...
-    store.admin.rebuild_summaries(sweep_id)  # ...until it is rebuilt
+    summaries.clear(store.db, sweep_id)  # ...until it is cleared: the next read builds it
     assert_summaries_match(store, sweep_id)
 
 
@@ -174,7 +174,8 @@ def test_best_past_the_summary_reads_the_trials(store: Store, clock: FakeClock) 
     original = summaries.TOP_K
     summaries.TOP_K = 5
     try:
-        store.admin.rebuild_summaries(sweep_id)
+        summaries.clear(store.db, sweep_id)
+        store.reads.best(sweep_id, 1)  # the first read of a sweep without summaries builds them
         assert len(summaries.top_document(store.db, sweep_id)["top"]) == 5
         assert_summaries_match(store, sweep_id)  # k = 40 > 5 reads every trial
     finally:

@@ -1,0 +1,523 @@
+"""The store's roles: what each service may ask of the store, and what it can count on.
+
+This page is the store's interface. Each service holds the one role it needs, as an
+attribute of `core.store.store.Store`, and may type against these Protocols:
+
+- `TrialLifecycle` (``store.lifecycle``, the workers): claim, heartbeat, report and finish
+  the attempts of trials, many per round trip;
+- `SweepAdmin` (``store.admin``, the API and the scheduler): create, cancel, requeue stale,
+  retry failed, delete, ask running attempts to stop early, recount;
+- `Feeding` (``store.feeding``, the scheduler): a sweep fed in windows after its first;
+- `Reads` (``store.reads``, the API, the dashboard, the CLI and the analysis): sweeps,
+  trial pages, the best, a trial and its curve, the change feed of a live page.
+
+Each role has one implementation, on MongoDB: `core.store.lifecycle.MongoTrialLifecycle`,
+`core.store.admin.MongoSweepAdmin`, `core.store.feeding.MongoFeeding` and
+`core.store.reads.MongoReads`, which subclass these Protocols and hold the code of every
+method here. What the documents look like is in `core.store.records`; the collections, indexes
+and invariants in `core.store.store`; the states and their transitions in `core.states`.
+
+What every method of every role holds to:
+
+- A lost or unreachable server raises `StoreUnavailable`; the caller retries.
+- Bad input raises `InvalidQuery` naming the field, the rule and the value, before anything
+  is written; an id the store does not have raises `NotFound` where a method says so.
+- A trial's state has one writer at a time: every transition names the state (and attempt)
+  it expects, so of any number of concurrent callers exactly one changes a trial, and that
+  caller moves the sweep's counts. A write that finds the trial elsewhere changes nothing.
+- Times are timezone-aware UTC, to the millisecond, from the writing process's clock.
+- Ids are strings: a sweep's is 12 hex digits, a trial's ``f"{sweep_id}-{point id}"``.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from core.settings import DEFAULT_MAX_ATTEMPTS
+from core.spec.sweep import SweepSpec
+from core.states import Heartbeat, TrialState
+from core.store.records import TrialPointLike
+
+__all__ = ["EpochRow", "Feeding", "Finish", "Reads", "SweepAdmin", "TrialLifecycle"]
+
+
+@dataclass(frozen=True)
+class EpochRow:
+    """One epoch's metrics of one attempt, for `TrialLifecycle.report_many`."""
+
+    trial_id: str
+    attempt: int
+    epoch: int
+    metrics: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How one attempt ended, for `TrialLifecycle.finish_many`: the `state` it ended in
+    (complete, failed, pruned; cancelled after a stop request), its `result` (final
+    metrics), `error` (why it failed) and `extra` record fields (see `finish_many`)."""
+
+    trial_id: str
+    attempt: int
+    state: TrialState | str
+    result: Mapping[str, Any] | None = None
+    error: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class TrialLifecycle(Protocol):
+    """The writes of a trial's attempts, for the workers that run them (`workers/`).
+
+    A worker claims a trial (`claim_queued` for those its message says are queued, `claim`
+    the careful way for the rest), sends `heartbeat_many` for the attempts it holds, writes
+    their epochs with `report_many` and ends them with `finish_many`. Only the attempt
+    that holds the claim can change a trial; a stale attempt's write is a no-op. It also
+    reads the little a worker needs: a `trial` as it stands and a sweep's `objective`.
+    """
+
+    @abstractmethod
+    def claim(
+        self,
+        trial_id: str,
+        worker: Mapping[str, Any],
+        *,
+        stale_after: float,
+        takeover_attempt: int | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> dict[str, Any] | None:
+        """Start a new attempt of a trial for `worker`; the trial after the claim, or None.
+
+        Claims a queued trial, or a running one whose attempt is presumed dead: its
+        heartbeat is older than `stale_after` seconds, or its attempt is `takeover_attempt`
+        (the caller knows that attempt's process is gone). The dead attempt goes into
+        ``history`` as ``lost`` and counts in ``lost_attempts``; the one that makes it
+        `max_attempts` ends the trial ``failed`` instead (a poison trial: whatever kills its
+        worker would kill the next one too). None when the trial is terminal, held by a live
+        attempt or ended so. A trial of a cancelled sweep is cancelled instead of claimed.
+        `NotFound` for a trial the store does not have.
+        """
+
+    @abstractmethod
+    def claim_queued(self, expected: Mapping[str, int], worker: Mapping[str, Any]) -> list[str]:
+        """Claim queued trials for `worker` in one write; the ids this call claimed, in order.
+
+        `expected` maps each trial id to the attempt it is queued at (0 for a new trial; a
+        message carries it, `scheduler.enqueue`); a claimed trial runs attempt
+        ``expected + 1`` and its document need not be read. A trial in another state or at
+        another attempt, unknown, or of a cancelled sweep is left alone and not returned:
+        the caller asks `claim`, which takes over dead attempts and cancels.
+        """
+
+    @abstractmethod
+    def heartbeat_many(self, attempts: Mapping[str, int]) -> dict[str, Heartbeat]:
+        """Record that each attempt (trial id -> attempt) is alive, in one write; what each
+        should do (`Heartbeat`).
+
+        ``ok``: it holds the claim. ``stop``: it holds the claim but its sweep was
+        cancelled (finish it ``cancelled``). ``prune``: it holds the claim and a prune
+        request names this attempt (finish it ``pruned``); ``stop`` wins over ``prune``.
+        ``lost``: it no longer holds the claim (requeued, taken over, or the trial is gone).
+        """
+
+    @abstractmethod
+    def report_many(self, rows: Sequence[EpochRow]) -> None:
+        """Store many epochs' metrics (of any trials and attempts) in two writes.
+
+        The first row of an (attempt, epoch) is kept, never overwritten: a repeated one
+        changes nothing. Each trial's ``progress`` shows its latest epoch of the batch while
+        the attempt holds the claim. `NotFound` for an unknown trial and `InvalidQuery` for
+        an attempt it has not had (or a bad field), before any row is written.
+        """
+
+    @abstractmethod
+    def finish_many(self, finishes: Sequence[Finish]) -> dict[str, bool]:
+        """End running attempts; by trial id, True where this call ended it.
+
+        Only the attempt that holds the claim can finish, once: a second finish, or one by
+        an attempt that lost the claim, changes nothing (False). A `Finish`'s state is
+        complete, failed or pruned (`InvalidTransition` otherwise); cancelled is accepted
+        from an attempt whose sweep asked it to stop. Its `result` holds the final metrics,
+        whose ``objective`` (or else the sweep's objective metric) is also stored at top
+        level; its `extra` fields (param_count, train_seconds, device, dtype, versions, ...)
+        are stored at top level and may not name a lifecycle field. The ended attempt goes
+        into the trial's ``history``, and the trial into its sweep's summaries.
+
+        The input is checked before anything is written (a bad field, or a trial named
+        twice, raises and changes nothing). A trial the store does not have (`NotFound`), or
+        a cancelled finish without a stop request (`InvalidTransition`), is found after the
+        write: the others of the call are written, and the error is raised.
+        """
+
+    @abstractmethod
+    def trial(self, trial_id: str) -> dict[str, Any]:
+        """The trial as it stands (no metric rows); `NotFound` if the store does not have it."""
+
+    @abstractmethod
+    def objective(self, sweep_id: str) -> dict[str, str]:
+        """The sweep's objective, ``{metric, direction}``; `NotFound` for an unknown sweep."""
+
+
+class SweepAdmin(Protocol):
+    """What acts on whole sweeps: for the API (a user's requests) and the scheduler.
+
+    `create_sweep` stores a sweep and its first trials; `cancel_sweep`, `retry_failed` and
+    `delete_sweep` act on a user's request; `requeue_stale` sends trials whose worker went
+    silent back to the queue; `request_prune` asks running attempts to stop early;
+    `recount` repairs the counts that a process killed between two writes left off.
+    """
+
+    @abstractmethod
+    def create_sweep(
+        self,
+        spec: SweepSpec,
+        trials: Sequence[TrialPointLike],
+        *,
+        owner: str | None = None,
+        total: int | None = None,
+        extras: Mapping[str, Mapping[str, Any]] | None = None,
+        sweep_fields: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Store a sweep and its trials (queued, attempt 0); return the new sweep id.
+
+        `total` (at least ``len(trials)``), when given, is the sweep's size: the trials
+        beyond these are planned (`Feeding`), counted as queued, and these are noted in the
+        sweep's ``sending`` list until the caller has sent them (`Feeding.end_sending`).
+        `extras` adds fields per trial id (the search's ``optuna`` record), `sweep_fields`
+        to the sweep document (the submitter's feeding lease, `Feeding.lease_for`). A
+        point without a config gets the one its spec makes of its params and seed.
+
+        A sweep that is visible is complete: readers never see part of one. Trial ids and
+        indexes must be unique within the sweep (`InvalidQuery`); a value the store cannot
+        keep is refused (`InvalidQuery` naming ``spec``) with nothing written. Should
+        anything fail part way (the store, an interrupt), what was written is removed (best
+        effort) and the error is raised. Not idempotent: a retry makes another sweep.
+        """
+
+    @abstractmethod
+    def cancel_sweep(self, sweep_id: str) -> dict[str, int]:
+        """Cancel a sweep: queued trials become cancelled, running ones are asked to stop
+        (their heartbeats answer ``stop``), planned ones are dropped (the sweep's
+        ``trial_count`` shrinks to those created).
+
+        Returns ``{"cancelled": n, "stopping": m}`` for what this call changed. From now
+        on a claim or requeue of one of its trials cancels it instead. `NotFound` for an
+        unknown sweep.
+        """
+
+    @abstractmethod
+    def requeue_stale(
+        self,
+        stale_after: float,
+        sweep_id: str | None = None,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        count_lost: bool = True,
+    ) -> list[str]:
+        """Send running trials whose heartbeat is older than `stale_after` s back to the queue
+        (of one sweep, or of every sweep when `sweep_id` is None).
+
+        The lost attempt goes into history and counts in ``lost_attempts``; the next claim
+        is attempt + 1. The loss that makes `max_attempts` ends the trial ``failed`` instead
+        (as `TrialLifecycle.claim` does). Returns the ids this call requeued (each by exactly
+        one of any concurrent callers), so the caller can publish them again. A trial whose
+        sweep was cancelled is cancelled instead; neither it nor a failed one is returned.
+        ``count_lost=False`` requeues without counting: for a caller that stopped those
+        attempts itself (a resumed ``sweepstack run``), whose trials are no poison.
+        """
+
+    @abstractmethod
+    def retry_failed(self, sweep_id: str) -> list[str]:
+        """Queue a sweep's failed trials again; their failed attempts stay in history.
+
+        A retry starts the count of lost attempts afresh (``lost_attempts`` back to 0): a
+        trial that failed because its worker died `max_attempts` times gets that many again,
+        as the user asked for it. Returns the ids this call queued. `InvalidTransition` if
+        the sweep is cancelled, `NotFound` if the store does not have it.
+        """
+
+    @abstractmethod
+    def delete_sweep(self, sweep_id: str, *, owner: str | None = None) -> dict[str, int]:
+        """Remove a sweep, its trials, their metrics and its summaries; how many trials and
+        metric rows went (``{"trials": n, "metrics": m}``).
+
+        Refused with `InvalidTransition` while any trial is queued or running: a queued
+        trial still has a message on the broker, so cancel the sweep first and wait for its
+        running trials to stop. The trials themselves are checked, not the counters. The
+        sweep is invisible (`NotFound`) from the moment its removal starts. `NotFound` if
+        missing or not `owner`'s.
+        """
+
+    @abstractmethod
+    def recount(self, sweep_id: str) -> dict[str, int]:
+        """Count by state from the trials themselves (slow: reads the whole sweep), and
+        repair the stored counts, which a process killed between a trial's write and its
+        count's leaves one off. Planned trials count as queued.
+
+        The repair is skipped if a transition of the sweep happened while counting; the
+        exact counts are returned either way.
+        """
+
+    @abstractmethod
+    def request_prune(self, requests: Mapping[str, tuple[int, int]]) -> list[str]:
+        """Ask running attempts to stop early; the ids this call marked, in input order.
+
+        `requests` maps a trial id to (attempt, epoch the decision was taken at: Optuna's
+        pruners in `scheduler.search_session`). Each trial still ``running`` at that attempt
+        gets ``prune_requested: {attempt, epoch, at}``, all in one round trip; the worker
+        that holds the attempt learns it from its next heartbeat (``prune``), stops within
+        an epoch and finishes ``pruned`` with ``pruned_epoch``, the last epoch it trained
+        (`workers.runner`). The request names the attempt, so one for an attempt lost
+        meanwhile never stops the attempt after it, and the finish keeps it on the record.
+
+        Idempotent: a trial already asked for that attempt keeps its first request and is
+        not returned again; a trial in another state or at another attempt, or unknown, is
+        left alone and not returned. The input is checked before anything is written.
+        """
+
+
+class Feeding(Protocol):
+    """The scheduler's writes and reads while it feeds a sweep (`scheduler.feed`,
+    `scheduler.feeders`) once its first window is stored (`SweepAdmin.create_sweep`).
+
+    A sweep fed in windows is stored with its first window of trials only; the rest are
+    **planned**: the sweep's ``planned`` says how many trials are still to be created, and
+    they count as ``queued`` in ``counts`` (and in ``trial_count``) from the first second,
+    so every reader sees the whole sweep. `add_trials` creates more (idempotently) and moves
+    them from planned to real; `shrink_plan` drops planned trials a search cannot ask (a
+    space used up); cancelling a sweep drops them all.
+
+    A window's trial ids are noted (`begin_sending`) before the trials are created, and the
+    note is cleared once their messages are sent (`end_sending`): a feeder that restarts
+    sends again those of the list that exist and were never claimed (a duplicate message is
+    harmless, a missing one would strand the trial).
+
+    One feeder per sweep: the feeding lease ``{owner, expires}`` (`take_lease`) is held by
+    one scheduler at a time, and another takes over once the holder stops renewing it.
+    """
+
+    @abstractmethod
+    def add_trials(
+        self,
+        sweep_id: str,
+        spec: SweepSpec,
+        points: Sequence[TrialPointLike],
+        extras: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> list[str]:
+        """Create these trials of the sweep (queued, attempt 0); the ids this call created.
+
+        `extras` adds fields per point id (the search's ``optuna`` record). A point already
+        stored is left as it is. Created trials move from the sweep's planned count to real
+        ones (counts unchanged: planned ones already count as queued); if the plan was
+        dropped meanwhile (a cancel), they are counted afresh, and a cancelled sweep's new
+        trials are cancelled at once.
+        """
+
+    @abstractmethod
+    def begin_sending(self, sweep_id: str, trial_ids: Sequence[str]) -> None:
+        """Note the ids of a window about to be created and sent (the sweep's ``sending``)."""
+
+    @abstractmethod
+    def end_sending(self, sweep_id: str) -> None:
+        """The window's messages are sent: nothing to send again after a restart."""
+
+    @abstractmethod
+    def shrink_plan(self, sweep_id: str, n: int | None = None) -> int:
+        """Drop `n` planned trials (all when None): the search cannot ask them. How many went.
+
+        Neither a concurrent `add_trials` nor a cancel is ever counted twice.
+        """
+
+    @abstractmethod
+    def repair_plan(self, sweep_id: str, total: int, created: int) -> None:
+        """Set ``planned`` to `total` - `created` (a feeder killed between creating trials
+        and moving the count leaves it high). The queued count stays: it counted those
+        trials as planned and counts them now as created (`add_trials` moves it the same).
+        Nothing for a cancelled or unknown sweep, nor when planned is not high."""
+
+    @abstractmethod
+    def feed_trials(self, sweep_id: str, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The sweep's trials (or those of `ids`) with what a feeder's rebuild needs: ``key``,
+        ``index``, ``params``, ``state``, ``attempt``, ``objective``, ``optuna``, and
+        ``config`` when `ids` is None."""
+
+    @abstractmethod
+    def set_study_attrs(self, sweep_id: str, attrs: Mapping[str, Any]) -> None:
+        """Keep the search's study state (QMC's position) on the sweep, for a rebuild."""
+
+    @abstractmethod
+    def take_lease(self, sweep_id: str, owner: str, seconds: float) -> bool:
+        """Take or renew the feeding lease of a sweep for `seconds`; whether `owner` holds it.
+
+        Taken when free, expired or `owner`'s already. Of concurrent callers at most one
+        gets a free lease.
+        """
+
+    @abstractmethod
+    def lease_for(self, owner: str, seconds: float) -> dict[str, Any]:
+        """The lease ``{owner, expires}`` that `owner` holds for `seconds` from now (by the
+        store's clock): what `take_lease` writes, and what a sweep created by its feeder
+        carries from the start (`SweepAdmin.create_sweep`'s `sweep_fields`)."""
+
+    @abstractmethod
+    def release_lease(self, sweep_id: str, owner: str) -> None:
+        """Give the lease back, if `owner` holds it, so another scheduler may feed at once."""
+
+    @abstractmethod
+    def unfinished_sweeps(self) -> list[dict[str, Any]]:
+        """Sweeps that may need feeding: not cancelled, and with planned or live trials
+        (``_id``, ``planned``, ``counts``, ``lease``; not the spec, which may be large: the
+        scheduler asks this every pass, of every sweep ever submitted)."""
+
+    @abstractmethod
+    def epoch_rows(
+        self, attempts: Mapping[str, int], after: Mapping[str, int]
+    ) -> dict[str, dict[int, dict[str, Any]]]:
+        """New epoch rows of running trials: for each id of `attempts` (its attempt), the
+        metrics of each epoch past ``after[id]`` (-1: every epoch). For the pruning decision."""
+
+
+class Reads(Protocol):
+    """What a page or a client reads of the store: sweeps (`list_sweeps`, `get_sweep`,
+    `counts`), trials (`trials`, `best`, `get_trial`, `trials_by_id`, `trials_at`), a
+    running trial's curve (`metrics_after`), the change feed of a live page
+    (`changed_rows`, `sweep_rows`), a sweep's pace (`throughput`) and views stored for
+    the next reader (`view_snapshot`, `keep_view_snapshot`).
+
+    Reads change nothing the other roles write: the one write, `keep_view_snapshot`, is a
+    cache of a read, and a sweep without summaries gets them from its first read that
+    needs them (`best`, `sweep_rows`).
+    """
+
+    @abstractmethod
+    def list_sweeps(
+        self, *, owner: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Sweeps (`owner`'s only, when given), newest first, each with ``counts`` by state;
+        and the next page's cursor (None at the end)."""
+
+    @abstractmethod
+    def get_sweep(self, sweep_id: str, *, owner: str | None = None) -> dict[str, Any]:
+        """A sweep with ``counts`` by state; `NotFound` if missing or not `owner`'s."""
+
+    @abstractmethod
+    def counts(self, sweep_id: str) -> dict[str, int]:
+        """How many trials of the sweep are in each state (every state a key)."""
+
+    @abstractmethod
+    def trials(
+        self,
+        sweep_id: str,
+        *,
+        state: str | Sequence[str] | None = None,
+        params: Mapping[str, Any] | None = None,
+        sort: str = "index",
+        descending: bool = False,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of a sweep's trials, and the cursor of the next page (None at the end).
+
+        `state`: a state or a list of them. `params`: ``{"model.hidden_units": 64}`` (or a
+        sub-section's ``{"execution.parallel.tau": 5}``), exact values (strings, numbers,
+        booleans, None for "not set"). `sort`: ``index``, ``objective``, ``train_seconds``,
+        ``finished_at``, ``started_at``, ``updated_at``, ``param_count``, ``attempt``,
+        ``result.<metric>`` or a parameter path; ties are broken by index; missing values
+        sort first ascending (MongoDB's order). The cursor is only valid for the same sweep,
+        filters and sort. A page costs about its own size in index order, and about the
+        filtered trials otherwise (`core.store.store`).
+        """
+
+    @abstractmethod
+    def best(self, sweep_id: str, k: int = 10) -> list[dict[str, Any]]:
+        """The `k` complete trials with the best finite objective, by the sweep's direction
+        (equal objectives: the lower index first).
+
+        A few ms at any sweep size for `k` up to `core.store.summaries.TOP_K`, read from
+        the sweep's top summary; past it, every complete trial is read.
+        """
+
+    @abstractmethod
+    def trials_by_id(
+        self, trial_ids: Iterable[str], fields: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
+        """`fields` (dotted paths) of these trials, by id, in batched reads; `NotFound` for an
+        id that is not in the store."""
+
+    @abstractmethod
+    def trials_at(
+        self, sweep_id: str, indexes: Iterable[int], fields: Sequence[str]
+    ) -> list[dict[str, Any]]:
+        """`fields` (dotted paths; ``_id`` and ``index`` always) of the sweep's trials at
+        these indexes (at most `core.store.query.MAX_LIMIT`), by index; an index it does
+        not have is left out. One read."""
+
+    @abstractmethod
+    def get_trial(self, trial_id: str, *, with_metrics: bool = True) -> dict[str, Any]:
+        """A trial; with ``metrics``: its reports (``attempt``, ``epoch``, ``metrics``,
+        ``reported_at``) sorted by attempt and epoch. `NotFound` if the store does not
+        have it."""
+
+    @abstractmethod
+    def changed_rows(
+        self, sweep_id: str, since: datetime | None, fields: Sequence[str]
+    ) -> tuple[list[dict[str, Any]], datetime]:
+        """Trials of the sweep changed after `since` (every trial when None), `fields` of each,
+        in change order, and the watermark to pass as the next `since`.
+
+        `fields` are dotted paths (``state``, ``params``, ``config.model.hidden_units``);
+        every row also has ``_id``, ``index`` and ``updated_at``. Each change comes at least
+        once: those younger than the store's `change_lag` may come again, so replace rows by
+        ``_id``. The first read (`since` None) costs about the whole sweep (50,000 trials,
+        13 fields: ~7 s on SecantusDB on a busy 2-core machine); later reads cost what
+        changed.
+        """
+
+    @abstractmethod
+    def sweep_rows(
+        self, sweep_id: str, fields: Sequence[str]
+    ) -> tuple[list[dict[str, Any]], datetime]:
+        """Every trial of a sweep, `fields` of each, and a watermark for `changed_rows`:
+        what ``changed_rows(sweep_id, None, fields)`` answers, read mostly from the sweep's
+        finish log (`core.store.summaries`) rather than the trials when `fields` are among
+        the log's (50,000 finished trials: ~0.5 s against ~7-11 s).
+
+        Should the log not account for every trial (a finish whose log write was lost),
+        the trials are read, and the log is made again from them.
+        """
+
+    @abstractmethod
+    def throughput(self, sweep_id: str, minutes: int = 10) -> dict[str, Any]:
+        """How fast a sweep finishes trials lately, and when it should be done.
+
+        ``per_minute``: trials finished (complete, failed, pruned) per minute over the last
+        `minutes` (1 to 10080), or since the sweep was created if that is later (None
+        before the first finish); ``window_seconds``: that span; ``remaining``: queued +
+        running; ``eta_seconds``: remaining / rate (0 when nothing remains, None without a
+        rate or once cancelled). Costs about what finished in the window, plus the running
+        trials.
+        """
+
+    @abstractmethod
+    def metrics_after(
+        self, trial_id: str, attempt: int = 0, epoch: int = -1
+    ) -> list[dict[str, Any]]:
+        """A trial's metric rows after (`attempt`, `epoch`), by attempt and epoch.
+
+        The defaults give every row. A page following a running trial passes the last row
+        it has, so each poll reads only the attempt in progress.
+        """
+
+    @abstractmethod
+    def view_snapshot(self, sweep_id: str, name: str) -> tuple[str, bytes] | None:
+        """A view of the sweep a reader stored (`keep_view_snapshot`): (version, bytes), or
+        None."""
+
+    @abstractmethod
+    def keep_view_snapshot(self, sweep_id: str, name: str, version: str, data: bytes) -> None:
+        """Store a view computed from a whole sweep (at most 8 MB) under the `version` of
+        the sweep it shows (the reader decides what a version is), for the next process
+        that starts; a newer one replaces it. Removed with the sweep."""
