@@ -167,14 +167,14 @@ def optuna_worker(spec_path: str, journal: str, study_name: str) -> None:
     import optuna
     import torch
 
-    from cli.main import _load
+    from cli.shared import load_spec
     from core.spec.config import TrialConfig
     from scheduler.expand import expand
     from workers.training import objective_value, train
 
     torch.set_num_threads(1)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    spec = _load(spec_path)
+    spec = load_spec(spec_path)
     points = expand(spec, with_config=True)
     indices = list(range(len(points)))
     metric, direction = spec.objective.metric, spec.objective.direction

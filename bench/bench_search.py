@@ -137,10 +137,10 @@ def main(argv: list[str] | None = None) -> None:
     raw = yaml.safe_load(args.spec.read_text())
     tpe_trials = args.tpe_trials
     if tpe_trials is None:
-        from cli.main import _load
+        from cli.shared import load_spec
         from scheduler.expand import tally
 
-        tpe_trials = max(1, tally(_load(str(args.spec))).count // 3)
+        tpe_trials = max(1, tally(load_spec(str(args.spec))).count // 3)
     pruner = json.loads(args.pruner)
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:

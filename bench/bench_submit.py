@@ -38,8 +38,8 @@ from core.store.store import Store
 from scheduler.enqueue import enqueue, sender_app
 from scheduler.expand import expand
 from scheduler.feed import BIG_WINDOW
+from scheduler.messages import messages
 from scheduler.order import order_by_cost, trial_cost
-from scheduler.submit import messages
 from tests.services import SecantusProcess, broker_url_or_fail
 
 SEND_TASK_SAMPLE = 2000

@@ -15,6 +15,7 @@ import click
 
 from cli.gunicorn import exec_server
 from cli.gunicorn import gunicorn_argv as serve_argv
+from cli.options import host_option, listen_port_option
 
 #: Seconds gunicorn lets one request run before restarting its worker.
 REQUEST_TIMEOUT = 600
@@ -28,8 +29,8 @@ def gunicorn_argv(host: str, port: int, workers: int, threads: int) -> list[str]
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@host_option
+@listen_port_option(8000)
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
               help="gunicorn worker processes.")
 @click.option("--threads", type=click.IntRange(min=1), default=4, show_default=True,

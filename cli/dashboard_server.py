@@ -15,6 +15,7 @@ import click
 
 from cli.gunicorn import exec_server
 from cli.gunicorn import gunicorn_argv as serve_argv
+from cli.options import DASHBOARD_PORT, host_option, listen_port_option
 
 #: Seconds gunicorn lets one request run: the first look at a 50,000-trial sweep reads
 #: it whole from the store, which takes seconds on SecantusDB.
@@ -29,8 +30,8 @@ def gunicorn_argv(host: str, port: int, threads: int) -> list[str]:
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8050, show_default=True)
+@host_option
+@listen_port_option(DASHBOARD_PORT)
 @click.option("--threads", type=click.IntRange(min=1), default=8, show_default=True,
               help="Threads serving requests.")
 def dashboard(host: str, port: int, threads: int) -> None:

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from cli.gunicorn import gunicorn_argv
+from cli.worker import worker_commands
 from core.procs import die_with_parent, free_port
 
 log = logging.getLogger(__name__)
@@ -192,8 +193,6 @@ def start_workers(
     It needs neither the store nor the broker to boot (the store is first used by a task,
     the broker is retried), so it starts at once, alongside the store.
     """
-    from cli.commands import worker_commands
-
     for cmd, extra in worker_commands(workers, None, "INFO", queue, threads=threads):
         flags = [flag for flag in EMBEDDED_WORKER_FLAGS if flag not in cmd]
         procs.start("worker", [*cmd, *flags], {**env, **extra})

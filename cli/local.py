@@ -3,38 +3,39 @@
 `sweepstack run` with no ``SWEEPSTACK_MONGO_URL`` keeps every sweep in the embedded
 SecantusDB of its data folder (``--data``, default ``SWEEPSTACK_DATA_DIR`` or
 ``~/.sweepstack``), and the folder remembers them after the run. `local_store` reaches
-that store for one command (`ls`, `status`, `export`, `open`, and any command that takes
-its store from `cli.commands._store`):
+that store for one command (`ls`, `status`, `export`, `report`, `open`: every command
+that takes its store from `open_store`):
 
 - the folder is free: it is held for this command (`cli.datafolder`), its SecantusDB
   started (about a second) and stopped again when the command ends;
 - another process holds it (a `run` still going or holding its dashboard, an `open`): the
   store that process serves is used, as its record names it, and nothing is started.
 
-With ``SWEEPSTACK_MONGO_URL`` set, commands use that store and never this module.
+With ``SWEEPSTACK_MONGO_URL`` set, `open_store` connects to that store and no folder is
+read. `reached` says which it was, and `find_sweep` names the folder when a sweep is not in it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from cli import datafolder, embedded
 from cli.datafolder import FolderInUse, FolderLock, Holder
-from core.errors import StoreUnavailable, SweepstackError
+from cli.shared import program
+from core.errors import NotFound, StoreUnavailable, SweepstackError
 from core.settings import Settings
 from core.store.store import Store
 
 #: How long the folder's SecantusDB may take to listen (a cold start on a loaded host).
 STORE_START_TIMEOUT = 60.0
-F = TypeVar("F", bound=Callable[..., Any])
+#: Where `open_store` leaves the `Reached` of a data folder, in ``ctx.meta``.
+LOCAL_KEY = "sweepstack.local"
 
 
 class NoResults(SweepstackError):
@@ -63,18 +64,6 @@ class Reached:
     def live(self) -> bool:
         """Whether another process serves this store (a run may still be writing to it)."""
         return self.holder is not None
-
-
-def data_option(function: F) -> F:
-    """The ``--data DIR`` option of the commands that read a data folder."""
-    return click.option(
-        "--data",
-        "data_dir",
-        type=click.Path(file_okay=False),
-        default=None,
-        help="The data folder of `sweepstack run` [default: SWEEPSTACK_DATA_DIR or "
-        "~/.sweepstack]; read when SWEEPSTACK_MONGO_URL is not set.",
-    )(function)
 
 
 def with_data_dir(settings: Settings, data_dir: str | None) -> Settings:
@@ -130,17 +119,35 @@ def local_store(folder: Path, command: str, db: str = "sweepstack") -> Iterator[
         lock.release()
 
 
-def program() -> str:
-    """How the user can type the `sweepstack` command that is running now: ``sweepstack``
-    if that name on PATH is this program (or it was started as a module), else the path it
-    was started by (``.venv/bin/sweepstack`` after `make demo`)."""
-    argv0 = sys.argv[0] if sys.argv else ""
-    if Path(argv0).name != "sweepstack":
-        return "sweepstack"
-    found = shutil.which("sweepstack")
-    if found and Path(found).resolve() == Path(argv0).resolve():
-        return "sweepstack"
-    return argv0
+def open_store(settings: Settings) -> Store:
+    """The store of ``SWEEPSTACK_MONGO_URL``; unset, that of the data folder
+    (``settings.data_dir``), started for this command and stopped when it ends
+    (`local_store`; what was reached is `reached`)."""
+    if not settings.mongo_url:
+        ctx = click.get_current_context()
+        command = ctx.info_name or "sweepstack"
+        found = ctx.with_resource(local_store(settings.data_dir, command, settings.mongo_db))
+        ctx.meta[LOCAL_KEY] = found
+        return found.store
+    return _connect(settings.mongo_url, settings.mongo_db)
+
+
+def reached() -> Reached | None:
+    """The data folder's store `open_store` reached for this command (None: a MongoDB URL)."""
+    return click.get_current_context().meta.get(LOCAL_KEY)
+
+
+def find_sweep(store: Store, sweep_id: str) -> dict[str, Any]:
+    """The sweep `sweep_id` of `store`, or an error that says where it was looked for and
+    how to list the sweeps there."""
+    try:
+        return store.reads.get_sweep(sweep_id)
+    except NotFound as exc:
+        found = reached()
+        where = f" in {found.folder}" if found else ""
+        raise click.ClickException(
+            f"no sweep {sweep_id}{where}; `{program()} ls` lists the sweeps there"
+        ) from exc
 
 
 def reach_commands(sweep_id: str, folder: Path, default_folder: Path) -> list[str]:

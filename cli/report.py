@@ -2,7 +2,7 @@
 
 The analysis is `core.analysis.sweep_analysis` with Optuna's importance
 (`scheduler.importance`), the same value the API's ``/analysis`` and the dashboard's
-Analysis panel show. The store comes from `cli.commands._store`, as for every command
+Analysis panel show. The store comes from `cli.local.open_store`, as for every command
 that reads sweeps. A finished sweep's analysis is kept with it, so a second report of it
 reads nothing but that.
 """
@@ -15,8 +15,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from cli.commands import _settings, _store
-from cli.local import data_option, with_data_dir
+from cli.local import open_store, with_data_dir
+from cli.options import data_option
+from cli.shared import EXIT_PROBLEM, read_settings
 from core.analysis import sweep_analysis
 from core.errors import InvalidQuery, NotFound
 
@@ -52,14 +53,12 @@ def report(sweep_id: str, fmt: str | None, out_path: str | None, data_dir: str |
 
     if fmt is None:
         fmt = SUFFIXES.get(Path(out_path).suffix.lower(), "md") if out_path else "md"
-    store = _store(with_data_dir(_settings(), data_dir))
+    store = open_store(with_data_dir(read_settings(), data_dir))
     console = Console(stderr=True)
     try:
         with console.status(f"analysing sweep {sweep_id}…", spinner="dots"):
             analysis = sweep_analysis(store.reads, sweep_id, importance=param_importances)
     except InvalidQuery as exc:
-        from cli.main import EXIT_PROBLEM  # here: cli.main imports this module
-
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_PROBLEM)
     except NotFound as exc:

@@ -1,6 +1,6 @@
 """CLI commands that read results: ls, status, export.
 
-Each takes its store from `cli.commands._store`: ``SWEEPSTACK_MONGO_URL`` when set,
+Each takes its store from `cli.local.open_store`: ``SWEEPSTACK_MONGO_URL`` when set,
 else the data folder of `sweepstack run` (``--data``), whose store is started for the
 command and stopped after it, or borrowed from the run or `open` serving it
 (`cli.local`). So a local run's results can be listed, followed and exported after
@@ -23,9 +23,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from cli.commands import LOCAL_KEY, _settings, _store
-from cli.local import NoResults, Reached, data_option, program, with_data_dir
-from core.errors import NotFound
+from cli.local import NoResults, find_sweep, open_store, reached, with_data_dir
+from cli.options import data_option
+from cli.shared import program, read_settings
 from core.states import TERMINAL_STATES, TrialState
 from core.store import export as exporting
 from core.store.records import flatten_params, sweep_status
@@ -39,22 +39,6 @@ STATE_COLOURS = {
     "pruned": "yellow",
     "cancelled": "magenta",
 }
-
-
-def _reached() -> Reached | None:
-    """The data folder's store `_store` reached for this command (None: a MongoDB URL)."""
-    return click.get_current_context().meta.get(LOCAL_KEY)
-
-
-def _sweep(store: Store, sweep_id: str) -> dict[str, Any]:
-    try:
-        return store.reads.get_sweep(sweep_id)
-    except NotFound as exc:
-        reached = _reached()
-        where = f" in {reached.folder}" if reached else ""
-        raise click.ClickException(
-            f"no sweep {sweep_id}{where}; `{program()} ls` lists the sweeps there"
-        ) from exc
 
 
 def _best_text(best: dict[str, Any] | None, objective: dict[str, str]) -> str:
@@ -99,9 +83,9 @@ def status(
     sweep_id: str, data_dir: str | None, watch: bool, interval: float, as_json: bool
 ) -> None:
     """Counts by state, progress and the best trial so far of a sweep."""
-    store = _store(with_data_dir(_settings(), data_dir))
-    sweep = _sweep(store, sweep_id)
-    reached = _reached()
+    store = open_store(with_data_dir(read_settings(), data_dir))
+    sweep = find_sweep(store, sweep_id)
+    found = reached()
 
     def snapshot() -> tuple[dict[str, int], dict[str, Any] | None]:
         counts = store.reads.counts(sweep_id)
@@ -113,10 +97,10 @@ def status(
         return active == 0
 
     counts, best = snapshot()
-    if watch and reached is not None and not reached.live and not finished(counts):
+    if watch and found is not None and not found.live and not finished(counts):
         # Its store was started for this command: nothing is running that could move it.
         click.echo(
-            f"note: nothing is running on {reached.folder}, so there is nothing to watch; "
+            f"note: nothing is running on {found.folder}, so there is nothing to watch; "
             f"`{program()} run --resume {sweep_id}` finishes the sweep",
             err=True,
         )
@@ -210,9 +194,9 @@ def ls(data_dir: str | None, limit: int, as_json: bool, quiet: bool) -> None:
     """List the sweeps of a data folder (or of SWEEPSTACK_MONGO_URL), newest first."""
     if as_json and quiet:
         raise click.UsageError("--json and --quiet each choose the output; give one")
-    settings = with_data_dir(_settings(), data_dir)
+    settings = with_data_dir(read_settings(), data_dir)
     try:
-        store = _store(settings)
+        store = open_store(settings)
     except NoResults as exc:  # nothing stored there yet: an empty list, and why
         if as_json:
             click.echo("[]")
@@ -227,8 +211,8 @@ def ls(data_dir: str | None, limit: int, as_json: bool, quiet: bool) -> None:
     if as_json:
         click.echo(json.dumps(entries))
         return
-    reached = _reached()
-    where = str(reached.folder) if reached else "the store of SWEEPSTACK_MONGO_URL"
+    found = reached()
+    where = str(found.folder) if found else "the store of SWEEPSTACK_MONGO_URL"
     if not docs:
         click.echo(f"no sweeps in {where}")
         return
@@ -236,8 +220,8 @@ def ls(data_dir: str | None, limit: int, as_json: bool, quiet: bool) -> None:
     console.print(_ls_table(docs, entries, f"sweeps in {where}"))
     if more:
         console.print("… and older ones; use --limit (at most 1000)")
-    if reached is not None and reached.holder is not None:
-        console.print(f"served by {reached.holder.describe()}", style="dim")
+    if found is not None and found.holder is not None:
+        console.print(f"served by {found.holder.describe()}", style="dim")
 
 
 @click.command("export")
@@ -263,8 +247,8 @@ def export(sweep_id: str, data_dir: str | None, fmt: str, out_path: str | None) 
     epochs, seconds, parameter count, device, error (the API's export, the same rows)."""
     if fmt == "parquet" and not out_path:
         raise click.UsageError("--format parquet writes a binary file: give it with -o FILE")
-    store = _store(with_data_dir(_settings(), data_dir))
-    sweep = _sweep(store, sweep_id)
+    store = open_store(with_data_dir(read_settings(), data_dir))
+    sweep = find_sweep(store, sweep_id)
     trials = sum(sweep["counts"].values()) - int(sweep.get("planned") or 0)
     if fmt == "parquet":
         written = exporting.write_parquet(store.reads, sweep, str(out_path))

@@ -30,7 +30,6 @@ import shutil
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import click
@@ -39,8 +38,10 @@ from rich.console import Console
 from cli import datafolder, embedded
 from cli.datafolder import FolderInUse, FolderLock
 from cli.embedded_broker import ORDERED_TRANSPORT
-from cli.local import dashboard_port, program
+from cli.local import dashboard_port, with_data_dir
+from cli.options import dashboard_port_option, data_option, workers_option
 from cli.run_follow import follow, results_note, top_table
+from cli.shared import EXIT_PROBLEM, fail_spec, load_spec, program
 from core.broker import EMBEDDED_BROKER_URL
 from core.errors import NotFound, SpecError, SweepstackError
 from core.settings import Settings
@@ -81,8 +82,6 @@ def _hold_folder(settings: Settings) -> FolderLock | None:
     try:
         return datafolder.acquire(settings.data_dir, "run")
     except FolderInUse as exc:
-        from cli.main import EXIT_PROBLEM
-
         click.echo(
             f"error: {exc}. Nothing was submitted: wait for it to end (or stop it), or "
             "give this run another folder with --data DIR",
@@ -116,29 +115,9 @@ def _resume(store: Store, app: Any, sweep_id: str) -> int:
 
 @click.command()
 @click.argument("spec", type=click.Path(dir_okay=False), required=False)
-@click.option(
-    "--workers",
-    "-w",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Training processes [default: the number of cores].",
-)
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=8050,
-    show_default=True,
-    help="Dashboard port on 127.0.0.1 (0: any free port; the default falls back to a free "
-    "one when busy, a port given here is refused when busy).",
-)
-@click.option(
-    "--data",
-    "data_dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Folder for the embedded store and broker, which keeps the results for `ls`, "
-    "`status`, `export`, `open` [default: SWEEPSTACK_DATA_DIR or ~/.sweepstack].",
-)
+@workers_option
+@dashboard_port_option
+@data_option
 @click.option(
     "--resume",
     "resume_id",
@@ -174,7 +153,6 @@ def run(
     Uses SWEEPSTACK_BROKER_URL and SWEEPSTACK_MONGO_URL when set; otherwise starts an
     embedded SecantusDB and a filesystem broker under --data.
     """
-    from cli.main import _fail_spec, _load
     from scheduler.enqueue import sender_app
     from scheduler.submit import submit_sweep
 
@@ -183,10 +161,9 @@ def run(
     started = time.monotonic()
     settings = Settings.from_env()
     default_folder = settings.data_dir
-    if data_dir:
-        settings = dataclasses.replace(settings, data_dir=Path(data_dir).expanduser())
+    settings = with_data_dir(settings, data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    loaded = _load(spec, local_files=True) if spec else None
+    loaded = load_spec(spec, local_files=True) if spec else None
     busy = None
     if not no_dashboard:
         port, busy = dashboard_port(port)
@@ -247,8 +224,7 @@ def run(
                     loaded, store, app, workers=processes, window=settings.feed_window
                 )
             except SpecError as exc:
-                _fail_spec(exc)
-                return
+                fail_spec(exc)
         else:
             sweep_id = resume_id or ""
             try:

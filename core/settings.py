@@ -149,7 +149,7 @@ class Settings:
     # tokens and a loopback address the dashboard is open (web.context.local_open).
     bind_host: str | None = None
     # Torch threads per worker process; None: `sweepstack worker` (and `run`) give each of
-    # its training processes cores / processes (`cli.commands.worker_commands`), and a
+    # its training processes cores / processes (`cli.worker.worker_commands`), and a
     # worker started otherwise uses one.
     torch_threads: int | None = None
     # Celery task events from the workers (Flower's task list). Off by default: each event is

@@ -2,11 +2,12 @@
 
 A `Feeder` keeps a sweep's window of trials in flight (queued or running): it asks its
 source for new points, stores them (`Feeding.add_trials`, idempotent by trial id; the
-window's ids noted first in the sweep's ``sending`` list), sends them
-(`scheduler.submit.messages`: fused groups, longest first within the window), empties the
-list, tells the search each finished trial and, when the sweep prunes, decides which
-running trials stop (`scheduler.prune_decision`). `submit_sweep` runs its first step; the
-`sweepstack scheduler` loop (and `sweepstack run`, in-process) the rest.
+window's ids noted first in the sweep's ``sending`` list), sends them (`send_window`:
+`scheduler.messages`, fused groups, longest first within the window), empties the list,
+tells the search each finished trial and, when the sweep prunes, decides which running
+trials stop (`scheduler.prune_decision`). `scheduler.submit.submit_sweep` asks a new
+sweep's first window of a `Feeder` and sends it; the `sweepstack scheduler` loop (and
+`sweepstack run`, in-process) steps `Feeder.open`'s feeder through the rest.
 
 Sources, and why two:
 
@@ -56,6 +57,7 @@ from core.store.records import flatten_params
 from core.store.store import Store
 from scheduler.enqueue import enqueue
 from scheduler.expand import TrialPoint, expand
+from scheduler.messages import messages
 from scheduler.order import trial_cost
 from scheduler.prune_decision import decide, pruned_value
 
@@ -93,7 +95,13 @@ def parallelism(spec: SweepSpec, workers: int | None) -> int:
 
 
 class Feeder:
-    """Feeds one sweep; build it with `Feeder.open`, then call `step` until it says done.
+    """Feeds one sweep; build it with `Feeder.open`, then call `step` until it says done,
+    and `close` it to give its lease back.
+
+    Built directly, it is the source of a sweep not stored yet (`sweep_id` ""):
+    `scheduler.submit.submit_sweep` asks it the first window (`ask`). `total` is the
+    sweep's size, `window` how many of its trials may be in flight, `session` its Optuna
+    search (None for grid or random without pruning).
 
     Not thread-safe; the store's lease keeps other schedulers off the sweep.
     """
@@ -129,6 +137,7 @@ class Feeder:
         self._rev: int | None = None  # counts_rev last seen, and when it last moved
         self._rev_at = time.monotonic()
         self._stall_wait = self.stall_seconds
+        self._source()
 
     # --- building ---------------------------------------------------------------------
 
@@ -156,7 +165,6 @@ class Feeder:
             return None
         doc = store.reads.get_sweep(sweep_id)
         feeder = cls(store, app, sweep_id, load_spec(doc["spec"]), owner=owner, **kwargs)
-        feeder._source()
         stored = store.feeding.feed_trials(sweep_id)
         feeder._rebuild(stored, doc.get("study_attrs") or {}, doc.get("sending") or [])
         return feeder
@@ -278,7 +286,7 @@ class Feeder:
 
     def feed(self, n: int) -> int:
         """Ask up to `n` new points, store them, send them; how many were created."""
-        points, extras = self._ask(n)
+        points, extras = self.ask(n)
         if len(points) < n:
             dropped = self.store.feeding.shrink_plan(self.sweep_id, n - len(points))
             if dropped:
@@ -297,7 +305,9 @@ class Feeder:
                 self._study_attrs = attrs
         return len(points)
 
-    def _ask(self, n: int) -> tuple[list[TrialPoint], dict[str, dict[str, Any]]]:
+    def ask(self, n: int) -> tuple[list[TrialPoint], dict[str, dict[str, Any]]]:
+        """The next up to `n` points of the sweep's source, and the Optuna fields to store
+        with each (by point id); neither stored nor sent here (`feed` does both)."""
         extras: dict[str, dict[str, Any]] = {}
         points: list[TrialPoint] = []
         if self._points is not None:
@@ -321,10 +331,7 @@ class Feeder:
         return points, extras
 
     def _send(self, points: list[TrialPoint]) -> None:
-        from scheduler.submit import messages
-
-        enqueue(self.app, messages(self.sweep_id, points, self.workers, watch=self.watch))
-        self.store.feeding.end_sending(self.sweep_id)
+        send_window(self.store, self.app, self.sweep_id, points, self.workers, watch=self.watch)
 
     def _tell_and_prune(self) -> None:
         if not self._numbers:
@@ -368,44 +375,16 @@ def _optuna(number: int, system_attrs: dict[str, Any]) -> dict[str, Any]:
     return {"optuna": {"number": number, "system_attrs": system_attrs}}
 
 
-def start_sweep(
+def send_window(
     store: Store,
     app: Celery,
-    spec: SweepSpec,
+    sweep_id: str,
+    points: list[TrialPoint],
+    workers: int | None,
     *,
-    owner: str | None = None,
-    workers: int | None = None,
-    big_window: int = BIG_WINDOW,
-) -> tuple[str, int]:
-    """Store a new sweep with its first window of trials, send them; (sweep id, size).
-
-    The rest are planned (counted as queued) for a scheduler to feed. The sweep is stored
-    with this process's lease, given back once the window is sent, so no scheduler sends
-    the window a second time meanwhile.
-    """
-    lease_owner = owner_name()
-    feeder = Feeder(store, app, "", spec, owner=lease_owner, workers=workers,
-                    big_window=big_window)  # fmt: skip
-    feeder._source()
-    points, extras = feeder._ask(min(feeder.window, feeder.total))
-    total = feeder.total
-    if len(points) < min(feeder.window, total):
-        total = len(points)  # the space ran out in the first window already
-    lease = store.feeding.lease_for(lease_owner, LEASE_SECONDS)
-    extra_fields: dict[str, Any] = {"lease": lease}
-    if feeder.session is not None:
-        extra_fields["study_attrs"] = feeder.session.study_attrs()
-    sweep_id = store.admin.create_sweep(
-        spec, points, owner=owner, total=total, extras=extras, sweep_fields=extra_fields
-    )
-    feeder.sweep_id = sweep_id
-    try:
-        feeder._send(points)
-    except Exception:
-        log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
-        store.admin.cancel_sweep(sweep_id)
-        raise
-    finally:
-        store.feeding.release_lease(sweep_id, lease_owner)
-    return sweep_id, total
-
+    watch: bool,
+) -> None:
+    """Enqueue a stored window's trials (`scheduler.messages`), then empty the sweep's
+    ``sending`` list: they are sent, and a rebuilt feeder need not send them again."""
+    enqueue(app, messages(sweep_id, points, workers, watch=watch))
+    store.feeding.end_sending(sweep_id)

@@ -4,7 +4,7 @@
 ``auto`` (the default: groups as large as the memory estimate allows, at most
 `AUTO_CAP`), or an integer K (groups of at most K; 1 is the same as ``off``). At submit,
 `group_trials` splits a sweep's trials into groups; each group of two or more becomes one
-`workers.run_group` message carrying its trial ids (`scheduler.submit`), and the worker
+`workers.run_group` message carrying its trial ids (`scheduler.messages`), and the worker
 trains the group as one stacked model (`workers.training.fused`). What a trial or a group
 costs, in seconds and memory, is `scheduler.cost`'s to say. Pure logic: no torch, no
 broker, no store.

@@ -1,73 +1,32 @@
 """Submit a sweep: store it with its first window of trials and enqueue them; the
-scheduler's feeding loop (`scheduler.feed`) creates and enqueues the rest.
+scheduler's feeding loop (`scheduler.feed`) creates and enqueues the rest. What the
+trials are sent as (fused groups, chunks, most expensive first) is `scheduler.messages`.
 
-Compatible trials go as fused groups (`scheduler.grouping`, `execution.fuse`): one
-`workers.run_group` message per group, whose soft time limit is the sum of its trials'
-`execution.time_limit` (what they would take one after another, at most the largest limit
-a trial may have), and one `workers.run_trial` message per trial trained alone, except
-that cheap lone trials share a ``sequential`` `workers.run_group` message, a few at a time
-(`scheduler.chunks`). Messages go most expensive first (`scheduler.order`), so the sweep
-does not end on one large net.
-
-Also the stale-heartbeat requeue: a trial `running` whose worker stopped beating (its host
-died, or its network) goes back to `queued` with attempt + 1 and a new message. The
-`sweepstack scheduler` loop runs it; a trial whose worker process died on a host that still
-runs a worker is taken over sooner, when its redelivered message arrives (`workers.runner`).
+Also trials already stored, sent again: `enqueue_ids` (requeued or retried trials,
+`scheduler.retry`), and the stale-heartbeat requeue: a trial `running` whose worker stopped
+beating (its host died, or its network) goes back to `queued` with attempt + 1 and a new
+message. The `sweepstack scheduler` loop runs it; a trial whose worker process died on a
+host that still runs a worker is taken over sooner, when its redelivered message arrives
+(`workers.runner`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from celery import Celery
 
 from core.errors import NotFound
 from core.settings import DEFAULT_MAX_ATTEMPTS
-from core.spec.config import MAX_TIME_LIMIT, ExecutionConfig
 from core.spec.sweep import SweepSpec
 from core.store.store import Store
-from scheduler.chunks import chunk_units
-from scheduler.enqueue import Outgoing, carry, carry_group, enqueue
-from scheduler.expand import TrialPoint
-from scheduler.grouping import DEFAULT_WORKERS, group_trials
-from scheduler.order import group_cost, order_by_cost, trial_cost
+from scheduler.enqueue import Outgoing, carry, enqueue
+from scheduler.feed import BIG_WINDOW, LEASE_SECONDS, Feeder, owner_name, send_window
+from scheduler.messages import time_limit
 
 log = logging.getLogger(__name__)
-DEFAULT_TIME_LIMIT: float = ExecutionConfig.model_fields["time_limit"].default
-
-
-def _time_limit(config: dict) -> float:
-    return float(config.get("execution", {}).get("time_limit", DEFAULT_TIME_LIMIT))
-
-
-def messages(
-    sweep_id: str, trials: list[TrialPoint], workers: int | None = None, *, watch: bool = False
-) -> list[Outgoing]:
-    """What `enqueue` sends for these new trials: (trial id, limit, its config and attempt 0)
-    or (group's ids, limit, their configs and attempts).
-
-    `workers`, when known, is how many processes will train them (`group_trials`,
-    `chunk_units`). Most expensive first (`scheduler.order`): workers take messages in the
-    order sent. `watch`: the sweep prunes, so workers look for prune requests
-    (`scheduler.enqueue.carry`)."""
-    by_id = {t.id: t.config for t in trials}
-    units = group_trials(by_id.items(), workers)
-    out: list[Outgoing] = []
-    costs: list[float] = []
-    for group, sequential in chunk_units(units, by_id, workers or DEFAULT_WORKERS):
-        configs = [by_id[key] for key in group]
-        limits = [_time_limit(config) for config in configs]
-        ids = [f"{sweep_id}-{key}" for key in group]
-        # A chunk trains its trials one after another; a fused group shares their steps.
-        costs.append(sum(map(trial_cost, configs)) if sequential else group_cost(configs))
-        if len(ids) == 1:
-            out.append((ids[0], limits[0], carry(configs[0], watch=watch)))
-        else:
-            limit = min(sum(limits), float(MAX_TIME_LIMIT))
-            kwargs = carry_group(configs, [0] * len(ids), watch=watch, sequential=sequential)
-            out.append((ids, limit, kwargs))
-    return order_by_cost(out, costs)
 
 
 def submit_sweep(
@@ -83,18 +42,40 @@ def submit_sweep(
     The size counts every trial the sweep will have (``search.trials``, or the grid's or
     random expansion's length); those beyond the first window are planned, counted as
     queued from now on, and created by the scheduler's feeding loop (`scheduler.feed`) as
-    the queue drains. Compatible trials are enqueued as fused groups (see the module
-    docstring); `workers` (when the caller knows it, as `sweepstack run` does) sizes the
-    groups and the window; `window` is the first window of a grid or random sweep without
-    pruning (``SWEEPSTACK_FEED_WINDOW``; default `scheduler.feed.BIG_WINDOW`).
+    the queue drains. Compatible trials are enqueued as fused groups (`scheduler.messages`);
+    `workers` (when the caller knows it, as `sweepstack run` does) sizes the groups and the
+    window; `window` is the first window of a grid or random sweep without pruning
+    (``SWEEPSTACK_FEED_WINDOW``; default `scheduler.feed.BIG_WINDOW`).
 
-    If the broker refuses, the sweep is cancelled and the error is raised.
+    The first window is asked of a `Feeder` of the sweep-to-be, so it is the window the
+    feeding loop would have sent. The sweep is stored with this process's lease, given back
+    once the window is sent, so no scheduler sends the window a second time meanwhile. If
+    the broker refuses, the sweep is cancelled and the error is raised.
     """
-    from scheduler.feed import BIG_WINDOW, start_sweep
-
-    return start_sweep(
-        store, app, spec, owner=owner, workers=workers, big_window=window or BIG_WINDOW
+    lease_owner = owner_name()
+    feeder = Feeder(store, app, "", spec, owner=lease_owner, workers=workers,
+                    big_window=window or BIG_WINDOW)  # fmt: skip
+    first = min(feeder.window, feeder.total)
+    points, extras = feeder.ask(first)
+    total = feeder.total
+    if len(points) < first:
+        total = len(points)  # the space ran out in the first window already
+    lease = store.feeding.lease_for(lease_owner, LEASE_SECONDS)
+    sweep_fields: dict[str, Any] = {"lease": lease}
+    if feeder.session is not None:
+        sweep_fields["study_attrs"] = feeder.session.study_attrs()
+    sweep_id = store.admin.create_sweep(
+        spec, points, owner=owner, total=total, extras=extras, sweep_fields=sweep_fields
     )
+    try:
+        send_window(store, app, sweep_id, points, workers, watch=feeder.watch)
+    except Exception:
+        log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
+        store.admin.cancel_sweep(sweep_id)
+        raise
+    finally:
+        store.feeding.release_lease(sweep_id, lease_owner)
+    return sweep_id, total
 
 
 def enqueue_ids(store: Store, app: Celery, trial_ids: Iterable[str]) -> int:
@@ -111,7 +92,7 @@ def enqueue_ids(store: Store, app: Celery, trial_ids: Iterable[str]) -> int:
         if sweep_id not in watched:
             watched[sweep_id] = _prunes(store, sweep_id)
         watch = watched[sweep_id]
-        sent.append((trial_id, _time_limit(config), carry(config, attempt, watch=watch)))
+        sent.append((trial_id, time_limit(config), carry(config, attempt, watch=watch)))
     return enqueue(app, sent) if sent else 0
 
 

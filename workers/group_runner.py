@@ -38,7 +38,7 @@ single-trial runner (`workers.runner`) keeps:
   unreachable store escapes, as `StoreUnavailable`, so that the task is retried.
 
 The message's time limit is the sum of its trials' `execution.time_limit`
-(`scheduler.submit`); a trial's own limit is not enforced separately inside a group.
+(`scheduler.messages`); a trial's own limit is not enforced separately inside a group.
 Trials that turn out not to be compatible (never from `scheduler.grouping`; possible for
 a hand-made message), and a ``sequential`` chunk of cheap trials (`scheduler.chunks`), are
 trained one by one, unfused, each finish written as soon as its trial ends.

@@ -90,7 +90,7 @@ def test_healthcheck_deps(
 def test_worker_node_names_are_read_from_the_worker_command_lines(
     healthcheck: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from cli.commands import worker_commands
+    from cli.worker import worker_commands
 
     def names(commands: list[tuple[list[str], dict[str, str]]]) -> list[str]:
         return sorted(cmd[cmd.index("--hostname") + 1].replace("%h", "box") for cmd, _ in commands)

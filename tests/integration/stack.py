@@ -16,7 +16,7 @@ from typing import Any
 
 from kombu import Connection
 
-from cli.commands import worker_commands
+from cli.worker import worker_commands
 from core.settings import Settings
 from core.spec.sweep import load_spec
 from core.store.store import Store

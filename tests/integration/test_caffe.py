@@ -27,7 +27,8 @@ from core.spec.limits import dataset_file_problems
 from core.spec.sweep import load_spec
 from scheduler.enqueue import enqueue
 from scheduler.expand import expand
-from scheduler.submit import messages, submit_sweep
+from scheduler.messages import messages
+from scheduler.submit import submit_sweep
 from tests.api import ALICE, api_settings
 from tests.integration.stack import Stack, wait_for
 

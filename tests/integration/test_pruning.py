@@ -23,7 +23,7 @@ import torch
 from core.spec.sweep import load_spec
 from scheduler.enqueue import enqueue
 from scheduler.expand import expand
-from scheduler.submit import messages
+from scheduler.messages import messages
 from tests.integration.stack import Stack, wait_for
 from tests.integration.test_parallel import _all_gone, _ranks_of
 from workers.runner import RunnerOptions, execute_trial, worker_identity

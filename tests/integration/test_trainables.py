@@ -25,7 +25,7 @@ from cli.app import create_app
 from core.spec.sweep import load_spec
 from scheduler.enqueue import enqueue
 from scheduler.expand import expand
-from scheduler.submit import messages
+from scheduler.messages import messages
 from tests import trainables
 from tests.api import ALICE, BOB, api_settings
 from tests.integration.stack import Stack, wait_for

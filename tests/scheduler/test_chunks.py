@@ -18,7 +18,7 @@ from scheduler.chunks import (
     training_seconds,
 )
 from scheduler.expand import expand
-from scheduler.submit import messages
+from scheduler.messages import messages
 
 
 def config(**sections: dict[str, Any]) -> dict[str, Any]:

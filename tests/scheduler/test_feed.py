@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from core.spec.sweep import load_spec
-from core.store import records
-from core.store.records import flatten_params
-from scheduler.feed import Feeder, owner_name, start_sweep
+from core.store.records import flatten_params, utcnow
+from scheduler.feed import Feeder, owner_name
+from scheduler.submit import submit_sweep
 from tests.core import finish
 from tests.integration.stack import Stack
 
@@ -86,7 +86,7 @@ def test_tpe_creates_exactly_its_budget_never_more_than_parallelism_in_flight(
     stack: Stack,
 ) -> None:
     spec = tpe_spec()
-    sweep_id, total = start_sweep(stack.store, stack.app, spec)
+    sweep_id, total = submit_sweep(spec, stack.store, stack.app)
     assert total == 40
     assert stack.store.reads.counts(sweep_id)["queued"] == 40  # planned ones count from the start
     assert len(stack.store.feeding.feed_trials(sweep_id)) == 4
@@ -107,18 +107,18 @@ def test_a_killed_feeder_is_rebuilt_without_asking_twice_and_replays_the_same_po
     stack: Stack,
 ) -> None:
     spec = tpe_spec(trials=24, parallelism=3, seed=11)
-    sweep_id, _ = start_sweep(stack.store, stack.app, spec)
+    sweep_id, _ = submit_sweep(spec, stack.store, stack.app)
     first = Feeder.open(stack.store, stack.app, sweep_id, owner="a", lease_seconds=1)
     assert first is not None
     for _ in range(4):
         first.step()
         finish_some(stack, sweep_id, 2)
     # "kill -9" between storing and sending: a window stored, never sent.
-    points, extras = first._ask(2)
+    points, extras = first.ask(2)
     stack.store.feeding.begin_sending(sweep_id, [f"{sweep_id}-{p.id}" for p in points])
     stack.store.feeding.add_trials(sweep_id, first.spec, points, extras)
     del first  # no release: the lease runs out
-    stack.store._state.clock = lambda: records.utcnow() + _later()
+    stack.store._state.clock = lambda: utcnow() + _later()
     second = Feeder.open(stack.store, stack.app, sweep_id, owner="b")
     assert second is not None
     assert stack.store.reads.get_sweep(sweep_id)["sending"] == []  # the rebuild sent them
@@ -128,7 +128,7 @@ def test_a_killed_feeder_is_rebuilt_without_asking_twice_and_replays_the_same_po
 
     # The same seed and results, never interrupted: the same points in the same order.
     spec2 = load_spec({**spec.document, "name": spec.name})
-    replay_id, _ = start_sweep(stack.store, stack.app, spec2)
+    replay_id, _ = submit_sweep(spec2, stack.store, stack.app)
     feeder = Feeder.open(stack.store, stack.app, replay_id, owner="c")
     assert feeder is not None
     run_to_end(stack, replay_id, feeder)
@@ -142,18 +142,18 @@ def _later() -> Any:
 
 
 def test_only_the_lease_holder_feeds(stack: Stack) -> None:
-    sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=10, parallelism=2))
+    sweep_id, _ = submit_sweep(tpe_spec(trials=10, parallelism=2), stack.store, stack.app)
     one = Feeder.open(stack.store, stack.app, sweep_id, owner="one")
     two = Feeder.open(stack.store, stack.app, sweep_id, owner="two")
     assert one is not None and two is None
     assert stack.store.feeding.take_lease(sweep_id, "two", 30) is False
-    one._stop()  # gives the lease back
+    one.close()  # gives the lease back
     assert stack.store.feeding.take_lease(sweep_id, "two", 30) is True
     assert one.step() is False  # one lost it: it stops feeding
 
 
 def test_cancel_stops_feeding_and_drops_planned_trials(stack: Stack) -> None:
-    sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=10, parallelism=2))
+    sweep_id, _ = submit_sweep(tpe_spec(trials=10, parallelism=2), stack.store, stack.app)
     feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="x")
     assert feeder is not None
     stack.store.admin.cancel_sweep(sweep_id)
@@ -171,7 +171,7 @@ def test_a_50000_trial_grid_counts_whole_at_once(stack: Stack) -> None:
         "activation: [relu, tanh, sigmoid, elu, gelu]}\n"
         "training: {epochs: 1}\nobjective: {metric: val_accuracy, direction: max}\n"
     )
-    sweep_id, total = start_sweep(stack.store, stack.app, spec, big_window=500)
+    sweep_id, total = submit_sweep(spec, stack.store, stack.app, window=500)
     assert total == 50_000
     assert stack.store.reads.counts(sweep_id)["queued"] == 50_000
     assert stack.store.reads.get_sweep(sweep_id)["trial_count"] == 50_000
@@ -193,11 +193,11 @@ def test_a_feeder_killed_between_creating_trials_and_moving_the_plan_is_repaired
 ) -> None:
     """kill -9 after `add_trials` inserted a window but before it moved ``planned``: the
     next feeder sets ``planned`` from the trials there are, and the counts stay whole."""
-    sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=12, parallelism=3))
+    sweep_id, _ = submit_sweep(tpe_spec(trials=12, parallelism=3), stack.store, stack.app)
     first = Feeder.open(stack.store, stack.app, sweep_id, owner="k", lease_seconds=1)
     assert first is not None
     finish_some(stack, sweep_id, 2)
-    points, extras = first._ask(2)
+    points, extras = first.ask(2)
     stack.store.feeding.add_trials(sweep_id, first.spec, points, extras)
     stack.store.db["sweeps"].update_one({"_id": sweep_id}, {"$inc": {"planned": 2}})  # not moved
     assert sum(stack.store.reads.counts(sweep_id).values()) == 12
@@ -220,7 +220,7 @@ def test_counts_left_one_off_by_a_kill_mid_finish_are_recounted_once_they_stop_m
     trial still runs, so the sweep would never end. The feeder recounts once the counts
     have not moved for its stall wait, then ends the sweep; the wait doubles while they
     stay still (no recount on every step of a long epoch)."""
-    sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=4, parallelism=4))
+    sweep_id, _ = submit_sweep(tpe_spec(trials=4, parallelism=4), stack.store, stack.app)
     feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="s")
     assert feeder is not None
     feeder.stall_seconds = 0.3
@@ -238,7 +238,7 @@ def test_counts_left_one_off_by_a_kill_mid_finish_are_recounted_once_they_stop_m
 
 
 def test_a_long_epoch_is_recounted_with_a_doubling_wait(stack: Stack) -> None:
-    sweep_id, _ = start_sweep(stack.store, stack.app, tpe_spec(trials=2, parallelism=2))
+    sweep_id, _ = submit_sweep(tpe_spec(trials=2, parallelism=2), stack.store, stack.app)
     feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="l")
     assert feeder is not None
     feeder.stall_seconds = 0.2

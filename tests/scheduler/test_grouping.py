@@ -28,7 +28,7 @@ from scheduler.grouping import (
     group_limit,
     group_trials,
 )
-from scheduler.submit import messages
+from scheduler.messages import messages
 from tests.core.spec.test_spec import CONFIGS
 
 

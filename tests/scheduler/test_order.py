@@ -11,8 +11,8 @@ import pytest
 from core.spec.sweep import load_spec, load_spec_file
 from scheduler.cost import estimate_seconds
 from scheduler.expand import expand
+from scheduler.messages import messages
 from scheduler.order import group_cost, order_by_cost, steps, trial_cost
-from scheduler.submit import messages
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

@@ -393,8 +393,8 @@ def test_the_readme_lists_every_layer_type_and_solver_field() -> None:
 
 
 def test_adaptive_search_and_pruning_take_caffe_dimensions() -> None:
+    from scheduler.messages import messages
     from scheduler.search_session import SearchSession
-    from scheduler.submit import messages
 
     spec = load_spec(
         _spec({"layers": {"conv1": {"num_output": {"int": [8, 64]}}},

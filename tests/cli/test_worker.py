@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli.commands import node_names, usable_cores, worker_commands
 from cli.main import main
+from cli.worker import node_names, usable_cores, worker_commands
 from core.settings import Settings
 
 

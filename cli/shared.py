@@ -1,0 +1,83 @@
+"""What every `sweepstack` command shares: the exit codes, the spec as it is read, the
+settings, and how the running command names itself in hints.
+
+Exit codes: 0 success; `EXIT_PROBLEM` (2) a spec or usage problem, one line per problem on
+stderr, each naming its path and rule; 1 anything else (`cli.main.run`). Settings come from
+the environment here, at the entry point, and are passed down (DESIGN.md); bad ones are a
+usage error.
+
+It imports no other module of `cli`, so that every command module (and `cli.main`, which
+assembles them) can import it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from core.errors import SpecError, SweepstackError
+from core.settings import Settings
+from core.spec.limits import dataset_file_problems, spec_limit_problems
+from core.spec.sweep import SweepSpec, load_spec_file
+
+#: The exit code of a spec or usage problem (click's own usage errors exit 2 as well).
+EXIT_PROBLEM = 2
+
+
+def fail_spec(exc: SpecError) -> NoReturn:
+    """Print one ``error:`` line per problem of `exc` on stderr and exit `EXIT_PROBLEM`."""
+    for problem in exc.problems:
+        click.echo(f"error: {problem}", err=True)
+    sys.exit(EXIT_PROBLEM)
+
+
+def read_settings() -> Settings:
+    """This deployment's settings, from the environment; bad ones are a usage error."""
+    try:
+        return Settings.from_env()
+    except SweepstackError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def need(value: str | None, variable: str) -> str:
+    """`value`, the setting of `variable`; a usage error naming the variable if it is unset."""
+    if not value:
+        raise click.UsageError(
+            f"{variable} is not set; point it at your "
+            f"{'RabbitMQ' if 'BROKER' in variable else 'MongoDB'}"
+        )
+    return value
+
+
+def load_spec(spec_path: str, *, local_files: bool = False) -> SweepSpec:
+    """The spec of `spec_path`, valid and within this deployment's limits (`core.spec.limits`,
+    the API's too), or its problems and exit `EXIT_PROBLEM`; with `local_files`, every
+    ``dataset.path`` must also name a file on this host."""
+    limits = read_settings()
+    try:
+        spec = load_spec_file(spec_path)
+        problems = spec_limit_problems(spec, limits)
+        if local_files:
+            problems += dataset_file_problems(spec, limits)
+        if problems:
+            raise SpecError(problems)
+        return spec
+    except SpecError as exc:
+        fail_spec(exc)
+
+
+def program() -> str:
+    """How the user can type the `sweepstack` command that is running now: ``sweepstack``
+    if that name on PATH is this program (or it was started as a module), else the path it
+    was started by (``.venv/bin/sweepstack`` after `make demo`)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if Path(argv0).name != "sweepstack":
+        return "sweepstack"
+    found = shutil.which("sweepstack")
+    if found and Path(found).resolve() == Path(argv0).resolve():
+        return "sweepstack"
+    return argv0
