@@ -1,5 +1,4 @@
-"""The commands of the README and of docs/*.md, run as a user types them after `make demo`;
-and the pages' relative links, followed.
+"""The commands of the README and of docs/*.md, run as a user types them after `make demo`.
 
 Every fenced ```bash block of README.md and of each docs/*.md page is either run here, as
 written, or marked in the page itself, on the line right before its fence, with
@@ -23,8 +22,7 @@ linked to the project's virtualenv, ``HOME`` a fresh folder (so ``~/.sweepstack`
 leaves (the data folder, files it wrote) the next one finds, as in a terminal; shell
 variables do not carry over, so a block that needs a sweep's id sets it itself.
 
-Every relative link of README.md, CHANGELOG.md and docs/*.md (to a file, a folder, or a
-page's ``#heading``) must lead somewhere (`tests.doc_links`).
+Their relative links are followed in `tests/test_doc_links.py`.
 """
 
 from __future__ import annotations
@@ -45,7 +43,7 @@ from pathlib import Path
 import pytest
 
 from core.settings import Settings
-from tests.doc_links import anchors, broken, links, slug
+from tests.doc_links import links
 from tests.readme_blocks import (
     Block,
     check,
@@ -98,10 +96,6 @@ def pages() -> list[Path]:
     return [README, *listed, *rest]
 
 
-#: The pages whose links are followed: those whose blocks run, and the changelog.
-LINKED = [README, ROOT / "CHANGELOG.md", *sorted(DOCS.glob("*.md"))]
-
-
 def _blocks(page: Path) -> list[Block]:
     blocks, problems = parse(page.read_text(), _name(page))
     assert not problems, "\n".join(problems)
@@ -132,48 +126,6 @@ def test_the_readme_lists_every_document() -> None:
     }
     missing = [_name(p) for p in sorted(DOCS.glob("*.md")) if p.resolve() not in listed]
     assert not missing, f"README.md's {DOCUMENTS!r} does not link {', '.join(missing)}"
-
-
-@pytest.mark.parametrize("page", LINKED, ids=_name)
-def test_no_relative_link_is_broken(page: Path) -> None:
-    problems = broken(page, ROOT)
-    assert not problems, "\n".join(problems)
-
-
-def test_the_link_checker_catches_what_would_escape_it(tmp_path: Path) -> None:
-    """The rules of `tests.doc_links`, on pages that break each of them once."""
-    (tmp_path / "docs").mkdir()
-    (tmp_path / "docs" / "b.md").write_text(
-        "# B page\n\n## One machine, no servers: `sweepstack run`\n\n## Twice\n\n## Twice\n"
-    )
-    page = tmp_path / "a.md"
-    page.write_text("\n".join([
-        "# A",
-        "[fine](docs/b.md) [fine](docs/b.md#one-machine-no-servers-sweepstack-run)",
-        "[fine](#a) [fine](docs/) [fine](https://example.com/x.md) ![fine](docs/b.md#twice-1)",
-        "[gone](docs/c.md)",
-        "[no heading](docs/b.md#two-machines)",
-        "![no image](docs/shot.png) [out](../elsewhere.md)",
-        "`[in code](docs/c.md)`",
-        "```",
-        "[in a block](docs/c.md)",
-        "```",
-        "[here](#nowhere)",
-        "[ref]: docs/d.md",
-    ]))  # fmt: skip
-    assert slug("Analysis: what the sweep found") == "analysis-what-the-sweep-found"
-    assert {"twice", "twice-1", "b-page"} <= anchors((tmp_path / "docs" / "b.md").read_text())
-    found = broken(page, tmp_path)
-    assert [line.split(": ", 1)[0] for line in found] == [
-        "a.md:4",
-        "a.md:5",
-        "a.md:6",
-        "a.md:6",
-        "a.md:11",
-        "a.md:12",
-    ], found
-    assert "no such file" in found[0] and "has no heading #two-machines" in found[1]
-    assert "leads out of the checkout" in found[3] and "#nowhere" in found[4]
 
 
 def test_the_checker_catches_what_would_escape_it() -> None:
