@@ -1,6 +1,6 @@
 """`python -m bench`: run every benchmark that needs no running service and no argument.
 
-The others are run one by one (see the README's Benchmarks section); `bench.bench_peers`
+The others are run one by one (see docs/performance.md, "Benchmarks"); `bench.bench_peers`
 needs no service either, but takes a spec and minutes: `python -m bench.bench_peers SPEC`.
 """
 

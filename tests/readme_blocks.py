@@ -1,8 +1,10 @@
-"""README.md's fenced blocks and the rules they follow, for `tests/test_readme.py`.
+"""The fenced blocks of README.md and docs/*.md and the rules they follow, for
+`tests/test_readme.py`.
 
-`parse` reads the blocks and their ``<!-- readme-test: ... -->`` markers, `check` says why a
-block is neither run as it stands nor validly marked, `runnable` picks those the test runs.
-Pure text: nothing here runs a block.
+`parse` reads a page's blocks and their ``<!-- readme-test: ... -->`` markers, `check` says
+why a block is neither run as it stands nor validly marked, `runnable` picks those the test
+runs. Every page follows the same rules with the same markers. Pure text: nothing here runs
+a block.
 """
 
 from __future__ import annotations
@@ -35,17 +37,18 @@ SKIP = re.compile(r"^skip\s+(?P<reason>[a-z]+)(\s*:\s*(?P<why>.+))?$")
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced block of the README."""
+    """One fenced block of a page (README.md or one of docs/*.md)."""
 
     line: int  # of its opening fence, from 1
     lang: str
     text: str
     heading: str
     marker: str | None  # the readme-test comment's body right before the fence
+    doc: str = "README.md"  # the page, as a path from the checkout's root
 
     @property
     def where(self) -> str:
-        return f"README.md:{self.line} ({self.heading})"
+        return f"{self.doc}:{self.line} ({self.heading})"
 
     @property
     def services(self) -> bool:
@@ -63,8 +66,9 @@ class Block:
         return match["reason"] if match else None
 
 
-def parse(text: str) -> tuple[list[Block], list[str]]:
-    """The fenced blocks of a Markdown text, and the problems with its readme-test markers."""
+def parse(text: str, doc: str = "README.md") -> tuple[list[Block], list[str]]:
+    """The fenced blocks of a Markdown text (the page `doc`), and the problems with its
+    readme-test markers."""
     lines = text.splitlines()
     blocks: list[Block] = []
     problems: list[str] = []
@@ -81,7 +85,7 @@ def parse(text: str) -> tuple[list[Block], list[str]]:
                 after = FENCE.match(lines[i + 1]) if i + 1 < len(lines) else None
                 if after is None or after["lang"] != "bash":
                     problems.append(
-                        f"README.md:{i + 1}: a readme-test marker must be the line right "
+                        f"{doc}:{i + 1}: a readme-test marker must be the line right "
                         "before a ```bash fence"
                     )
             i += 1
@@ -95,7 +99,7 @@ def parse(text: str) -> tuple[list[Block], list[str]]:
             body.append(lines[j][len(indent) :] if lines[j].startswith(indent) else lines[j])
             j += 1
         if j == len(lines):
-            problems.append(f"README.md:{i + 1}: a fence that is never closed")
+            problems.append(f"{doc}:{i + 1}: a fence that is never closed")
         previous = MARKER.match(lines[i - 1]) if i > 0 else None
         blocks.append(
             Block(
@@ -104,6 +108,7 @@ def parse(text: str) -> tuple[list[Block], list[str]]:
                 text="\n".join(body) + "\n",
                 heading=heading,
                 marker=previous["body"] if previous else None,
+                doc=doc,
             )
         )
         i = j + 1

@@ -1,9 +1,10 @@
-"""The README's commands, run as a user types them after `make demo`.
+"""The commands of the README and of docs/*.md, run as a user types them after `make demo`.
 
-Every fenced ```bash block of README.md is either run here, as written, or marked in the
-README itself, on the line right before its fence, with ``<!-- readme-test: skip REASON -->``
-(optionally ``: why``), REASON one of `SKIP_REASONS`. A block with neither runs, so a new
-command block cannot slip past: it passes here or it says in the README why it cannot.
+Every fenced ```bash block of README.md and of each docs/*.md page is either run here, as
+written, or marked in the page itself, on the line right before its fence, with
+``<!-- readme-test: skip REASON -->`` (optionally ``: why``), REASON one of `SKIP_REASONS`.
+A block with neither runs, so a new command block cannot slip past: it passes here or it
+says in its page why it cannot.
 A block marked ``<!-- readme-test: services -->`` runs too, against the services it names
 at their default addresses (RabbitMQ on 5672, MongoDB on 27017: a SecantusDB started there
 when nothing listens), with the ``export`` lines of the services blocks above it, as they
@@ -11,13 +12,17 @@ would be in the user's terminal. A block marked ``<!-- readme-test: serves -->``
 until Ctrl-C: it runs until the first ``http://`` URL it prints answers 200, and is then
 stopped with SIGINT, as the user stops it.
 
-The blocks run in README order, each in its own ``bash -e``, in one sandbox that stands for
+The blocks run in reading order, each in its own ``bash -e``: the README's from the top,
+then each page of docs/ in the order the README's list of documents (`DOCUMENTS`) names
+them, all in one sandbox that stands for
 a user's checkout after `make demo`: a copy of the checkout's tracked files with ``.venv``
 linked to the project's virtualenv, ``HOME`` a fresh folder (so ``~/.sweepstack`` is new), no
 ``SWEEPSTACK_*`` variable, and a system ``PATH`` without the virtualenv, so a bare
 ``sweepstack`` or ``python -m`` line fails here as it fails for the user. What one block
 leaves (the data folder, files it wrote) the next one finds, as in a terminal; shell
 variables do not carry over, so a block that needs a sweep's id sets it itself.
+
+Their relative links are followed in `tests/test_doc_links.py`.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from pathlib import Path
 import pytest
 
 from core.settings import Settings
+from tests.doc_links import links
 from tests.readme_blocks import (
     Block,
     check,
@@ -48,10 +54,14 @@ from tests.services import SecantusProcess, reachable
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+#: The README's section that lists the documents of docs/, in the order a reader takes
+#: them: the order their blocks run in.
+DOCUMENTS = "Documentation"
 
 #: A URL a serving block prints.
 URL = re.compile(r"http://127\.0\.0\.1:\d+/\S*")
-#: Where the README's services blocks find them.
+#: Where the pages' services blocks find them.
 MONGO_PORT, RABBITMQ_URL = 27017, "amqp://guest:guest@127.0.0.1:5672//"
 EXPORT = re.compile(r"^export [A-Z_][A-Z0-9_]*=.*$", re.MULTILINE)
 #: A user's PATH on a Debian machine: the virtualenv is not on it.
@@ -60,17 +70,62 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BLOCK_TIMEOUT = 240
 
 
-@pytest.fixture(scope="module")
-def readme() -> list[Block]:
-    blocks, problems = parse(README.read_text())
+def _name(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def _section(text: str, heading: str) -> str:
+    """The lines under the ``## heading`` of a page, up to the next heading of its level."""
+    lines = text.splitlines()
+    start = lines.index(f"## {heading}") + 1
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith(("# ", "## "))),
+               len(lines))  # fmt: skip
+    return "\n".join(lines[start:end])
+
+
+def pages() -> list[Path]:
+    """README.md, then the pages of docs/ in the order the README's `DOCUMENTS` section links
+    them; a page it does not list comes after those, by name (and fails
+    `test_the_readme_lists_every_document`)."""
+    listed: list[Path] = []
+    for link in links(_section(README.read_text(), DOCUMENTS)):
+        path = (ROOT / link.target.partition("#")[0]).resolve()
+        if path.parent == DOCS.resolve() and path.suffix == ".md" and path not in listed:
+            listed.append(path)
+    rest = [p.resolve() for p in sorted(DOCS.glob("*.md")) if p.resolve() not in listed]
+    return [README, *listed, *rest]
+
+
+def _blocks(page: Path) -> list[Block]:
+    blocks, problems = parse(page.read_text(), _name(page))
     assert not problems, "\n".join(problems)
     return blocks
 
 
-def test_every_bash_block_is_run_or_marked_with_a_known_reason(readme: list[Block]) -> None:
-    problems = check(readme)
+@pytest.fixture(scope="module")
+def readme() -> list[Block]:
+    return _blocks(README)
+
+
+@pytest.mark.parametrize("page", pages(), ids=_name)
+def test_every_bash_block_is_run_or_marked_with_a_known_reason(page: Path) -> None:
+    problems = check(_blocks(page))
     assert not problems, "\n".join(problems)
+
+
+def test_the_readme_has_blocks_that_run(readme: list[Block]) -> None:
     assert runnable(readme), "no block of README.md would run"
+
+
+def test_the_readme_lists_every_document() -> None:
+    """A line per document of docs/ in the README's list, so each is found, and its blocks
+    run in the order a reader takes them."""
+    listed = {
+        (ROOT / link.target.partition("#")[0]).resolve()
+        for link in links(_section(README.read_text(), DOCUMENTS))
+    }
+    missing = [_name(p) for p in sorted(DOCS.glob("*.md")) if p.resolve() not in listed]
+    assert not missing, f"README.md's {DOCUMENTS!r} does not link {', '.join(missing)}"
 
 
 def test_the_checker_catches_what_would_escape_it() -> None:
@@ -153,7 +208,8 @@ class Sandbox:
 
     checkout: Path
     env: dict[str, str]
-    ran: dict[int, tuple[int, str, float]] = field(default_factory=dict)  # line: code, out, s
+    #: (page, line): exit status, output, seconds
+    ran: dict[tuple[str, int], tuple[int, str, float]] = field(default_factory=dict)
 
     exports: list[str] = field(default_factory=list)  # of the services blocks run so far
 
@@ -161,9 +217,10 @@ class Sandbox:
         """Run `block` with ``bash -e``, once; its exit status, output and seconds. What it
         left running in its process group is killed after it. A services block starts with
         the ``export`` lines of those before it."""
-        if block.line in self.ran:
-            return self.ran[block.line]
-        script = self.checkout.parent / f"block-{block.line}.sh"
+        key = (block.doc, block.line)
+        if key in self.ran:
+            return self.ran[key]
+        script = self.checkout.parent / f"block-{Path(block.doc).stem}-{block.line}.sh"
         script.write_text("".join(f"{line}\n" for line in self.exports) + block.text)
         if block.services:
             self.exports += EXPORT.findall(block.text)
@@ -191,8 +248,8 @@ class Sandbox:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         output = log.read_text(errors="replace") + killed
-        self.ran[block.line] = (code, output, time.monotonic() - started)
-        return self.ran[block.line]
+        self.ran[key] = (code, output, time.monotonic() - started)
+        return self.ran[key]
 
 
 def _serve(proc: subprocess.Popen[bytes], log: Path) -> tuple[int, str]:
@@ -223,10 +280,10 @@ def _serve(proc: subprocess.Popen[bytes], log: Path) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """RabbitMQ and a MongoDB server at the addresses the README's services blocks export.
+    """RabbitMQ and a MongoDB server at the addresses the pages' services blocks export.
 
     RabbitMQ must be listening (`make test` starts it); a MongoDB already on 27017 is used
-    as the README's reader would use theirs, else a SecantusDB is started there. The
+    as the pages' reader would use theirs, else a SecantusDB is started there. The
     default queue the blocks fill is purged before and after, so that no message of theirs
     outlives them.
     """
@@ -285,32 +342,36 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory, services: None) -> Iterato
         )
     box = Sandbox(checkout, env)
     yield box
-    print("\nREADME blocks run:")
-    for line, (code, _, seconds) in sorted(box.ran.items()):
-        print(f"{seconds:6.1f} s  exit {code}  README.md:{line}")
+    print("\nREADME and docs/ blocks run:")
+    for (doc, line), (code, _, seconds) in box.ran.items():  # in the order they ran
+        print(f"{seconds:6.1f} s  exit {code}  {doc}:{line}")
 
 
 def _runnable_now() -> list[Block]:
-    """The blocks to run, read when the tests are collected (a README the parser refuses
-    fails `test_every_bash_block_is_run_or_marked_with_a_known_reason`)."""
-    blocks, _ = parse(README.read_text())
-    return runnable(blocks)
+    """The blocks to run, in reading order (`pages`), read when the tests are collected (a
+    page the parser refuses fails `test_every_bash_block_is_run_or_marked_with_a_known_reason`)."""
+    blocks: list[Block] = []
+    for page in pages():
+        blocks += runnable(parse(page.read_text(), _name(page))[0])
+    return blocks
 
 
 def _slug(block: Block) -> str:
     words = re.findall(r"[a-z0-9]+", block.heading.lower())
-    return f"L{block.line}-" + "-".join(words[:5])
+    return f"{Path(block.doc).stem}-L{block.line}-" + "-".join(words[:5])
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("block", _runnable_now(), ids=_slug)
 def test_the_block_runs_as_written(block: Block, sandbox: Sandbox) -> None:
-    """Each block after the ones above it, as a user reading down the page runs them: a
-    block selected alone (``-k``) first runs those, so it finds what they leave."""
-    earlier = [b for b in _runnable_now() if b.line < block.line]
+    """Each block after the ones before it in reading order, as a user reading down the
+    pages runs them: a block selected alone (``-k``) first runs those, so it finds what they
+    leave."""
+    order = _runnable_now()
+    earlier = order[: order.index(block)]
     for before in earlier:
         sandbox.run(before)
-    failed_before = [b.where for b in earlier if sandbox.ran[b.line][0] != 0]
+    failed_before = [b.where for b in earlier if sandbox.ran[(b.doc, b.line)][0] != 0]
     code, output, _ = sandbox.run(block)
     if code != 0:
         tail = "\n".join(output.splitlines()[-30:])
@@ -332,6 +393,7 @@ def test_the_blocks_left_what_they_promise(sandbox: Sandbox) -> None:
     api_csv = (sandbox.checkout / "results.csv").read_text().splitlines()
     assert api_csv[0].startswith("id,") and len(api_csv) == 13, api_csv[:3]  # quickstart: 12
     demo = next(b for b in _runnable_now() if b.text.startswith("make demo"))
-    assert re.search(r"48/48 .* best val_accuracy", sandbox.ran[demo.line][1])
+    assert re.search(r"48/48 .* best val_accuracy", sandbox.ran[(demo.doc, demo.line)][1])
     watched = next(b for b in _runnable_now() if "status $SWEEP_ID --json" in b.text)
-    assert '"complete": 12' in sandbox.ran[watched.line][1], sandbox.ran[watched.line][1][-500:]
+    out = sandbox.ran[(watched.doc, watched.line)][1]
+    assert '"complete": 12' in out, out[-500:]

@@ -100,7 +100,7 @@ def test_operators_and_bad_parameters_are_400_naming_the_parameter(
 
 
 def test_a_metric_sorts_as_result_metric_and_a_bare_name_says_so(client: FlaskClient) -> None:
-    """What the README's routes table says: metrics sort as result.<metric>; a bare metric
+    """What the routes table of docs/api.md says: metrics sort as result.<metric>; a bare metric
     name is a 400 that names the way to write it."""
     sweep_id = submit(client)
     base = f"/api/v1/sweeps/{sweep_id}/trials"

@@ -265,7 +265,7 @@ def test_docker_compose_refuses_a_blank_password(tmp_path: Path) -> None:
 
 def test_deployment_docs_match_the_files(compose: dict[str, Any]) -> None:
     docs = "\n".join(
-        p.read_text() for p in (ROOT / "docs" / "deploy.md", ROOT / "README.md") if p.exists()
+        p.read_text() for p in (ROOT / "docs" / "deployment.md", ROOT / "README.md") if p.exists()
     )
     for volume in compose["volumes"].values():
         assert volume["name"] in docs, f"docs do not name volume {volume['name']}"

@@ -230,7 +230,7 @@ execution: {device: cpu, dtype: float64, parallel: {world_size: 2, strategy: all
 
 
 def test_ranks_started_by_hand_rendezvous_at_a_tcp_store(tmp_path: Path) -> None:
-    """What the README shows for several hosts: the trial's config from `sweepstack
+    """What docs/spec.md shows for several hosts: the trial's config from `sweepstack
     generate --with-config`, then one command per rank, all naming rank 0's store."""
     spec = tmp_path / "spec.yaml"
     spec.write_text(BY_HAND)

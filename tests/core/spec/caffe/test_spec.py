@@ -376,12 +376,11 @@ def test_nets_the_trial_would_not_train_are_refused(field: str, words: str) -> N
     assert problem.message.startswith(words)
 
 
-def test_the_readme_lists_every_layer_type_and_solver_field() -> None:
+def test_the_caffe_page_lists_every_layer_type_and_solver_field() -> None:
     from core.spec.caffe.layers import LAYER_TYPES, REFUSED_TYPES
     from core.spec.caffe.section import solver_fields
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Caffe nets") : readme.index("## Running a sweep on")]
+    section = (ROOT / "docs" / "caffe.md").read_text()
     table = section[section.index("| type | fields |") : section.index("Refused, each with")]
     rows = [line.split("|")[1] for line in table.splitlines()[2:] if line.startswith("|")]
     listed = {name.strip() for row in rows for name in row.split(",")}
