@@ -36,7 +36,8 @@ from core.errors import Problem, SpecError
 from core.settings import Settings
 from core.spec.config import SECTIONS, TrainingConfig
 from core.spec.documents import DuplicateKey, SpecLoader, number_error, unique_keys
-from core.spec.fields import section_model
+from core.spec.fields import get_in, section_model
+from core.spec.kinds import PARAMETER_ROOTS
 from core.spec.limits import check_spec_limits
 from core.spec.space import DIMENSION_KEYS
 from core.spec.sweep import SweepSpec, load_spec
@@ -170,19 +171,21 @@ def _dimension_size(raw: Any) -> tuple[str, float] | None:
 
 
 def _check_dimension_sizes(document: dict[str, Any], limit: int) -> None:
-    for section in (*SECTIONS, "params"):
+    for section in SECTIONS:
         _check_sizes_in(section, document.get(section), limit)
-    caffe = document.get("caffe")
-    if isinstance(caffe, dict):
-        for key in ("layers", "solver_params"):
-            _check_sizes_in(f"caffe.{key}", caffe.get(key), limit)
+    for root in PARAMETER_ROOTS:
+        _check_sizes_in(root, get_in(document, root), limit)
+
+
+#: Where a path lies under a kind's free-form parameters (`core.spec.kinds.PARAMETER_ROOTS`).
+_FREE_FORM = tuple(f"{root}." for root in PARAMETER_ROOTS)
 
 
 def _is_group(path: str, raw: Any) -> bool:
     """Whether `raw` at `path` holds parameters: a sub-section (``execution.parallel``), or
-    a group of a trainable's free-form ``params`` or of a Caffe spec's fields (a mapping
-    that is no dimension)."""
-    if path.startswith(("params.", "caffe.")):
+    a group of a kind's free-form parameters (a trainable's ``params``, a Caffe spec's
+    fields: a mapping that is no dimension)."""
+    if path.startswith(_FREE_FORM):
         return isinstance(raw, dict) and not any(k in raw for k in DIMENSION_KEYS)
     return section_model(path) is not None
 

@@ -11,7 +11,8 @@ ends (`workers.group_runner`). So each trial's result is what it would be alone;
 the per-message costs are shared. A trial is chunked only when it is:
 
 - under ``fuse: auto`` (``off`` and an integer keep one message per trial, as documented);
-- a built-in network (not a user's training function, not a Caffe net) on one process;
+- of a kind whose trials may share a message (`core.spec.kind.TrialKind.chunks`: the
+  built-in network, not a user's training function, not a Caffe net) on one process;
 - estimated to train in at most `CHEAP_SECONDS` (`scheduler.cost.estimate_seconds`);
 
 and a chunk holds at most `CHUNK_TRIALS` trials and `CHUNK_SECONDS` of estimated training.
@@ -26,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.spec.fields import config_value
+from core.spec.kinds import kind_of
 from scheduler.cost import TRIAL_SECONDS, estimate_seconds
 
 #: A trial estimated to train in at most this many seconds may share a message.
@@ -40,7 +42,7 @@ UNITS_PER_WORKER = 4
 
 def chunkable(config: Mapping[str, Any]) -> bool:
     """Whether this trial may share a message with others (module docstring), its cost aside."""
-    if "trainable" in config or "caffe" in config:
+    if not kind_of(config).chunks:
         return False
     if config_value(config, "execution.fuse") != "auto":
         return False

@@ -26,7 +26,8 @@ as many members as `DEFAULT_MEMORY_BUDGET` holds (`scheduler.grouping.group_limi
   up on digits) gains nothing and stays alone, while 2 x 64 ones gain 4-6x at K = 16-32.
 - *A unit of work* (a trial, or a group) costs its epochs x (training steps + the
   validation pass) plus `TRIAL_SECONDS` of platform cost per trial (`estimate_seconds`);
-  a Caffe trial (never fused) costs its graph's steps and arithmetic (`core.spec.caffe.cost`).
+  a trial whose kind counts its own work (`core.spec.kind.TrialKind.work`: a Caffe net,
+  never fused) costs that work's steps and arithmetic (`core.spec.caffe.cost`).
 
 The constants were measured on this project's 2-core machine with one torch thread per
 worker (``python -m bench.bench_fused --calibrate`` prints them again).
@@ -40,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.spec.fields import config_value
+from core.spec.kinds import kind_of
 
 #: The memory one group's training state may take, as `auto` estimates it.
 DEFAULT_MEMORY_BUDGET = 2 * 1024**3
@@ -176,11 +178,10 @@ class UnitCost:
 
 def _unit_seconds(config: Mapping[str, Any], members: Sequence[Sequence[int]]) -> float:
     """Estimated seconds of one unit of work: the trials of these widths, fused if several;
-    a Caffe trial (never fused) from its graph (`core.spec.caffe.cost`), not an MLP's widths."""
-    if "caffe" in config:
-        from core.spec.caffe.cost import config_work  # the layer graph loads only for Caffe sweeps
-
-        work = config_work(config)
+    a trial whose kind counts its own work (a Caffe net, never fused: its graph's,
+    `core.spec.kind.TrialKind.work`) from that work, not from an MLP's widths."""
+    work = kind_of(config).work(config)
+    if work is not None:
         arithmetic = 2 * work.macs / FLOPS_PER_SECOND  # two flops a multiply-accumulate
         return work.steps * work.layers * LAYER_STEP_SECONDS + arithmetic + TRIAL_SECONDS
     return UnitCost(config).seconds(members)

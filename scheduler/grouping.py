@@ -24,9 +24,10 @@ one padding bucket.
 its width); a group's members share every bucket, and the fused trainer pads each layer to
 the widest member of its group and masks the padding out exactly.
 
-**Never fused** (a group of one): a user's training function (``trainable``); a Caffe net
-(``caffe``: its layer graph has no stacked form yet; its seconds, which the makespan below
-weighs, come from its graph, `core.spec.caffe.cost`); ``fuse:
+**Never fused** (a group of one): a trial of a kind that does not fuse
+(`core.spec.kind.TrialKind.fuses`): a user's training function (``trainable``), a Caffe
+net (``caffe``: its layer graph has no stacked form yet; its seconds, which the makespan
+below weighs, come from its graph, `core.spec.caffe.cost`); ``fuse:
 off`` or 1; ``training.epochs: 0`` (nothing to train, so nothing to gain: the trial is one
 evaluation); ``execution.dtype: float16``
 (its `GradScaler` skips a step for all parameters at once when any gradient overflows,
@@ -71,6 +72,7 @@ from typing import Any
 
 from core.spec.config import SECTIONS
 from core.spec.fields import config_value, leaf_defaults
+from core.spec.kinds import kind_of
 from scheduler.cost import (
     DEFAULT_MEMORY_BUDGET,
     UnitCost,
@@ -135,8 +137,8 @@ _UNKNOWN = tuple(sorted(set(_DEFAULTS) - _KNOWN))
 
 def group_limit(config: Mapping[str, Any]) -> int:
     """The most trials this one may train with: 1 when it is never fused (module docstring)."""
-    if "trainable" in config or "caffe" in config:
-        return 1  # a user's own function or a Caffe net (`core.spec.caffe.spec`): nothing to stack
+    if not kind_of(config).fuses:
+        return 1  # a user's own function or a Caffe net: nothing to stack
     fuse = config_value(config, "execution.fuse")
     if fuse is False or fuse == "off" or fuse == 1:
         return 1

@@ -11,9 +11,10 @@ and backward, about 6 x batch x parameters; `scheduler.cost.step_flops`) plus a 
 `STEP_OVERHEAD_FLOPS` for what a step costs whatever its size (Python, dispatch, the
 optimiser), times the steps of the whole trial (samples / batch x epochs). A fused group
 takes its members' steps together: the steps of one member, each costing the overhead
-once and every member's multiply-adds. A Caffe trial counts its own graph instead of an
-MLP's (`caffe_cost`): ``max_iter`` x ``iter_size`` steps, and the multiply-accumulates of
-its Convolution and InnerProduct layers for every sample its TRAIN and TEST nets see
+once and every member's multiply-adds. A trial whose kind counts its own work
+(`core.spec.kind.TrialKind.work`) costs that instead of an MLP's (`work_cost`): a Caffe
+net's ``max_iter`` x ``iter_size`` steps, and the multiply-accumulates of its Convolution
+and InnerProduct layers for every sample its TRAIN and TEST nets see
 (`core.spec.caffe.cost`, memoised by net text). Pure logic: no torch, no broker, no store.
 """
 
@@ -24,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from core.spec.fields import config_value
+from core.spec.kind import Work
+from core.spec.kinds import kind_of
 from scheduler.cost import step_flops
 
 T = TypeVar("T")
@@ -55,18 +58,17 @@ def steps(config: Mapping[str, Any]) -> int:
 
 def trial_cost(config: Mapping[str, Any]) -> float:
     """The relative cost of training one trial alone (module docstring)."""
-    if "caffe" in config:
-        return caffe_cost(config)
+    work = kind_of(config).work(config)
+    if work is not None:
+        return work_cost(work)
     return float(steps(config) * (STEP_OVERHEAD_FLOPS + step_flops(config)))
 
 
-def caffe_cost(config: Mapping[str, Any]) -> float:
-    """The relative cost of a Caffe trial, in the MLP's units: its solver's updates, each
-    `STEP_OVERHEAD_FLOPS`, plus two flops per multiply-accumulate of its graph's
-    Convolution and InnerProduct layers over every TRAIN and TEST pass (`core.spec.caffe.cost`)."""
-    from core.spec.caffe.cost import config_work  # the layer graph loads only for Caffe sweeps
-
-    work = config_work(config)
+def work_cost(work: Work) -> float:
+    """The relative cost of a trial whose kind counts its own work (a Caffe net), in the
+    MLP's units: its updates, each `STEP_OVERHEAD_FLOPS`, plus two flops per
+    multiply-accumulate (for a Caffe net, of its graph's Convolution and InnerProduct
+    layers over every TRAIN and TEST pass, `core.spec.caffe.cost`)."""
     return float(work.steps * STEP_OVERHEAD_FLOPS + 2 * work.macs)
 
 

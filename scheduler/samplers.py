@@ -28,7 +28,6 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from core.errors import Problem, SpecError
-from core.spec.fields import leaf_defaults
 from core.spec.search import Pruning, Search, check_search, option_problems
 from core.spec.space import Categorical, Dimension, Fixed, IntRange, Uniform
 from core.spec.sweep import SweepSpec
@@ -207,17 +206,10 @@ def random_sampler(seed: int) -> BaseSampler:
 
 
 def max_epochs(spec: SweepSpec) -> int:
-    """The most epochs any trial of the spec trains: Hyperband's largest resource (for a
-    Caffe net, its first trial's evaluations: `core.spec.caffe.spec.CaffeSpec.planned_epochs`)."""
-    planned = getattr(spec, "planned_epochs", None)
-    if planned is not None:
-        return int(planned())
-    dim = spec.space.get("training.epochs")
-    if dim is None:
-        return int(leaf_defaults()["training.epochs"])
-    if isinstance(dim, IntRange):
-        return dim.high
-    return int(max(dim.values()))
+    """The most epochs any trial of the spec trains: Hyperband's largest resource
+    (`core.spec.spec.SweepSpec.planned_epochs`; for a Caffe net, its first trial's
+    evaluations)."""
+    return int(spec.planned_epochs())
 
 
 def make_pruner(

@@ -14,9 +14,10 @@ value at that epoch (what Optuna is told of a pruned trial). A request that come
 the last epoch leaves the trial ``complete``; a cancel wins over a prune (``cancelled``);
 a lost claim records nothing.
 
-A trial whose config names ``trainable`` runs a user's installed training function
-(`workers.trainable`) instead of the built-in trainer, and one with a ``caffe`` section
-trains its Caffe net with its solver (`workers.training.caffe.loop`), under every rule above.
+**Trainers.** A trial's kind (`core.spec.kinds.kind_of`) names its trainer, and
+`TRAINERS` maps the name to the code: the built-in network's (`workers.training.train`), a
+Caffe net's with its solver (`workers.training.caffe.loop`), or a user's installed training
+function (`workers.trainable`); each trial runs under every rule above, whatever its kind.
 
 This is the logic behind the thin Celery task `workers.run_trial`. It never lets a training
 error escape: NaN loss, out of memory, a bad shape, a time limit, even a bug in training
@@ -34,6 +35,7 @@ import math
 import os
 import platform
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -44,9 +46,8 @@ from pydantic import ValidationError
 
 from core.errors import NotFound, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS
-from core.spec.caffe import is_caffe
 from core.spec.config import TrialConfig
-from core.spec.trainable import is_trainable
+from core.spec.kinds import kind_of
 from core.states import TrialState
 from core.store.roles import EpochRow, Finish, TrialLifecycle
 from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
@@ -172,6 +173,64 @@ def settle(
     return TrialState.COMPLETE, result, None
 
 
+@dataclass(frozen=True)
+class Training:
+    """What a trainer is given besides the trial's config: who the trial is, where its
+    epochs go, when to stop, where its data lies, what it is judged on, and the record's
+    extra fields (which a trainer may add to)."""
+
+    trial_id: str
+    attempt: int
+    on_epoch: Callable[[int, dict[str, Any]], None]
+    should_stop: Callable[[], bool]
+    data_dir: Path | None
+    objective: dict[str, str]
+    extra: dict[str, Any]
+
+
+def _train_builtin(config: dict[str, Any], run: Training) -> TrainResult:
+    from workers.training import train  # torch loads only in workers
+
+    typed = TrialConfig.model_validate(config)
+    run.extra["dtype"] = typed.execution.dtype
+    return train(typed, on_epoch=run.on_epoch, should_stop=run.should_stop, data_dir=run.data_dir)
+
+
+def _train_caffe(config: dict[str, Any], run: Training) -> TrainResult:
+    from workers.training.caffe.loop import train_caffe
+
+    return train_caffe(
+        config,
+        on_epoch=run.on_epoch,
+        should_stop=run.should_stop,
+        data_dir=run.data_dir,
+        extra=run.extra,
+    )
+
+
+def _train_function(config: dict[str, Any], run: Training) -> TrainResult:
+    from workers.trainable import run_trainable
+
+    return run_trainable(
+        config,
+        trial_id=run.trial_id,
+        attempt=run.attempt,
+        on_epoch=run.on_epoch,
+        should_stop=run.should_stop,
+        data_dir=run.data_dir,
+        objective=run.objective,
+        extra=run.extra,
+    )
+
+
+#: Each kind's trainer, by the name the kind gives (`core.spec.kind.TrialKind.trainer`).
+TRAINERS: dict[str, Callable[[dict[str, Any], Training], TrainResult]] = {
+    "mlp": _train_builtin,
+    "caffe": _train_caffe,
+    "trainable": _train_function,
+}
+
+
 def execute_trial(
     lifecycle: TrialLifecycle,
     trial_id: str,
@@ -190,9 +249,6 @@ def execute_trial(
     (finished already, or held by a live attempt), ``complete``, ``failed``,
     ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over).
     """
-    from workers.trainable import run_trainable  # torch loads only in workers
-    from workers.training import train
-
     budget = options.store_retry_seconds
     stale = options.stale_after_seconds
     claims = claim_trials(
@@ -230,39 +286,19 @@ def execute_trial(
         beats.check({trial_id: attempt})
 
     state, result, error, extra = TrialState.FAILED, None, None, {"versions": versions()}
-    trainable = is_trainable(doc["config"])
+    kind = kind_of(doc["config"])
+    run = Training(
+        trial_id=trial_id,
+        attempt=attempt,
+        on_epoch=on_epoch,
+        should_stop=lambda: beats.should_stop(trial_id),
+        data_dir=options.data_dir,
+        objective=objective,
+        extra=extra,
+    )
     try:
         try:
-            if trainable:
-                outcome = run_trainable(
-                    doc["config"],
-                    trial_id=trial_id,
-                    attempt=attempt,
-                    on_epoch=on_epoch,
-                    should_stop=lambda: beats.should_stop(trial_id),
-                    data_dir=options.data_dir,
-                    objective=objective,
-                    extra=extra,
-                )
-            elif is_caffe(doc["config"]):
-                from workers.training.caffe.loop import train_caffe
-
-                outcome = train_caffe(
-                    doc["config"],
-                    on_epoch=on_epoch,
-                    should_stop=lambda: beats.should_stop(trial_id),
-                    data_dir=options.data_dir,
-                    extra=extra,
-                )
-            else:
-                config = TrialConfig.model_validate(doc["config"])
-                extra["dtype"] = config.execution.dtype
-                outcome = train(
-                    config,
-                    on_epoch=on_epoch,
-                    should_stop=lambda: beats.should_stop(trial_id),
-                    data_dir=options.data_dir,
-                )
+            outcome = TRAINERS[kind.trainer](doc["config"], run)
             state, result, error = settle(
                 outcome,
                 objective,
@@ -270,7 +306,7 @@ def execute_trial(
                 stopping=beats.stopping(trial_id),
                 pruning=beats.pruning(trial_id),
             )
-            if trainable:
+            if not kind.counts_parameters:
                 extra.pop("param_count", None)  # the function's model is its own
         except SoftTimeLimitExceeded:
             limit = doc.get("config", {}).get("execution", {}).get("time_limit")

@@ -12,8 +12,9 @@ anything is stored:
   net a folder of images by class (`core.spec.caffe.image_folder`), whose first net is built on
   its images' shape;
 - ``execution.parallel.world_size`` at most ``SWEEPSTACK_MAX_WORLD_SIZE`` processes;
-- the model's parameters, estimated before training from the widest and deepest model the
-  spec allows and its data's features and classes, at most ``SWEEPSTACK_MAX_MODEL_PARAMETERS``;
+- the built-in network's parameters, estimated before training from the widest and deepest
+  model the spec allows and its data's features and classes, at most
+  ``SWEEPSTACK_MAX_MODEL_PARAMETERS`` (`core.spec.mlp`);
 - a synthetic set's rows x features at most ``SWEEPSTACK_MAX_DATASET_ELEMENTS``;
 - epochs x rows (samples a trial trains on, summed over epochs) at most
   ``SWEEPSTACK_MAX_EPOCH_SAMPLES``;
@@ -23,41 +24,30 @@ anything is stored:
 - a Caffe spec's net and solver texts at most ``SWEEPSTACK_MAX_PROTOTXT_BYTES`` each, and
   its first trial's net (`core.spec.caffe.checks`) within the parameter ceiling.
 
+What differs by kind, the spec's kind says (`core.spec.kinds.kind_of`): what this host lacks
+for it (`TrialKind.host_problems`, listed first), its own ceilings
+(`TrialKind.limit_problems`), and whether its data set may be a folder of images
+(`TrialKind.image_folders`, `TrialKind.folder_problems`).
+
 The ceilings are checked on the largest value each field can take anywhere in the sweep
-(each field on its own, the default included where a dimension is conditional): an upper
-bound that needs no expansion, so one check costs the same for 10 trials or 100,000. A
+(each field on its own, the default included where a dimension is conditional,
+`core.spec.ceilings`): an upper bound that needs no expansion, so one check costs the same
+for 10 trials or 100,000. A
 file's rows, features and classes are not known before a worker reads it: for a file only
 the hidden layers count toward the parameters, and epochs x rows is not checked.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
-import sys
-from collections.abc import Iterable
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
 
 from core.errors import Problem, SpecError
 from core.settings import Settings
-from core.spec.config import REGRESSION_DATASETS, dataset_path_rule
-from core.spec.fields import leaf_defaults
-from core.spec.space import Fixed, IntRange, Uniform
-from core.spec.sweep import SweepSpec
-from core.spec.trainable import TrainableSpec, trainable_problems
-
-if TYPE_CHECKING:
-    from core.spec.caffe.spec import CaffeSpec
-
-#: (rows, features, classes) of the bundled sets (scikit-learn's loaders).
-BUILTIN_SHAPES = {
-    "digits": (1797, 64, 10),
-    "iris": (150, 4, 3),
-    "wine": (178, 13, 3),
-    "breast_cancer": (569, 30, 2),
-}
-SYNTHETIC = ("synthetic_classification", "synthetic_regression")
+from core.spec.ceilings import SYNTHETIC, candidates, data_shape, over, top
+from core.spec.config import dataset_path_rule
+from core.spec.kinds import kind_of
+from core.spec.spec import SweepSpec
 
 
 class OutsideDatasets(ValueError):
@@ -87,91 +77,13 @@ def confine(value: str, root: Path, *, images: bool = False) -> Path:
     return real
 
 
-def _candidates(spec: SweepSpec, path: str) -> list[Any]:
-    """Every value `path` can take in the sweep: a dimension's values (a range's bounds),
-    and the default as well where the dimension is conditional; else the fixed value or
-    the default."""
-    dim = spec.space.get(path)
-    default = leaf_defaults().get(path)
-    if dim is None:
-        return [default]
-    if isinstance(dim, Uniform | IntRange):
-        values: list[Any] = [dim.low, dim.high]
-    elif isinstance(dim, Fixed):
-        values = [dim.value]
-    else:
-        values = dim.values()
-    return [*values, default] if dim.when else values
-
-
-def _numbers(values: Iterable[Any]) -> list[float]:
-    return [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
-
-
-def _top(spec: SweepSpec, path: str) -> int:
-    return int(max(_numbers(_candidates(spec, path)), default=0))
-
-
-def _mlp_parameters(features: int, widths: list[int], outputs: int, batch_norm: bool) -> int:
-    sizes = [features, *widths, outputs]
-    linear = sum((a + 1) * b for a, b in itertools.pairwise(sizes))
-    return linear + (2 * sum(widths) if batch_norm else 0)
-
-
-def _data_shape(spec: SweepSpec) -> tuple[int | None, int, int]:
-    """The most rows, features and outputs any trial's data has (rows None: a file)."""
-    names = [n for n in _candidates(spec, "dataset.name") if n is not None]
-    has_file = any(p is not None for p in _candidates(spec, "dataset.path"))
-    rows: list[int] = []
-    features: list[int] = []
-    outputs: list[int] = [1]
-    for name in names:
-        if name in BUILTIN_SHAPES:
-            n, f, c = BUILTIN_SHAPES[name]
-            rows.append(n)
-            features.append(f)
-            outputs.append(c)
-        elif name in SYNTHETIC:
-            rows.append(_top(spec, "dataset.samples"))
-            features.append(_top(spec, "dataset.features"))
-            if name not in REGRESSION_DATASETS:
-                outputs.append(_top(spec, "dataset.classes"))
-    top_rows = None if has_file or not rows else max(rows)
-    return top_rows, max(features, default=1), max(outputs)
-
-
-def _model_parameters(spec: SweepSpec) -> tuple[int, str]:
-    """The largest parameter count the spec allows, and how it was reached."""
-    _, features, outputs = _data_shape(spec)
-    layers = _top(spec, "model.hidden_layers")
-    batch_norm = any(v is True for v in _candidates(spec, "model.batch_norm"))
-    best, how = 0, ""
-    for units in _candidates(spec, "model.hidden_units"):
-        if isinstance(units, list):
-            widths = [int(u) for u in _numbers(units)]
-            shape = f"hidden_units {units}"
-        elif isinstance(units, int) and not isinstance(units, bool):
-            widths = [units] * layers
-            shape = f"hidden_layers {layers} x hidden_units {units}"
-        else:
-            continue
-        count = _mlp_parameters(features, widths, outputs, batch_norm)
-        if count > best:
-            best, how = count, f"{shape}, {features} features, {outputs} outputs"
-    return best, how
-
-
-def _over(field: str, what: str, got: int, limit: int, setting: str, how: str = "") -> Problem:
-    rule = f"{what} must be <= {limit:,} on this server ({setting}), got {got:,}"
-    return Problem(field, f"{rule} ({how})" if how else rule)
-
-
 def _dataset_paths(spec: SweepSpec, root: Path, problems: list[Problem]) -> None:
-    for value in _candidates(spec, "dataset.path"):
+    images = kind_of(spec).image_folders
+    for value in candidates(spec, "dataset.path"):
         if not isinstance(value, str):
             continue
         try:
-            confine(value, root, images=_is_caffe_spec(spec))
+            confine(value, root, images=images)
         except OutsideDatasets as exc:
             problems.append(Problem("dataset.path", f"{exc}, got {value!r}"))
 
@@ -186,8 +98,9 @@ def dataset_file_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
     may be another's. A path outside the folder is `spec_limit_problems`' to report.
     """
     problems = []
-    images = _is_caffe_spec(spec)
-    for value in _candidates(spec, "dataset.path"):
+    kind = kind_of(spec)
+    images = kind.image_folders
+    for value in candidates(spec, "dataset.path"):
         if not isinstance(value, str):
             continue
         try:
@@ -195,9 +108,7 @@ def dataset_file_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
         except OutsideDatasets:
             continue
         if images and PurePath(value).suffix.lower() != ".npz":
-            from core.spec.caffe.checks import folder_problems
-
-            problems += folder_problems(spec, value, real, settings.datasets_dir)
+            problems += kind.folder_problems(spec, value, real, settings.datasets_dir)
         elif not real.is_file():
             what = "is a folder, not a file" if real.is_dir() else "names no file"
             problems.append(
@@ -210,71 +121,39 @@ def dataset_file_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
     return problems
 
 
-def _is_caffe_spec(spec: SweepSpec) -> bool:
-    """Whether `spec` is a `CaffeSpec`, without loading the Caffe code for the specs that
-    are not (a `CaffeSpec` exists only once `core.spec.caffe.spec` has been imported)."""
-    module = sys.modules.get("core.spec.caffe.spec")
-    return module is not None and isinstance(spec, module.CaffeSpec)
-
-
-def _caffe_limits(spec: CaffeSpec, settings: Settings, problems: list[Problem]) -> None:
-    for key, text in (("caffe.net_text", spec.net_text), ("caffe.solver_text", spec.solver_text)):
-        size = len(text.encode("utf-8"))
-        if size > settings.max_prototxt_bytes:
-            problems.append(
-                _over(key, "its UTF-8 bytes", size, settings.max_prototxt_bytes,
-                      "SWEEPSTACK_MAX_PROTOTXT_BYTES")
-            )  # fmt: skip
-    count = spec.first_param_count()
-    if count is not None and count > settings.max_model_parameters:
-        problems.append(
-            _over("caffe.net_text", "the net's parameters", count, settings.max_model_parameters,
-                  "SWEEPSTACK_MAX_MODEL_PARAMETERS", "its first trial's net")
-        )  # fmt: skip
-
-
 def spec_limit_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
     """Every way `spec` asks for more than this server allows (see the module docstring)."""
-    problems: list[Problem] = trainable_problems(spec)
+    kind = kind_of(spec)
+    problems: list[Problem] = kind.host_problems(spec)
     _dataset_paths(spec, settings.datasets_dir, problems)
     size = len(spec.description.encode("utf-8"))
     if size > settings.max_description_bytes:
         problems.append(
-            _over("description", "its UTF-8 bytes", size, settings.max_description_bytes,
-                  "SWEEPSTACK_MAX_DESCRIPTION_BYTES")
+            over("description", "its UTF-8 bytes", size, settings.max_description_bytes,
+                 "SWEEPSTACK_MAX_DESCRIPTION_BYTES")
         )  # fmt: skip
-    world = _top(spec, "execution.parallel.world_size")
+    world = top(spec, "execution.parallel.world_size")
     if world > settings.max_world_size:
         problems.append(
-            _over("execution.parallel.world_size", "processes per trial", world,
-                  settings.max_world_size, "SWEEPSTACK_MAX_WORLD_SIZE")
+            over("execution.parallel.world_size", "processes per trial", world,
+                 settings.max_world_size, "SWEEPSTACK_MAX_WORLD_SIZE")
         )  # fmt: skip
-    caffe = _is_caffe_spec(spec)
-    if caffe:
-        _caffe_limits(spec, settings, problems)  # type: ignore[arg-type]  # a CaffeSpec
-    parameters, how = (
-        (0, "") if caffe or isinstance(spec, TrainableSpec) else _model_parameters(spec)
-    )
-    if parameters > settings.max_model_parameters:
-        problems.append(
-            _over("model.hidden_units", "the model's parameters", parameters,
-                  settings.max_model_parameters, "SWEEPSTACK_MAX_MODEL_PARAMETERS", how)
-        )  # fmt: skip
-    if set(_candidates(spec, "dataset.name")).intersection(SYNTHETIC):
-        samples, features = _top(spec, "dataset.samples"), _top(spec, "dataset.features")
+    problems += kind.limit_problems(spec, settings)
+    if set(candidates(spec, "dataset.name")).intersection(SYNTHETIC):
+        samples, features = top(spec, "dataset.samples"), top(spec, "dataset.features")
         if samples * features > settings.max_dataset_elements:
             problems.append(
-                _over("dataset.samples", "dataset.samples x dataset.features",
-                      samples * features, settings.max_dataset_elements,
-                      "SWEEPSTACK_MAX_DATASET_ELEMENTS", f"{samples:,} x {features:,}")
+                over("dataset.samples", "dataset.samples x dataset.features",
+                     samples * features, settings.max_dataset_elements,
+                     "SWEEPSTACK_MAX_DATASET_ELEMENTS", f"{samples:,} x {features:,}")
             )  # fmt: skip
-    rows, _, _ = _data_shape(spec)
-    epochs = _top(spec, "training.epochs")
+    rows, _, _ = data_shape(spec)
+    epochs = top(spec, "training.epochs")
     if rows is not None and epochs * rows > settings.max_epoch_samples:
         problems.append(
-            _over("training.epochs", "training.epochs x the dataset's rows", epochs * rows,
-                  settings.max_epoch_samples, "SWEEPSTACK_MAX_EPOCH_SAMPLES",
-                  f"{epochs:,} x {rows:,}")
+            over("training.epochs", "training.epochs x the dataset's rows", epochs * rows,
+                 settings.max_epoch_samples, "SWEEPSTACK_MAX_EPOCH_SAMPLES",
+                 f"{epochs:,} x {rows:,}")
         )  # fmt: skip
     return problems
 

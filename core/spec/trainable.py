@@ -23,12 +23,17 @@ sections, these still apply, and keep their rules:
 
 Every other built-in setting (``model``, ``training.lr``, ``execution.fuse`` ...) describes the
 built-in network and is refused, naming ``params`` as the place for the function's own.
+
+`TrainableKind` is this kind of trial (`core.spec.kind`): its trials train alone, through
+`workers.trainable`, and their records show no parameter count.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -36,9 +41,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from core.errors import Problem, SpecError
 from core.spec.config import DatasetConfig, ExecutionConfig, TrainingConfig
 from core.spec.documents import value_problems
+from core.spec.kind import TrialKind
+from core.spec.problems import problems_from
 from core.spec.search import Pruning, Search, check_search
+from core.spec.sections import parse_section
 from core.spec.space import DIMENSION_KEYS, Categorical, Dimension, Fixed, dedupe, parse_dimension
-from core.spec.sweep import Limits, Objective, SweepSpec, parse_section, problems_from
+from core.spec.spec import Limits, Objective, SweepSpec
 
 #: The entry-point group a package declares its training functions in.
 TRAINABLE_GROUP = "sweepstack.trainables"
@@ -122,9 +130,31 @@ class TrainableConfig(_Section):
     execution: TrainableExecution = TrainableExecution()
 
 
-def is_trainable(config: Any) -> bool:
-    """Whether a spec document or a trial's config names a training function."""
-    return isinstance(config, dict) and "trainable" in config
+class TrainableKind(TrialKind):
+    """A user's installed training function: a document that names ``trainable``.
+
+    It trains alone, in its own message (its model is the function's: nothing to stack);
+    the scheduler prices it as the built-in network of its epochs and data, the one guess
+    it has without running the function; its record shows no parameter count.
+    """
+
+    name = "trainable"
+    trainer = "trainable"
+    config_model = TrainableConfig
+    counts_parameters = False
+    parameter_roots = ("params",)
+
+    def claims(self, document: Mapping[str, Any]) -> bool:
+        """Whether the document or config names a training function."""
+        return "trainable" in document
+
+    def load_spec(self, document: dict[str, Any], path: Path | None = None) -> SweepSpec:
+        """`load_trainable_spec`; a trainable spec names no files."""
+        return load_trainable_spec(document)
+
+    def host_problems(self, spec: SweepSpec) -> list[Problem]:
+        """`trainable_problems`: the function must be installed where specs are accepted."""
+        return trainable_problems(spec)
 
 
 def installed_trainables() -> dict[str, metadata.EntryPoint]:
@@ -236,7 +266,7 @@ def _meta(key: str, raw: Any, model: type[BaseModel], problems: list[Problem]) -
 
 
 def load_trainable_spec(data: dict[str, Any]) -> TrainableSpec:
-    """Validate a parsed spec document that names ``trainable`` (`core.spec.sweep.load_spec`)."""
+    """Validate a parsed spec document that names ``trainable`` (`TrainableKind.load_spec`)."""
     if bad := value_problems(data):
         raise SpecError(bad)
     problems: list[Problem] = []

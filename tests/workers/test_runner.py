@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 
+from core.spec.kinds import KINDS
 from core.states import TrialState
-from workers.runner import last_value, settle
+from workers.runner import TRAINERS, last_value, settle
 from workers.training import TrainResult
 
 OBJECTIVE = {"metric": "val_accuracy", "direction": "maximize"}
@@ -65,3 +66,8 @@ def test_pruned_before_any_epoch_has_epoch_0_and_no_objective() -> None:
     assert state == TrialState.PRUNED and extra["pruned_epoch"] == 0
     assert result["objective"] is None
     assert last_value(_result([math.nan], stopped=True), "val_accuracy") is None
+
+
+def test_every_kind_names_a_trainer_of_the_table() -> None:
+    """The worker trains each kind with the trainer its kind names (`TrialKind.trainer`)."""
+    assert sorted(kind.trainer for kind in KINDS) == sorted(TRAINERS)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from core.errors import Problem, SpecError
 from core.spec.caffe.image_folder import ImageFolderError, scan_folder
@@ -27,11 +27,10 @@ from core.spec.caffe.net import PHASES, build_graph, check_shared
 from core.spec.caffe.solver import parse_solver
 from core.spec.caffe.targets import Target
 from core.spec.fields import leaf_defaults
-from core.spec.space import Fixed, IntRange, Uniform
+from core.spec.space import Dimension, Fixed, IntRange, Uniform
 
 if TYPE_CHECKING:
     from core.spec.caffe.prototxt import Message
-    from core.spec.caffe.spec import CaffeSpec
 
 #: The most distinct nets (and solvers) one expansion builds; the rest are built by workers.
 MAX_CHECKED = 500
@@ -41,7 +40,42 @@ MAX_PROBLEMS = 10
 DIGITS = ((1, 8, 8), 10)
 
 
-def input_shape(spec: CaffeSpec) -> tuple[tuple[int, ...], int | None] | None:
+class CaffeNets(Protocol):
+    """What these checks read of a Caffe spec: `core.spec.caffe.spec.CaffeSpec` is the one,
+    and its loader runs them, so this module reads it through this outline instead of
+    importing it."""
+
+    @property
+    def space(self) -> dict[str, Dimension]:
+        """Every given leaf path's dimension."""
+        ...
+
+    @property
+    def resize(self) -> tuple[int, int] | None:
+        """The H x W the data set's images are resized to, if any."""
+        ...
+
+    @property
+    def targets(self) -> dict[str, Target]:
+        """Where each of the net's and the solver's dimensions lands."""
+        ...
+
+    @property
+    def net_source(self) -> str:
+        """The net's file name, as errors show it."""
+        ...
+
+    @property
+    def solver_source(self) -> str:
+        """The solver's file name, as errors show it."""
+        ...
+
+    def messages(self, params: dict[str, Any]) -> tuple[Message, Message]:
+        """Copies of the net and the solver with the spec's fixed values and `params` set."""
+        ...
+
+
+def input_shape(spec: CaffeNets) -> tuple[tuple[int, ...], int | None] | None:
     """One sample's (C, H, W) and the class count, or None when only a worker knows them."""
     name = spec.space.get("dataset.name")
     if not isinstance(name, Fixed) or name.value != "digits":
@@ -58,7 +92,7 @@ def _problems(exc: SpecError, when: str) -> list[Problem]:
 
 
 def check_messages(
-    spec: CaffeSpec,
+    spec: CaffeNets,
     net: Message | None,
     solver: Message | None,
     when: str = "",
@@ -90,7 +124,7 @@ def _first(dim: Any) -> Any:
     return dim.values()[0]
 
 
-def first_params(spec: CaffeSpec) -> dict[str, Any]:
+def first_params(spec: CaffeNets) -> dict[str, Any]:
     """The first trial a grid would list: each active dimension at its first value."""
     lookup = leaf_defaults()
     lookup.update(
@@ -103,7 +137,7 @@ def first_params(spec: CaffeSpec) -> dict[str, Any]:
     return params
 
 
-def check_first(spec: CaffeSpec) -> None:
+def check_first(spec: CaffeNets) -> None:
     """Raise `SpecError` if the first trial's net or solver cannot be built."""
     net, solver = spec.messages(first_params(spec))
     problems = check_messages(spec, net, solver)
@@ -111,7 +145,7 @@ def check_first(spec: CaffeSpec) -> None:
         raise SpecError(problems)
 
 
-def first_param_count(spec: CaffeSpec) -> int | None:
+def first_param_count(spec: CaffeNets) -> int | None:
     """The learnable parameters of the first trial's net, or None when only a worker can
     build it (a file's shape) or it cannot be built (reported by `check_first`)."""
     shape = input_shape(spec)
@@ -128,7 +162,7 @@ def _show(values: dict[str, Any]) -> str:
     return ", ".join(f"{p}={json.dumps(v)}" for p, v in values.items())
 
 
-def check_points(spec: CaffeSpec, points: list[dict[str, Any]]) -> None:
+def check_points(spec: CaffeNets, points: list[dict[str, Any]]) -> None:
     """Raise `SpecError` if a distinct net or solver among these trials cannot be built."""
     problems: list[Problem] = []
     for kind in ("layer", "solver"):
@@ -159,7 +193,7 @@ def _kind(target: Target | None) -> str | None:
     return target.kind if target is not None else None
 
 
-def folder_problems(spec: CaffeSpec, value: str, real: Path, datasets: Path) -> list[Problem]:
+def folder_problems(spec: CaffeNets, value: str, real: Path, datasets: Path) -> list[Problem]:
     """What is wrong with the folder `value` (at `real` in the datasets folder `datasets`)
     as this spec's data set (`core.spec.caffe.image_folder`), and, once it is read, with the
     first trial's net built on its images' shape and classes."""

@@ -37,16 +37,20 @@ from typing import Any
 from pydantic import BaseModel, PrivateAttr, TypeAdapter, ValidationError
 
 from core.errors import Problem, SpecError
+from core.spec.caffe.checks import check_first, check_points, first_param_count, first_params
 from core.spec.caffe.prototxt import Message, dumps, parse
 from core.spec.caffe.section import parse_caffe
+from core.spec.caffe.solver import parse_solver
 from core.spec.caffe.targets import Target, apply
 from core.spec.caffe.trial import CaffeDataset, ImagePath
 from core.spec.documents import value_problems
 from core.spec.fields import field_adapter, set_in
+from core.spec.problems import problems_from
 from core.spec.search import Pruning, Search, check_search
+from core.spec.sections import parse_section
 from core.spec.space import Dimension, Fixed
+from core.spec.spec import Limits, Objective, SweepSpec
 from core.spec.suggest import unknown_key
-from core.spec.sweep import Limits, Objective, SweepSpec, parse_section, problems_from
 
 #: The built-in settings a Caffe spec may give, by section (all of ``dataset``).
 APPLIES = {"training": ("seed",), "execution": ("device", "time_limit", "dtype")}
@@ -145,9 +149,6 @@ class CaffeSpec(SweepSpec):
     def planned_epochs(self) -> int:
         """The epoch rows the first trial reports: its solver's evaluations (a pruner's
         largest resource, as ``training.epochs`` is for a built-in trial)."""
-        from core.spec.caffe.checks import first_params
-        from core.spec.caffe.solver import parse_solver
-
         _, solver = self.messages(first_params(self))
         config = parse_solver(solver, self.solver_source)
         if config.test_interval <= 0 or config.test_iter <= 0:
@@ -156,14 +157,10 @@ class CaffeSpec(SweepSpec):
 
     def first_param_count(self) -> int | None:
         """The parameters of the first trial's net, where this host can build it."""
-        from core.spec.caffe.checks import first_param_count
-
         return first_param_count(self)
 
     def check_trials(self, points: list[dict[str, Any]]) -> None:
         """Build every distinct net and solver of these trials (`core.spec.caffe.checks`)."""
-        from core.spec.caffe.checks import check_points
-
         check_points(self, points)
 
 
@@ -203,7 +200,7 @@ def _check_conditions(space: dict[str, Dimension], problems: list[Problem]) -> N
 
 
 def load_caffe_spec(data: dict[str, Any]) -> CaffeSpec:
-    """Validate a parsed spec document with a ``caffe`` section (`core.spec.sweep.load_spec`)."""
+    """Validate a parsed spec document with a ``caffe`` section (`core.spec.caffe.kind`)."""
     if bad := value_problems(data):
         raise SpecError(bad)
     problems: list[Problem] = []
@@ -277,7 +274,5 @@ def load_caffe_spec(data: dict[str, Any]) -> CaffeSpec:
         )
     except ValidationError as exc:
         raise SpecError(problems_from(exc, "")) from exc
-    from core.spec.caffe.checks import check_first
-
     check_first(spec)
     return spec

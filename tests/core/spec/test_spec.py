@@ -8,8 +8,9 @@ import pytest
 
 from core.errors import SpecError
 from core.spec.config import TrialConfig
+from core.spec.fields import field_adapter
 from core.spec.space import Categorical, Fixed, IntRange, Uniform
-from core.spec.sweep import field_adapter, load_spec, load_spec_file
+from core.spec.sweep import load_spec, load_spec_file
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 

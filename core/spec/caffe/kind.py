@@ -1,0 +1,85 @@
+"""Caffe nets as a kind of trial (`CaffeKind`): a document with a ``caffe`` section.
+
+This module stays light: the code that only asks (the worker's choice of trainer, the
+scheduler's costs) loads it at its start, and the layer graph, the solver and the image
+folders load only when a Caffe spec is validated or a Caffe trial is costed (each method
+imports what it needs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from core.spec.caffe.trial import CaffeTrialConfig
+from core.spec.ceilings import over
+from core.spec.kind import TrialKind, Work
+
+if TYPE_CHECKING:
+    from core.errors import Problem
+    from core.settings import Settings
+    from core.spec.caffe.spec import CaffeSpec
+    from core.spec.spec import SweepSpec
+
+
+class CaffeKind(TrialKind):
+    """A Caffe net and its solver (`core.spec.caffe.spec`), trained by the worker's Caffe
+    trainer. It trains alone, in its own message (its layer graph has no stacked form yet),
+    and costs what its graph computes (`core.spec.caffe.cost`)."""
+
+    name = "caffe"
+    trainer = "caffe"
+    config_model = CaffeTrialConfig
+    image_folders = True
+    parameter_roots = ("caffe.layers", "caffe.solver_params")
+
+    def claims(self, document: Mapping[str, Any]) -> bool:
+        """Whether the document or config has a ``caffe`` section."""
+        return "caffe" in document
+
+    def load_spec(self, document: dict[str, Any], path: Path | None = None) -> SweepSpec:
+        """`core.spec.caffe.spec.load_caffe_spec`, after reading the ``net`` and ``solver``
+        files a spec file names, relative to it (`core.spec.caffe.files`; the API reads none)."""
+        from core.spec.caffe.files import read_caffe_files
+        from core.spec.caffe.spec import load_caffe_spec
+
+        if path is not None:
+            document = read_caffe_files(document, path)
+        return load_caffe_spec(document)
+
+    def work(self, config: Mapping[str, Any]) -> Work:
+        """Its graph's steps and multiply-accumulates (`core.spec.caffe.cost.config_work`)."""
+        from core.spec.caffe.cost import config_work
+
+        return config_work(config)
+
+    def limit_problems(self, spec: SweepSpec, settings: Settings) -> list[Problem]:
+        """The net's and the solver's texts against ``SWEEPSTACK_MAX_PROTOTXT_BYTES`` each,
+        and the first trial's net against ``SWEEPSTACK_MAX_MODEL_PARAMETERS``."""
+        caffe = cast("CaffeSpec", spec)  # what `load_spec` gives
+        problems = []
+        texts = (("caffe.net_text", caffe.net_text), ("caffe.solver_text", caffe.solver_text))
+        for key, text in texts:
+            size = len(text.encode("utf-8"))
+            if size > settings.max_prototxt_bytes:
+                problems.append(
+                    over(key, "its UTF-8 bytes", size, settings.max_prototxt_bytes,
+                         "SWEEPSTACK_MAX_PROTOTXT_BYTES")
+                )  # fmt: skip
+        count = caffe.first_param_count()
+        if count is not None and count > settings.max_model_parameters:
+            problems.append(
+                over("caffe.net_text", "the net's parameters", count, settings.max_model_parameters,
+                     "SWEEPSTACK_MAX_MODEL_PARAMETERS", "its first trial's net")
+            )  # fmt: skip
+        return problems
+
+    def folder_problems(
+        self, spec: SweepSpec, value: str, real: Path, datasets: Path
+    ) -> list[Problem]:
+        """The folder as a data set of images by class, and the first trial's net built on
+        its images' shape and classes (`core.spec.caffe.checks.folder_problems`)."""
+        from core.spec.caffe.checks import folder_problems
+
+        return folder_problems(cast("CaffeSpec", spec), value, real, datasets)
