@@ -1,4 +1,4 @@
-"""What each page's JSON holds: rows from `data` and `params`, drawn by `figures`.
+"""What each page's JSON holds: rows from `data` and `param_axes`, drawn by `figures`.
 
 A sweep page loads `sweep_payload` once, then polls `sweep_changes` with its cursor
 (``since``: a store time, see `dashboard.table`) and the digests of the aggregates it
@@ -24,10 +24,10 @@ from typing import Any
 from core.errors import NotFound
 from core.spec.search_settings import describe, pruning_settings, search_settings
 from core.store.reads import Reads
-from dashboard import data, figures, params, parcoords
+from dashboard import data, figures, param_axes, parcoords
 from dashboard.detail import epoch_series, trial_detail
 from dashboard.history import best_history, history_figures
-from dashboard.params import Prepared
+from dashboard.param_axes import Prepared
 from dashboard.table import SweepTable, Tables
 from dashboard.timing import timing_figures, timing_rows
 from dashboard.workers import inspect_workers, recent_activity, worker_rows
@@ -118,7 +118,7 @@ def default_param(paths: Sequence[str]) -> str:
     """The scatter's first parameter: hidden units if the sweep varies them."""
     if "model.hidden_units" in paths:
         return "model.hidden_units"
-    return next((p for p in paths if not p.endswith(data.SEED_KEYS)), params.INDEX)
+    return next((p for p in paths if not p.endswith(data.SEED_KEYS)), param_axes.INDEX)
 
 
 def _curves(
@@ -178,7 +178,7 @@ def sweep_payload(
     }
     sweep = table.sweep
     metric, _ = _objective(sweep)
-    if param not in [*prep.params, params.INDEX]:
+    if param not in [*prep.params, param_axes.INDEX]:
         param = default_param(prep.params)
     top = values["top"][1]
     pruned = values["pruned"][1]
@@ -191,7 +191,7 @@ def sweep_payload(
             **data.summary(sweep["counts"], values["activity"][1], data.to_ms(now) or 0),
             "best": _best(top),
         },
-        "params": [*prep.params, params.INDEX],
+        "params": [*prep.params, param_axes.INDEX],
         "param": param,
         "figures": {
             "width": values["width"][1],
@@ -214,7 +214,7 @@ def sweep_payload(
             "curves_pruned": CURVES_PRUNED,
             "pruned": PRUNED_N,
             "failed": FAILED_N,
-            "parallel": params.PARALLEL_CAP,
+            "parallel": param_axes.PARALLEL_CAP,
         },
     }
 
@@ -364,7 +364,7 @@ def figure_payload(
     """The scatter (for `param`) or the parallel coordinates (for `mode`) alone."""
     prep = table.prepared(PREPARED_SECONDS)
     if which == "scatter":
-        if param not in [*prep.params, params.INDEX]:
+        if param not in [*prep.params, param_axes.INDEX]:
             param = default_param(prep.params)
         return {"param": param, "figure": _scatter(table, param)}
     return {"mode": mode, "figure": _parallel(table, mode)}
@@ -374,7 +374,7 @@ def _scatter(table: SweepTable, param: str) -> dict[str, Any]:
     metric, _ = _objective(table.sweep)
     return table.memo(
         f"scatter:{param}",
-        lambda p: figures.scatter_figure(params.scatter_points(p, param), metric),
+        lambda p: figures.scatter_figure(param_axes.scatter_points(p, param), metric),
         PREPARED_SECONDS,
         versioned=False,
     )[1]
@@ -384,7 +384,7 @@ def _parallel(table: SweepTable, mode: str) -> dict[str, Any]:
     metric, direction = _objective(table.sweep)
     return table.memo(
         f"parallel:{mode}",
-        lambda p: parcoords.parallel_figure(params.parallel_rows(p, mode), metric, direction),
+        lambda p: parcoords.parallel_figure(param_axes.parallel_rows(p, mode), metric, direction),
         PREPARED_SECONDS,
         versioned=False,
     )[1]
