@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core.analysis.layout import base_layout
 from core.errors import InvalidQuery, NotFound
 from core.store import export
 from core.store.reads import Reads
 from dashboard.detail import epoch_series
-from dashboard.figures import PALETTE, base_layout
+from dashboard.figures import PALETTE
 from dashboard.table import SweepTable
 
 MIN_TRIALS = 2

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 from plotly.colors import sample_colorscale
 
+from core.analysis.layout import base_layout
 from dashboard.data import category_text
-from dashboard.figures import base_layout, empty_note
+from dashboard.figures import empty_note
 
 #: How many objective bands colour the lines (fewer when objectives tie).
 BANDS = 8
