@@ -12,7 +12,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import click
 from rich.console import Console
@@ -22,6 +22,7 @@ from core.errors import Problem, SpecError, SweepstackError
 from core.settings import Settings
 from core.spec.limits import dataset_file_problems, spec_limit_problems
 from core.spec.sweep import SweepSpec, load_spec_file
+from core.spec.values import short_text
 from scheduler.expand import TrialPoint, expand
 
 EXIT_PROBLEM = 2
@@ -59,14 +60,6 @@ def _expand(spec: SweepSpec, with_config: bool = False) -> list[TrialPoint]:
     except SpecError as exc:
         _fail_spec(exc)
         raise
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        return "[" + ",".join(_short(v) for v in value) + "]"
-    return str(value)
 
 
 def _param_columns(trials: list[TrialPoint]) -> list[str]:
@@ -112,7 +105,7 @@ def write_table(trials: list[TrialPoint], out: TextIO, limit: int, title: str) -
     table.add_column("seed", justify="right")
     for t in trials[:limit]:
         table.add_row(
-            str(t.index), t.id, *(_short(t.params.get(c, "-")) for c in columns), str(t.seed)
+            str(t.index), t.id, *(short_text(t.params.get(c, "-")) for c in columns), str(t.seed)
         )
     console = Console(file=out, width=max(100, shutil.get_terminal_size((160, 24)).columns))
     console.print(table)

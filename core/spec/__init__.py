@@ -9,7 +9,8 @@
   a stored sweep's settings as readers show them;
 - `core.spec.trainable`: specs of a user's own training function; `core.spec.caffe`: Caffe
   nets and solvers, prototxt read without Caffe;
-- `core.spec.limits`: what a server lets a spec ask for (dataset roots, ceilings).
+- `core.spec.limits`: what a server lets a spec ask for (dataset roots, ceilings);
+- `core.spec.values`: a parameter value as text, as every surface writes it.
 
 It imports the plumbing of `core` only (errors, settings); never the store.
 """
