@@ -3,8 +3,9 @@
 A sweep page loads `sweep_payload` once, then polls `sweep_changes` with its cursor
 (``since``: a store time, see `dashboard.table`) and the digests of the aggregates it
 holds. It gets the rows changed after the cursor, which drive the figures it extends
-itself (scatter, best so far, parallel coordinates, failures), and each aggregate whose
-digest differs from its own, whole: small figures and tables (objective by width, time
+itself (the scatter and the parallel coordinates, where this places the finished ones and
+the page only appends them; the failures), and each aggregate whose digest differs from
+its own, whole: small figures and tables (objective by width, time
 against depth and size, the top trials, failure reasons, the best-so-far history against
 trials, time and epochs, the recently pruned trials). On a busy sweep the table's snapshot is
 sorted and measured again at most every `PREPARED_SECONDS`. Nothing in a cursor or a
@@ -222,10 +223,14 @@ def sweep_payload(
 def sweep_changes(
     table: SweepTable, now: datetime, since: int, versions: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The rows changed after the page's cursor `since`, and the aggregates whose digest
-    differs from the page's `versions` (name -> digest)."""
+    """The rows changed after the page's cursor `since`; where the complete ones among them
+    go on the scatter and the parallel coordinates (``done``: `parcoords.placements`); and
+    the aggregates whose digest differs from the page's `versions` (name -> digest)."""
     cursor, rows = table.changed_after(since)
     out: dict[str, Any] = {"since": cursor, "rows": [data.public_row(r) for r in rows]}
+    _, dims = table.memo("parallel-dims", param_axes.parallel_dims, PREPARED_SECONDS,
+                         versioned=False)
+    out["done"] = parcoords.placements(table.prepared(PREPARED_SECONDS), dims, rows)
     aggregates = aggregate_functions(table.sweep)
     current: dict[str, str] = {}
     for name in AGGREGATES:
