@@ -17,7 +17,8 @@ import jinja2
 from markupsafe import Markup
 
 from core.analysis.figures import figures
-from core.analysis.rows import label, short
+from core.analysis.rows import short
+from core.spec.values import short_text
 
 PLOTLY_JS = resources.files("plotly") / "package_data" / "plotly.min.js"
 
@@ -47,7 +48,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _params(trial: dict[str, Any]) -> str:
-    return ", ".join(f"{short(p)}={label(v)}" for p, v in trial["params"].items())
+    return ", ".join(f"{short(p)}={short_text(v)}" for p, v in trial["params"].items())
 
 
 def markdown(analysis: dict[str, Any]) -> str:
@@ -71,7 +72,7 @@ def markdown(analysis: dict[str, Any]) -> str:
     for entry in analysis["returns"]:
         out += [f"### {entry['name']}: {entry['status']}", "", entry["text"], ""]
         out += _table([entry["name"], "trials", "best", "mean", "std"],
-                      [[label(p["value"]), f"{p['n']:,}", v(p["best"]), v(p["mean"]),
+                      [[short_text(p["value"]), f"{p['n']:,}", v(p["best"]), v(p["mean"]),
                         _gap(analysis, p["std"])] for p in entry["curve"]])  # fmt: skip
     costs = analysis["costs"]
     out += ["## Cost laws", ""]

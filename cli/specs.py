@@ -10,7 +10,7 @@ import io
 import json
 import shutil
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import click
 from rich.console import Console
@@ -19,6 +19,7 @@ from rich.table import Table
 from cli.shared import fail_spec, load_spec
 from core.errors import Problem, SpecError
 from core.spec.sweep import SweepSpec
+from core.spec.values import short_text
 from scheduler.expand import TrialPoint, expand
 
 
@@ -27,14 +28,6 @@ def _expand(spec: SweepSpec, with_config: bool = False) -> list[TrialPoint]:
         return expand(spec, with_config=with_config)
     except SpecError as exc:
         fail_spec(exc)
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        return "[" + ",".join(_short(v) for v in value) + "]"
-    return str(value)
 
 
 def _param_columns(trials: list[TrialPoint]) -> list[str]:
@@ -80,7 +73,7 @@ def write_table(trials: list[TrialPoint], out: TextIO, limit: int, title: str) -
     table.add_column("seed", justify="right")
     for t in trials[:limit]:
         table.add_row(
-            str(t.index), t.id, *(_short(t.params.get(c, "-")) for c in columns), str(t.seed)
+            str(t.index), t.id, *(short_text(t.params.get(c, "-")) for c in columns), str(t.seed)
         )
     console = Console(file=out, width=max(100, shutil.get_terminal_size((160, 24)).columns))
     console.print(table)

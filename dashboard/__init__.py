@@ -1,6 +1,6 @@
 """The live dashboard: a Flask blueprint of Plotly pages over the store.
 
-`data`, `params` and `detail` turn store records into rows; `figures` and `parcoords`
+`data`, `param_axes` and `detail` turn store records into rows; `figures` and `parcoords`
 turn rows into Plotly figures; `table` keeps each open sweep in memory and follows the
 store's changes; `workers` asks Celery who is online; `payloads` puts a page's JSON
 together and `blueprint` serves it. `trials` (the sweep page's table of every trial),

@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from core.analysis.layout import base_layout
 from core.errors import InvalidQuery, NotFound
+from core.spec.values import short_text
 from core.store import export
 from core.store.roles import Reads
 from dashboard.detail import epoch_series
-from dashboard.figures import PALETTE, base_layout
+from dashboard.figures import PALETTE
 from dashboard.table import SweepTable
 
 MIN_TRIALS = 2
@@ -58,10 +60,12 @@ def _differs(values: Sequence[Any]) -> bool:
 
 def param_table(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One entry per parameter path any of the trials sets: its value in each trial (None
+    where not set), as the page shows it (``texts``: `core.spec.values.short_text`, None
     where not set) and whether they differ; differing ones first."""
     paths = list(dict.fromkeys(path for row in rows for path in row["params"]))
     table = [{"path": path, "values": [row["params"].get(path) for row in rows]} for path in paths]
     for entry in table:
+        entry["texts"] = [None if v is None else short_text(v) for v in entry["values"]]
         entry["differs"] = _differs(entry["values"])
     return sorted(table, key=lambda e: not e["differs"])
 

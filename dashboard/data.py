@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from core.spec.values import short_text, value_text
 from core.states import FINISH_STATES, TrialState
 from core.store import summaries
 from core.store.records import finite_number
@@ -290,20 +291,13 @@ def objective_by_width(
                 "n": len(values),
                 "trials": sum(len(v) for v in groups.values()),
                 "setting": {
-                    path: category_text(value) for path, value in zip(others, key, strict=True)
+                    path: value_text(value) for path, value in zip(others, key, strict=True)
                 },
             }
         )
     return out
 
 
-def category_text(value: Any) -> str:
-    """A parameter value as a category label."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(category_text(v) for v in value) + "]"
-    return "null" if value is None else str(value)
 
 
 def failed_trials(rows: Iterable[Mapping[str, Any]], n: int = 50) -> list[Mapping[str, Any]]:
@@ -335,5 +329,9 @@ def failure_reasons(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def public_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """What a page gets of a trial row (all of it; a copy, so the table stays private)."""
-    return {**row, "params": dict(row["params"])}
+    """What a page gets of a trial row: all of it (a copy, so the table stays private), and
+    ``text``, each parameter's value as its tables show it (`core.spec.values.short_text`;
+    a null value has none, and shows as a dash as a missing one does)."""
+    params = row["params"]
+    text = {path: short_text(value) for path, value in params.items() if value is not None}
+    return {**row, "params": dict(params), "text": text}

@@ -16,6 +16,8 @@ from typing import Any
 
 from plotly.colors import sample_colorscale
 
+from core.analysis.layout import base_layout
+
 STATE_COLOURS: dict[str, str] = {
     "queued": "#9aa5b1",
     "running": "#2f80ed",
@@ -29,44 +31,6 @@ PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
 )
-FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 13,
-        "color": "#1f2933"}
-GRID = "#e6e9ee"
-
-
-def _axis(title: str, **extra: Any) -> dict[str, Any]:
-    # Fixed margins and no overflow checks: plotly's automargin redraws a figure until its
-    # margins settle, and its tick-label overflow check measures every label once per
-    # label; together they were a third of the sweep page's drawing time at 50,000 trials.
-    return {"title": {"text": title, "standoff": 8}, "gridcolor": GRID, "zeroline": False,
-            "automargin": False, "ticklabeloverflow": "allow", "linecolor": "#9aa5b1",
-            "ticks": "outside", **extra}
-
-
-def base_layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
-    """The layout every figure starts from; `extra` entries merge into it (dicts shallowly).
-
-    ``uirevision`` keeps a user's zoom and legend choices when a figure is drawn again.
-    """
-    layout = {
-        "title": {"text": title, "x": 0.01, "xanchor": "left", "font": {"size": 15}},
-        "font": FONT,
-        "margin": {"l": 72, "r": 20, "t": 48, "b": 64},
-        "xaxis": _axis(x_title),
-        "yaxis": _axis(y_title),
-        "plot_bgcolor": "#ffffff",
-        "paper_bgcolor": "#ffffff",
-        "hovermode": "closest",
-        "hoverlabel": {"font": {"size": 12}},
-        "legend": {"orientation": "v", "font": {"size": 12}},
-        "uirevision": "keep",
-    }
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(layout.get(key), dict):
-            layout[key] = {**layout[key], **value}
-        else:
-            layout[key] = value
-    return layout
 
 
 def empty_note(layout: dict[str, Any], text: str) -> dict[str, Any]:

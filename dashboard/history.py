@@ -25,9 +25,10 @@ from collections.abc import Iterable, Mapping
 from operator import itemgetter
 from typing import Any
 
+from core.analysis.layout import base_layout
 from core.states import FINISH_STATES
 from dashboard.data import COMPLETE, PRUNED, better
-from dashboard.figures import STATE_COLOURS, base_layout, empty_note
+from dashboard.figures import STATE_COLOURS, empty_note
 
 _FINISHED = frozenset(s.value for s in FINISH_STATES)
 _GREY = "#7b8794"

@@ -3,8 +3,14 @@
 Drawn as line traces across normalised axes rather than with plotly's ``parcoords``
 trace: with software WebGL, as in headless Chromium, ``parcoords`` takes 3-5 s to draw
 5,000 trials, over the two-second budget of the sweep page, while 5,000 polylines in a
-few SVG paths take ~0.2 s. The normalisation is in the figure's ``layout.meta``, so a
-page can place newly finished trials itself (`static/sweep.js` mirrors `normalise`).
+few SVG paths take ~0.2 s.
+
+Where a trial's line runs (`positions`, from `normalise`) is computed here only: for the
+figure, and for each trial finishing after it (`placements`, which a sweep page's poll
+brings). The axes the positions were computed on travel with them as a digest
+(`axes_digest`, also in the figure's ``layout.meta.axes``), so a page that holds older axes
+knows to ask for the figure again. The page only appends the lines it is sent to the band
+traces it holds.
 
 Colour says how good a trial is, and must survive a skewed sweep: trials that collapse to
 chance (0.10-0.31) beside a crowd at 0.87-0.98 put every good trial in one band of equal
@@ -25,8 +31,12 @@ from typing import Any
 import numpy as np
 from plotly.colors import sample_colorscale
 
-from dashboard.data import category_text
-from dashboard.figures import base_layout, empty_note
+from core.analysis.layout import base_layout
+from core.spec.values import value_text
+from dashboard.data import complete_rows
+from dashboard.figures import empty_note
+from dashboard.param_axes import Prepared, scatter_x
+from dashboard.table import digest
 
 #: How many objective bands colour the lines (fewer when objectives tie).
 BANDS = 8
@@ -39,7 +49,7 @@ TICK_GAP = 12
 def normalise(value: Any, dim: Mapping[str, Any]) -> float | None:
     """Where `value` sits on a parallel axis, from 0 (bottom) to 1 (top); None if unknown."""
     if dim["kind"] == "category":
-        text = category_text(value)
+        text = value_text(value)
         cats = dim["categories"]
         if text not in cats:
             return None
@@ -54,6 +64,43 @@ def normalise(value: Any, dim: Mapping[str, Any]) -> float | None:
     if high == low:
         return 0.5
     return min(max((value - low) / (high - low), 0.0), 1.0)
+
+
+def positions(row: Mapping[str, Any], dims: Sequence[Mapping[str, Any]]) -> list[float | None]:
+    """Where a trial's line meets each axis of `dims` (its parameters', then its objective's):
+    `normalise`d, to 4 decimals; None where the value is not on the axis."""
+    values = [row["params"].get(d["path"]) for d in dims[:-1]] + [row["objective"]]
+    ys = [normalise(value, dim) for value, dim in zip(values, dims, strict=True)]
+    return [None if y is None else round(y, 4) for y in ys]
+
+
+def axes_digest(dims: Sequence[Mapping[str, Any]]) -> str:
+    """A digest of the axes `positions` places lines on: equal axes, equal digests, in
+    whichever server process."""
+    return digest(list(dims))
+
+
+def placements(
+    prep: Prepared, dims: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """How a sweep page extends its figures with the complete trials among `rows` (those
+    changed after its cursor), on the axes of the table's snapshot `prep` (`dims`: its
+    `param_axes.parallel_dims`).
+
+    ``axes``: the digest of the parallel axes (`axes_digest`). ``rows``: for each trial,
+    its ``index``, ``objective`` and ``finished_at``, where its parallel line runs (``ys``,
+    `positions`) and where it goes on the scatter for each parameter (``x``,
+    `param_axes.scatter_x`).
+    """
+    return {
+        "axes": axes_digest(dims),
+        "rows": [
+            {"index": row["index"], "objective": row["objective"],
+             "finished_at": row["finished_at"], "ys": positions(row, dims),
+             "x": scatter_x(prep, row)}
+            for row in complete_rows(rows)
+        ],
+    }
 
 
 def _ticks(dim: Mapping[str, Any]) -> list[tuple[float, str]]:
@@ -142,9 +189,8 @@ def _snake(trace: dict[str, Any], ys: Sequence[float | None], index: int) -> Non
     if trace["x"] and trace["x"][-1] != 0:
         xs.reverse()
     for x in xs:
-        y = ys[x]
         trace["x"].append(x)
-        trace["y"].append(None if y is None else round(y, 4))
+        trace["y"].append(ys[x])
         trace["customdata"].append(index)
 
 
@@ -183,9 +229,7 @@ def parallel_figure(prows: Mapping[str, Any], metric: str, direction: str) -> di
     edges = band_edges([r["objective"] for r in prows["kept"]])
     bands = _band_traces(edges, maximize)
     for row in prows["kept"]:
-        values = [row["params"].get(d["path"]) for d in dims[:-1]] + [row["objective"]]
-        ys = [normalise(value, dim) for value, dim in zip(values, dims, strict=True)]
-        _snake(bands[band_of(row["objective"], edges)], ys, row["index"])
+        _snake(bands[band_of(row["objective"], edges)], positions(row, dims), row["index"])
     # Worst band first, so the best lines are drawn over the rest.
     order = list(range(len(bands))) if maximize else list(range(len(bands)))[::-1]
     axes: dict[str, list[Any]] = {"x": [], "y": []}
@@ -223,6 +267,7 @@ def parallel_figure(prows: Mapping[str, Any], metric: str, direction: str) -> di
     )
     layout["meta"] = {
         "dims": dims,
+        "axes": axes_digest(prows["dims"]),
         "bands": {"count": len(bands), "edges": edges, "low": dims[-1]["low"],
                   "high": dims[-1]["high"], "order": order},
         "kept": [[r["index"], r["objective"], r["finished_at"]] for r in prows["kept"]],

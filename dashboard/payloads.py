@@ -1,10 +1,11 @@
-"""What each page's JSON holds: rows from `data` and `params`, drawn by `figures`.
+"""What each page's JSON holds: rows from `data` and `param_axes`, drawn by `figures`.
 
 A sweep page loads `sweep_payload` once, then polls `sweep_changes` with its cursor
 (``since``: a store time, see `dashboard.table`) and the digests of the aggregates it
 holds. It gets the rows changed after the cursor, which drive the figures it extends
-itself (scatter, best so far, parallel coordinates, failures), and each aggregate whose
-digest differs from its own, whole: small figures and tables (objective by width, time
+itself (the scatter and the parallel coordinates, where this places the finished ones and
+the page only appends them; the failures), and each aggregate whose digest differs from
+its own, whole: small figures and tables (objective by width, time
 against depth and size, the top trials, failure reasons, the best-so-far history against
 trials, time and epochs, the recently pruned trials). On a busy sweep the table's snapshot is
 sorted and measured again at most every `PREPARED_SECONDS`. Nothing in a cursor or a
@@ -24,10 +25,10 @@ from typing import Any
 from core.errors import NotFound
 from core.spec.search_settings import describe, pruning_settings, search_settings
 from core.store.roles import Reads
-from dashboard import data, figures, params, parcoords
+from dashboard import data, figures, param_axes, parcoords
 from dashboard.detail import epoch_series, trial_detail
 from dashboard.history import best_history, history_figures
-from dashboard.params import Prepared
+from dashboard.param_axes import Prepared
 from dashboard.table import SweepTable, Tables
 from dashboard.timing import timing_figures, timing_rows
 from dashboard.workers import inspect_workers, recent_activity, worker_rows
@@ -118,7 +119,7 @@ def default_param(paths: Sequence[str]) -> str:
     """The scatter's first parameter: hidden units if the sweep varies them."""
     if "model.hidden_units" in paths:
         return "model.hidden_units"
-    return next((p for p in paths if not p.endswith(data.SEED_KEYS)), params.INDEX)
+    return next((p for p in paths if not p.endswith(data.SEED_KEYS)), param_axes.INDEX)
 
 
 def _curves(
@@ -178,7 +179,7 @@ def sweep_payload(
     }
     sweep = table.sweep
     metric, _ = _objective(sweep)
-    if param not in [*prep.params, params.INDEX]:
+    if param not in [*prep.params, param_axes.INDEX]:
         param = default_param(prep.params)
     top = values["top"][1]
     pruned = values["pruned"][1]
@@ -191,7 +192,7 @@ def sweep_payload(
             **data.summary(sweep["counts"], values["activity"][1], data.to_ms(now) or 0),
             "best": _best(top),
         },
-        "params": [*prep.params, params.INDEX],
+        "params": [*prep.params, param_axes.INDEX],
         "param": param,
         "figures": {
             "width": values["width"][1],
@@ -214,7 +215,7 @@ def sweep_payload(
             "curves_pruned": CURVES_PRUNED,
             "pruned": PRUNED_N,
             "failed": FAILED_N,
-            "parallel": params.PARALLEL_CAP,
+            "parallel": param_axes.PARALLEL_CAP,
         },
     }
 
@@ -222,10 +223,14 @@ def sweep_payload(
 def sweep_changes(
     table: SweepTable, now: datetime, since: int, versions: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The rows changed after the page's cursor `since`, and the aggregates whose digest
-    differs from the page's `versions` (name -> digest)."""
+    """The rows changed after the page's cursor `since`; where the complete ones among them
+    go on the scatter and the parallel coordinates (``done``: `parcoords.placements`); and
+    the aggregates whose digest differs from the page's `versions` (name -> digest)."""
     cursor, rows = table.changed_after(since)
     out: dict[str, Any] = {"since": cursor, "rows": [data.public_row(r) for r in rows]}
+    _, dims = table.memo("parallel-dims", param_axes.parallel_dims, PREPARED_SECONDS,
+                         versioned=False)
+    out["done"] = parcoords.placements(table.prepared(PREPARED_SECONDS), dims, rows)
     aggregates = aggregate_functions(table.sweep)
     current: dict[str, str] = {}
     for name in AGGREGATES:
@@ -364,7 +369,7 @@ def figure_payload(
     """The scatter (for `param`) or the parallel coordinates (for `mode`) alone."""
     prep = table.prepared(PREPARED_SECONDS)
     if which == "scatter":
-        if param not in [*prep.params, params.INDEX]:
+        if param not in [*prep.params, param_axes.INDEX]:
             param = default_param(prep.params)
         return {"param": param, "figure": _scatter(table, param)}
     return {"mode": mode, "figure": _parallel(table, mode)}
@@ -374,7 +379,7 @@ def _scatter(table: SweepTable, param: str) -> dict[str, Any]:
     metric, _ = _objective(table.sweep)
     return table.memo(
         f"scatter:{param}",
-        lambda p: figures.scatter_figure(params.scatter_points(p, param), metric),
+        lambda p: figures.scatter_figure(param_axes.scatter_points(p, param), metric),
         PREPARED_SECONDS,
         versioned=False,
     )[1]
@@ -384,7 +389,7 @@ def _parallel(table: SweepTable, mode: str) -> dict[str, Any]:
     metric, direction = _objective(table.sweep)
     return table.memo(
         f"parallel:{mode}",
-        lambda p: parcoords.parallel_figure(params.parallel_rows(p, mode), metric, direction),
+        lambda p: parcoords.parallel_figure(param_axes.parallel_rows(p, mode), metric, direction),
         PREPARED_SECONDS,
         versioned=False,
     )[1]

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from core.store.roles import Reads
 from dashboard.data import FIELDS, to_ms, trial_row
-from dashboard.params import Prepared, prepare
+from dashboard.param_axes import Prepared, prepare
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -116,7 +116,7 @@ class SweepTable:
             return max(self._cursor(), since), rows
 
     def prepared(self, max_age: float = 0.0) -> Prepared:
-        """The rows sorted and measured for the figures (`params.prepare`), cached until the
+        """The rows sorted and measured for the figures (`param_axes.prepare`), cached until the
         table changes and at least `max_age` s have passed."""
         return self._prepared(max_age)[1]
 

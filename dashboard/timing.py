@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from core.analysis.layout import base_layout
 from dashboard.data import COMPLETE
-from dashboard.figures import base_layout, depth_colours, empty_note
+from dashboard.figures import depth_colours, empty_note
 
 #: Points drawn per figure at most (the fit uses them all). Each is an SVG element: at
 #: 50,000 trials, 2,000 points per figure added ~1.2 s to the sweep page's drawing on the

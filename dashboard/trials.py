@@ -35,7 +35,7 @@ from core.errors import InvalidQuery
 from core.states import ALL_STATES
 from core.store.query import sort_key
 from dashboard.data import public_row
-from dashboard.params import Prepared
+from dashboard.param_axes import Prepared
 from dashboard.table import SweepTable
 
 #: Rows per page a page offers; any size from 1 to `MAX_PAGE_SIZE` is accepted.

@@ -11,6 +11,7 @@ and the file system: nothing here reaches the network.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,4 +112,95 @@ def broken(page: Path, root: Path) -> list[str]:
             why = f"{path.relative_to(root.resolve()).as_posix()} has no heading #{anchor}"
         if why is not None:
             problems.append(f"{name}:{link.line}: {target}: {why}")
+    return problems
+
+
+#: Top folders whose paths the pages name in code spans (``cli/main.py``, ``tests/x.py::test_y``).
+TOP_FOLDERS = (
+    "core", "scheduler", "workers", "web", "api", "dashboard", "cli", "tests", "bench",
+    "configs", "docker", "scripts", "examples", "docs",
+)  # fmt: skip
+#: Our packages, whose dotted module names the pages name in code spans (``core.store.roles``).
+PACKAGES = ("core", "scheduler", "workers", "web", "api", "dashboard", "cli")
+SOURCE_PATH = re.compile(
+    r"^(?:%s)/[\w./-]*?(?:\.\w+|/)(?:::(\w+))?$" % "|".join(TOP_FOLDERS)  # noqa: UP031
+)
+#: Celery task names: dotted like modules, but names of tasks (DESIGN.md).
+TASK_NAMES = {"workers.run_trial", "workers.run_group"}
+DOTTED = re.compile(r"^((?:%s)(?:\.\w+)+)$" % "|".join(PACKAGES))  # noqa: UP031
+
+
+def code_spans(text: str) -> list[tuple[int, str]]:
+    """The inline code spans of a page's prose (fenced blocks left out), numbered by line."""
+    return [
+        (number, match.group(2).strip())
+        for number, line in _prose(text)
+        for match in CODE_SPAN.finditer(line)
+    ]
+
+
+def _module_file(root: Path, dotted: str) -> Path | None:
+    base = root.joinpath(*dotted.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _defines(module: Path, name: str) -> bool:
+    """Whether a module defines `name` at its top level (a function, a class, an assignment
+    or an import), read with `ast`."""
+    for node in ast.parse(module.read_text()).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            if node.name == name:
+                return True
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+        elif isinstance(node, ast.Import | ast.ImportFrom) and any(
+            (alias.asname or alias.name.split(".")[0]) == name for alias in node.names
+        ):
+            return True
+    return False
+
+
+def _stale_dotted(root: Path, span: str) -> str | None:
+    """Why a dotted name of ours leads nowhere: the longest prefix that is a module must
+    define the next name (a method after a class is not followed)."""
+    parts = span.split(".")
+    for cut in range(len(parts), 1, -1):
+        module = ".".join(parts[:cut])
+        found = _module_file(root, module)
+        if found is None:
+            continue
+        rest = parts[cut:]
+        if rest and not _defines(found, rest[0]):
+            return f"{module} defines no {rest[0]}"
+        return None
+    return "no such module"
+
+
+def stale_names(page: Path, root: Path) -> list[str]:
+    """Code spans of `page` that name a path of the checkout, a test in a file, or one of our
+    modules (or a name a module defines) that does not exist, as ``page:line: name: why``.
+    Spans with a placeholder (``<...>``, ``*``, ``{...}``) are not names and are skipped, and
+    so are the task names (``workers.run_trial``), which name no module."""
+    name = page.relative_to(root).as_posix()
+    problems: list[str] = []
+    for line, span in code_spans(page.read_text()):
+        if any(mark in span for mark in "<>*{}$ ") or span in TASK_NAMES:
+            continue
+        why = None
+        if SOURCE_PATH.match(span):
+            path, _, test = span.partition("::")
+            target = root / path
+            if not target.exists():
+                why = "no such file or folder"
+            elif test and not re.search(rf"^\s*def {re.escape(test)}\b", target.read_text(), re.M):
+                why = f"{path} defines no {test}"
+        elif DOTTED.match(span):
+            why = _stale_dotted(root, span)
+        if why is not None:
+            problems.append(f"{name}:{line}: {span}: {why}")
     return problems

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_links import anchors, broken, slug
+from tests.doc_links import anchors, broken, slug, stale_names
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The pages whose links are followed: the README, the changelog and the pages of docs/.
@@ -59,3 +59,37 @@ def test_the_link_checker_catches_what_would_escape_it(tmp_path: Path) -> None:
     ], found
     assert "no such file" in found[0] and "has no heading #two-machines" in found[1]
     assert "leads out of the checkout" in found[3] and "#nowhere" in found[4]
+
+
+@pytest.mark.parametrize("page", LINKED, ids=_name)
+def test_the_paths_and_modules_a_page_names_exist(page: Path) -> None:
+    """A page that names ``cli/main.py``, ``tests/x.py::test_y`` or ``core.store.roles`` in
+    code names something that is there: a move or a rename updates the pages too."""
+    problems = stale_names(page, ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_name_checker_catches_stale_names(tmp_path: Path) -> None:
+    (tmp_path / "core" / "store").mkdir(parents=True)
+    (tmp_path / "core" / "store" / "roles.py").write_text("class Reads:\n    pass\nX = 1\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_one():\n    pass\n")
+    page = tmp_path / "a.md"
+    page.write_text("\n".join([
+        "`core/store/roles.py` `core.store.roles` `core.store.roles.Reads.trials`",
+        "`core.store.roles.X` `workers.run_trial`",
+        "`tests/test_a.py::test_one` `core/<floor>/x.py` `core/store/`",
+        "`core/spec.py`",
+        "`tests/test_a.py::test_two`",
+        "`core.store.reads`",
+        "`core.store.roles.Writes`",
+        "```",
+        "`core/gone.py`",
+        "```",
+    ]))  # fmt: skip
+    assert stale_names(page, tmp_path) == [
+        "a.md:4: core/spec.py: no such file or folder",
+        "a.md:5: tests/test_a.py::test_two: tests/test_a.py defines no test_two",
+        "a.md:6: core.store.reads: no such module",
+        "a.md:7: core.store.roles.Writes: core.store.roles defines no Writes",
+    ]

@@ -1,9 +1,10 @@
 """The Celery app of the workers, and what each worker process sets up once.
 
 `create_worker_app(settings)` builds the app from the shared config (`core.broker`),
-registers `workers.run_trial` and `workers.run_group` (`workers.tasks`), loads torch and
-the training code before the pool forks, and gives each pool process `torch_threads`
-threads. `workers.main` is the entry point that reads the settings.
+registers `workers.run_trial` and `workers.run_group` (`workers.tasks`) bound to a
+`workers.context.WorkerContext`, loads torch and the training code before the pool forks,
+and gives each pool process `torch_threads` threads. `workers.main` is the entry point
+that reads the settings.
 """
 
 from __future__ import annotations
@@ -17,27 +18,10 @@ from celery.signals import worker_process_init
 
 from core.broker import celery_config
 from core.settings import Settings
-from core.store.store import Store
+from workers.context import WorkerContext
+from workers.tasks import register
 
 log = logging.getLogger(__name__)
-
-
-class WorkerContext:
-    """Per-process state: the settings and a store connection made after the fork."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._store: Store | None = None
-        self._pid: int | None = None
-
-    @property
-    def store(self) -> Store:
-        if self._store is None or self._pid != os.getpid():
-            if not self.settings.mongo_url:
-                raise RuntimeError("no store URL: set SWEEPSTACK_MONGO_URL")
-            self._store = Store.connect(self.settings.mongo_url, self.settings.mongo_db)
-            self._pid = os.getpid()
-        return self._store
 
 
 def set_torch_threads(threads: int) -> None:
@@ -67,8 +51,6 @@ def preload_training() -> None:
 
 def create_worker_app(settings: Settings) -> Celery:
     """The workers' Celery app, with its tasks registered and the training code loaded."""
-    from workers.tasks import register
-
     app = Celery("sweepstack", set_as_current=True)
     app.conf.update(celery_config(settings))
     context = WorkerContext(settings)

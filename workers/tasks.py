@@ -12,17 +12,15 @@ true`` is a chunk of cheap trials (`scheduler.chunks`): trained one by one, neve
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from celery import Celery, Task
 
 from core.broker import GROUP_TASK_NAME, TASK_NAME
 from core.errors import NotFound, StoreUnavailable
+from workers.context import WorkerContext
 from workers.group_runner import execute_group
 from workers.runner import RunnerOptions, execute_trial, worker_identity
-
-if TYPE_CHECKING:
-    from workers.app import WorkerContext
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,8 @@ from core.spec.config import DatasetConfig, ExecutionConfig
 from core.spec.trainable import KEY_PATTERN, TrainableConfig, installed_trainables
 from workers.training.datasets import Dataset, load_dataset
 from workers.training.device import describe, seed_torch, select_device
-from workers.training.loop import TrainResult, best_values, oom_reason
+from workers.training.epochs import failures_as_results
+from workers.training.result import TrainResult, best_values
 
 log = logging.getLogger(__name__)
 
@@ -242,30 +243,21 @@ def run_trainable(
     )
     _seed_everything(seed, device)
     setup = time.perf_counter() - started
-    try:
-        returned = loaded.function(config.params, ctx)
-    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
-        reason = oom_reason(err)
-        if reason is None:
-            raise
-    else:
-        final = _final(ctx, returned)
-        _check_objective(ctx, final, objective["metric"])
-        described = describe(device, torch.get_default_dtype())
-        data = ctx.loaded
-        return TrainResult(
-            metrics=ctx.rows,
-            final=final,
-            best=_best([*ctx.rows, final] if final else ctx.rows, objective),
-            param_count=0,
-            train_seconds=time.perf_counter() - started - setup,
-            setup_seconds=setup,
-            seed=seed,
-            device=described,
-            dataset=data.summary() if data is not None else {},
-            dataset_fingerprint=data.fingerprint if data is not None else "",
-            stopped_early=ctx.stopped,
-        )
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    raise TrainingError(reason)
+    returned = failures_as_results(lambda: loaded.function(config.params, ctx))
+    final = _final(ctx, returned)
+    _check_objective(ctx, final, objective["metric"])
+    described = describe(device, torch.get_default_dtype())
+    data = ctx.loaded
+    return TrainResult(
+        metrics=ctx.rows,
+        final=final,
+        best=_best([*ctx.rows, final] if final else ctx.rows, objective),
+        param_count=0,
+        train_seconds=time.perf_counter() - started - setup,
+        setup_seconds=setup,
+        seed=seed,
+        device=described,
+        dataset=data.summary() if data is not None else {},
+        dataset_fingerprint=data.fingerprint if data is not None else "",
+        stopped_early=ctx.stopped,
+    )

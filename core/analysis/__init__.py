@@ -9,7 +9,8 @@ Plain functions over a sweep's finished trials (numpy, no store writes, no Optun
 - `front`: the Pareto fronts of objective against training time and parameter count;
 - `report`: all of it as one JSON value with the findings in sentences;
 - `figures`: that value drawn as Plotly figure dictionaries (the dashboard's panel and
-  the HTML report draw the same ones);
+  the HTML report draw the same ones); `layout`: the one Plotly layout they and the
+  dashboard's own figures start from;
 - `sweep`: one sweep's analysis read from the store and kept per version of the sweep.
 
 **Where importance comes from.** Importance is Optuna's (fANOVA and PED-ANOVA), and only

@@ -3,6 +3,7 @@
 Computed here from the analysis value (`core.analysis.report`), never from the trials, so
 the dashboard's Analysis panel and the HTML report (`cli.report_files`) draw the
 very same figures. Plain SVG traces only (no WebGL), so a report opens on any machine.
+Every layout is the dashboard's (`core.analysis.layout.base_layout`) in the report's sizes.
 Each figure comes as ``{"id", "group", "title", "figure"}``; groups are ``returns`` (one
 per numeric parameter), ``laws`` (one per cost law), ``importance`` and ``front``.
 """
@@ -15,32 +16,15 @@ from typing import Any
 import numpy as np
 
 from core.analysis.costs import PREDICTORS, TARGETS
+from core.analysis.layout import REPORT, base_layout, merged
 
-FONT = {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", "size": 12,
-        "color": "#1f2933"}  # fmt: skip
-GRID = "#e6e9ee"
 BLUE, ORANGE, GREY, GREEN, RED = "#2f80ed", "#f2994a", "#b8c2cc", "#27ae60", "#e03e3e"
 
 
-def _axis(title: str, **extra: Any) -> dict[str, Any]:
-    return {"title": {"text": title}, "gridcolor": GRID, "zeroline": False,
-            "linecolor": "#9aa5b1", "ticks": "outside", **extra}  # fmt: skip
-
-
 def _layout(title: str, x: str, y: str, title_size: int = 14, **extra: Any) -> dict[str, Any]:
-    layout = {
-        "title": {"text": title, "x": 0.01, "xanchor": "left", "font": {"size": title_size}},
-        "font": FONT, "margin": {"l": 70, "r": 20, "t": 46, "b": 84},
-        "xaxis": _axis(x), "yaxis": _axis(y), "plot_bgcolor": "#ffffff",
-        "paper_bgcolor": "#ffffff", "hovermode": "closest", "height": 360,
-        "legend": {"orientation": "h", "y": -0.3, "font": {"size": 11}},
-    }  # fmt: skip
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(layout.get(key), dict):
-            layout[key] = {**layout[key], **value}
-        else:
-            layout[key] = value
-    return layout
+    """`layout.base_layout` in the report's sizes (`layout.REPORT`), then `extra`."""
+    report = base_layout(title, x, y, **REPORT)
+    return merged(report, {"title": {**report["title"], "font": {"size": title_size}}, **extra})
 
 
 def _objective_axis(scale: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from core.analysis.rows import Trials, label, short
+from core.analysis.rows import Trials, short
 from core.analysis.scale import Scale
+from core.spec.values import short_text
 
 #: At most this many trials of a front are listed (evenly spread along it).
 MAX_LISTED = 100
@@ -57,7 +58,7 @@ def _spread(positions: np.ndarray, cap: int) -> np.ndarray:
 
 
 def _describe(trial: dict[str, Any]) -> str:
-    params = ", ".join(f"{short(p)}={label(v)}" for p, v in trial["params"].items())
+    params = ", ".join(f"{short(p)}={short_text(v)}" for p, v in trial["params"].items())
     return f"trial #{trial['index']}" + (f" ({params})" if params else "")
 
 

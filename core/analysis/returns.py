@@ -34,8 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from core.analysis.rows import Parameter, Trials, label, short
+from core.analysis.rows import Parameter, Trials, short
 from core.analysis.scale import Scale
+from core.spec.values import short_text
 
 #: More distinct values than this are binned.
 MAX_LEVELS = 20
@@ -143,19 +144,18 @@ def sentence(path: str, verdict: dict[str, Any], scale: Scale, noise: float | No
     name, metric = short(path), scale.metric
     # Gains are "larger is better"; the words show the objective's own change (a loss falls).
     gain = scale.gain(scale.sign * verdict["gain"])
+    span = f"{gain} from {short_text(verdict['from'])} to {short_text(verdict['to'])}"
     if verdict["status"] == "improving":
-        return (f"{metric} still improves at the largest {name}: {gain} from "
-                f"{label(verdict['from'])} to {label(verdict['to'])}; no plateau within the "
-                "values tried")  # fmt: skip
-    span = f"{gain} from {label(verdict['from'])} to {label(verdict['to'])}"
+        return (f"{metric} still improves at the largest {name}: {span}; no plateau within "
+                "the values tried")  # fmt: skip
     why = _why(scale, noise)
     if verdict["status"] == "flat":
-        return (f"{metric} does not improve with {name} past {label(first)}: the best larger "
-                f"value ({label(verdict['to'])}) changes it by {gain}, {why}")  # fmt: skip
+        return (f"{metric} does not improve with {name} past {short_text(first)}: the best larger "
+                f"value ({short_text(verdict['to'])}) changes it by {gain}, {why}")  # fmt: skip
     return (
-        f"{metric} plateaus at {name} ≥ {label(verdict['at'])}: {span}, "
+        f"{metric} plateaus at {name} ≥ {short_text(verdict['at'])}: {span}, "
         f"{why} (after {scale.gain(scale.sign * verdict['rise'])} from "
-        f"{label(first)})"
+        f"{short_text(first)})"
     )
 
 

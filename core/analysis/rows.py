@@ -264,12 +264,3 @@ def config_keys(trials: Trials, params: Sequence[Parameter]) -> np.ndarray:
         key = tuple([hashable(flat.get(path)) for path in paths])
         keys[i] = ids.setdefault(key, len(ids))
     return keys
-
-
-def label(value: Any) -> str:
-    """A parameter value as the findings write it (floats to 4 significant digits)."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        return "[" + ",".join(label(v) for v in value) + "]"
-    return str(value)

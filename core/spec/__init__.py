@@ -21,7 +21,8 @@ From the top down:
   `core.spec.config` and `core.spec.fields` (the concrete config of one trial and its fields
   by dotted path), `core.spec.search` (the ``search`` and ``pruning`` sections),
   `core.spec.suggest` ("did you mean"); `core.spec.search_settings`: a stored sweep's
-  settings as readers show them.
+  settings as readers show them; `core.spec.values`: a parameter value as text, as every
+  surface writes it.
 
 It imports the plumbing of `core` only (errors, settings); never the store.
 """

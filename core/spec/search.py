@@ -25,6 +25,7 @@ This module is pure data and rules; it never imports Optuna (core must not).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -130,11 +131,7 @@ class Search(_Strict):
 
     def sampler_options(self) -> dict[str, Any]:
         """The options given for this algorithm, by Optuna's keyword names."""
-        return {
-            name: getattr(self, name)
-            for name, owners in SAMPLER_OPTIONS.items()
-            if self.algorithm in owners and getattr(self, name) is not None
-        }
+        return _given(self, SAMPLER_OPTIONS)
 
 
 class Pruning(_Strict):
@@ -164,11 +161,32 @@ class Pruning(_Strict):
 
     def pruner_options(self) -> dict[str, Any]:
         """The options given for this pruner, by Optuna's keyword names (`wrapped` apart)."""
-        return {
-            name: getattr(self, name)
-            for name, owners in PRUNER_OPTIONS.items()
-            if self.algorithm in owners and name != "wrapped" and getattr(self, name) is not None
-        }
+        return {k: v for k, v in _given(self, PRUNER_OPTIONS).items() if k != "wrapped"}
+
+
+def _given(section: Search | Pruning, owners: Mapping[str, tuple[str, ...]]) -> dict[str, Any]:
+    """The options of `section` given and belonging to its algorithm (`owners`: option ->
+    the algorithms it belongs to)."""
+    return {
+        name: getattr(section, name)
+        for name, belongs in owners.items()
+        if section.algorithm in belongs and getattr(section, name) is not None
+    }
+
+
+def _misplaced(
+    section: Search | Pruning, owners: Mapping[str, tuple[str, ...]], at: str
+) -> list[Problem]:
+    """A problem naming each option of `section` (at path `at`) that is given but belongs
+    to other algorithms than its own (`owners`: option -> the algorithms it belongs to)."""
+    return [
+        Problem(
+            f"{at}.{name}",
+            f"is an option of {' and '.join(belongs)}, but {at}.algorithm is {section.algorithm}",
+        )
+        for name, belongs in owners.items()
+        if getattr(section, name) is not None and section.algorithm not in belongs
+    ]
 
 
 def pruning_direction(pruning: Pruning, objective_metric: str, objective_direction: str) -> str:
@@ -188,16 +206,7 @@ def _fmt(value: Any) -> str:
 
 def option_problems(search: Search, pruning: Pruning | None = None) -> list[Problem]:
     """Rules between the options of the two sections, each naming the option it refuses."""
-    problems: list[Problem] = []
-    for name, owners in SAMPLER_OPTIONS.items():
-        if getattr(search, name) is not None and search.algorithm not in owners:
-            problems.append(
-                Problem(
-                    f"search.{name}",
-                    f"is an option of {' and '.join(owners)}, "
-                    f"but search.algorithm is {search.algorithm}",
-                )
-            )
+    problems = _misplaced(search, SAMPLER_OPTIONS, "search")
     if search.algorithm == "tpe" and search.group and search.multivariate is False:
         problems.append(
             Problem(
@@ -225,16 +234,7 @@ def option_problems(search: Search, pruning: Pruning | None = None) -> list[Prob
 
 
 def _pruning_problems(pruning: Pruning, at: str) -> list[Problem]:
-    problems: list[Problem] = []
-    for name, owners in PRUNER_OPTIONS.items():
-        if getattr(pruning, name) is not None and pruning.algorithm not in owners:
-            problems.append(
-                Problem(
-                    f"{at}.{name}",
-                    f"is an option of {' and '.join(owners)}, "
-                    f"but {at}.algorithm is {pruning.algorithm}",
-                )
-            )
+    problems = _misplaced(pruning, PRUNER_OPTIONS, at)
     if pruning.algorithm == "percentile" and pruning.percentile is None:
         problems.append(Problem(f"{at}.percentile", "is required when the pruner is percentile"))
     if pruning.algorithm == "patient" and pruning.patience is None:

@@ -1,6 +1,9 @@
 /* The sweep page: draws the figures the server computed, then polls for what changed and
    extends them in place (Plotly.extendTraces, or react with arrays kept here). It never
-   reloads, and a poll carries only the trials that changed after the page's cursor. */
+   reloads, and a poll carries only the trials that changed after the page's cursor. What
+   the page shows is computed by the server: each row's parameter values as text
+   (`row.text`), and where each finished trial goes on the scatter and the parallel
+   coordinates (`done`: `parcoords.placements`); the page appends what it is sent. */
 "use strict";
 
 (function () {
@@ -69,11 +72,8 @@
   }
 
   function paramCells(row, paths) {
-    return paths.map((p) => {
-      const v = row.params[p];
-      return SS.el("td", { class: typeof v === "number" ? "num" : null,
-        text: v === undefined ? "–" : Array.isArray(v) ? "[" + v.join(",") + "]" : SS.num(v) });
-    });
+    return paths.map((p) => SS.el("td", { class: typeof row.params[p] === "number" ? "num" : null,
+      text: row.text[p] === undefined ? "–" : row.text[p] }));
   }
 
   function tableParams() {
@@ -187,20 +187,13 @@
     return null;
   }
 
-  function xValue(row, param, axis) {
-    const v = param === "index" ? row.index : row.params[param];
-    if (axis.kind !== "category") return v;
-    if (v === null || v === undefined) return "null";
-    if (typeof v === "boolean") return v ? "true" : "false";
-    if (Array.isArray(v)) return "[" + v.join(",") + "]";
-    return String(v);
-  }
-
   function scatterTitle(n) {
     return S.sweep.metric + " vs " + short(S.param) + " (" + SS.grouped(n) +
       " complete trials)";
   }
 
+  // `done`: the server's placements of newly finished trials (`parcoords.placements`);
+  // `r.x` holds where a trial goes on the x axis for each parameter.
   async function extendScatter(done) {
     const gd = $("fig-scatter");
     const meta = gd.layout.meta;
@@ -208,7 +201,7 @@
     if (!fresh.length) return;
     for (const r of fresh) S.plotted.add(r.index);
     await Plotly.extendTraces(gd, {
-      x: [fresh.map((r) => xValue(r, meta.param, meta.axis))],
+      x: [fresh.map((r) => r.x[meta.param])],
       y: [fresh.map((r) => r.objective)],
       customdata: [fresh.map((r) => r.index)],
     }, [0]);
@@ -217,32 +210,16 @@
     await Plotly.relayout(gd, update);
   }
 
-  // Parallel coordinates: where a value sits on an axis, as `figures.normalise` computes it.
-  function normalise(value, dim) {
-    if (dim.kind === "category") {
-      const text = value === null || value === undefined ? "null"
-        : typeof value === "boolean" ? (value ? "true" : "false")
-          : Array.isArray(value) ? "[" + value.join(",") + "]" : String(value);
-      const i = dim.categories.indexOf(text);
-      if (i < 0) return null;
-      return dim.categories.length > 1 ? i / (dim.categories.length - 1) : 0.5;
-    }
-    if (typeof value !== "number") return null;
-    let v = value, lo = dim.low, hi = dim.high;
-    if (dim.kind === "log") {
-      if (v <= 0) return null;
-      v = Math.log10(v); lo = Math.log10(lo); hi = Math.log10(hi);
-    }
-    if (hi === lo) return 0.5;
-    return Math.min(Math.max((v - lo) / (hi - lo), 0), 1);
-  }
-
+  // Parallel coordinates. `meta.axes` is the digest of the axes the figure is drawn on; a
+  // poll's lines come with the digest of the axes they were placed on, and lines placed on
+  // other axes than the figure's (the sweep's trials moved them) make the page ask for the
+  // figure again.
   function setParallel(figure) {
     const meta = figure.layout.meta;
     const kept = new Map();
     for (const [index, objective, t] of meta.kept) kept.set(index, { objective, t });
-    S.par = { meta, kept, rev: 0, added: 0, outOfRange: false, fetching: false,
-      fetchedAt: Date.now() };
+    S.par = { meta, kept, rev: 0, added: 0, outOfRange: false, axesMoved: false,
+      fetching: false, fetchedAt: Date.now() };
     parallelCaption();
   }
 
@@ -271,7 +248,7 @@
   }
 
   // A band trace is one unbroken path that runs across the axes and back, a trial at a
-  // time (see `figures._snake`). A trial that leaves keeps its place in the path but is
+  // time (see `parcoords._snake`: the page appends to the traces it holds the same way). A trial that leaves keeps its place in the path but is
   // moved below the plot (clipped), so its neighbours stay joined along an axis.
   const GONE = -1;
 
@@ -290,18 +267,14 @@
     if (trace.x.length && trace.x[trace.x.length - 1] !== 0) order.reverse();
     for (const x of order) {
       trace.x.push(x);
-      trace.y.push(ys[x] === null ? null : Math.round(ys[x] * 1e4) / 1e4);
+      trace.y.push(ys[x]);
       trace.customdata.push(index);
     }
   }
 
-  function addSegment(gd, row) {
-    const dims = S.par.meta.dims;
-    snake(bandTrace(gd, row.objective), dims.map((dim, i) =>
-      normalise(i < dims.length - 1 ? row.params[dim.path] : row.objective, dim)), row.index);
-  }
-
-  // The band trace an objective goes in: the quantile band of `parcoords.band_of`.
+  // The band trace an objective goes in: the quantile band of `parcoords.band_of`. The
+  // bands are the edges of the figure the page holds (the server's snapshot moves on), so
+  // the choice among the page's traces is made here.
   function bandTrace(gd, objective) {
     const bands = S.par.meta.bands;
     let band = 0;
@@ -318,7 +291,7 @@
 
   function staleParallel() {
     const p = S.par;
-    return p.outOfRange || p.added > Math.max(4, p.meta.kept.length / 4);
+    return p.outOfRange || p.axesMoved || p.added > Math.max(4, p.meta.kept.length / 4);
   }
 
   async function refreshParallel() {
@@ -331,20 +304,24 @@
       await plot("fig-parallel", answer.figure);
       setParallel(answer.figure);
       S.par.fetchedAt = Date.now();
-      await extendParallel(S.recent.map((r) => r.row), false);
+      const axes = S.par.meta.axes;
+      await extendParallel(S.recent.filter((r) => r.axes === axes).map((r) => r.row), axes,
+        false);
     } finally {
       p.fetching = false;
     }
   }
 
-  function remember(done) {
+  function remember(done, axes) {
     const now = Date.now();
-    for (const row of done) S.recent.push({ at: now, row: row });
+    for (const row of done) S.recent.push({ at: now, row: row, axes: axes });
     while (S.recent.length && now - S.recent[0].at > RECENT_MS) S.recent.shift();
   }
 
-  async function extendParallel(done, refresh = true) {
+  // `done`: placements of finished trials (`parcoords.placements`) on the axes `axes`.
+  async function extendParallel(done, axes, refresh = true) {
     if (!S.par) return;
+    if (axes !== S.par.meta.axes) S.par.axesMoved = true;
     const gd = $("fig-parallel");
     const cap = S.par.meta.cap;
     const bands = S.par.meta.bands;
@@ -363,7 +340,7 @@
         removeSegment(gd, last.index);
       }
       S.par.kept.set(row.index, { objective: entry.objective, t: entry.t });
-      addSegment(gd, row);
+      snake(bandTrace(gd, row.objective), row.ys, row.index);
       S.par.added += 1;
       if (row.objective < bands.low || row.objective > bands.high) S.par.outOfRange = true;
       changed = true;
@@ -453,11 +430,11 @@
     const d = await SS.getJSON(cfg.changesUrl + "?" + query);
     S.since = d.since; S.versions = d.versions; S.sweep = d.sweep;
     renderSummary(d.summary, d.sweep);
-    const done = d.rows.filter((r) => r.state === "complete" && r.objective !== null);
-    remember(done);
+    const done = d.done.rows;
+    remember(done, d.done.axes);
     if (done.length) {
       await extendScatter(done);
-      await extendParallel(done);
+      await extendParallel(done, d.done.axes);
     } else {
       parallelCaption();
       if (S.par && staleParallel()) await refreshParallel();

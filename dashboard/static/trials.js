@@ -80,13 +80,13 @@
     return v === undefined ? null : v;
   }
 
-  function text(column, v) {
+  // A column's cell text; a parameter's is the server's (`row.text`, `texts`), given here.
+  function text(column, v, shown) {
     if (v === null || v === undefined) return "–";
     if (column === "train_seconds") return SS.seconds(v);
     if (column === "finished_at") return SS.time(v);
     if (column === "objective") return SS.num(v, 5);
-    if (Array.isArray(v)) return "[" + v.join(",") + "]";
-    if (typeof v === "boolean") return v ? "true" : "false";
+    if (shown !== undefined) return shown;
     return SS.num(v);
   }
 
@@ -140,7 +140,8 @@
         SS.el("span", { class: "badge " + row.state, text: row.state }));
     }
     const numeric = typeof v === "number";
-    return SS.el("td", { class: numeric ? "num nowrap" : null, text: text(column, v) });
+    const shown = column in LABELS ? undefined : row.text[column];
+    return SS.el("td", { class: numeric ? "num nowrap" : null, text: text(column, v, shown) });
   }
 
   function fillParams(params) {
@@ -241,7 +242,8 @@
     $("compare-params").replaceChildren(SS.el("thead", {}, heads),
       SS.el("tbody", {}, data.params.map((p) => SS.el("tr", { class: p.differs ? "differs" : null },
         SS.el("th", { text: p.path }),
-        p.values.map((v) => SS.el("td", { class: "num", text: text(p.path, v) }))))));
+        p.values.map((v, i) => SS.el("td", { class: "num",
+          text: text(p.path, v, p.texts[i] === null ? undefined : p.texts[i]) }))))));
   }
 
   // -- owner actions --------------------------------------------------------------------

@@ -13,7 +13,7 @@ from playwright.sync_api import BrowserContext, Response
 
 from core.states import TrialState
 from core.store.store import Store
-from dashboard import params
+from dashboard import param_axes
 from tests.core import finish, make_sweep, report, trial_ids
 from tests.dashboard.browser import (
     WORKER,
@@ -149,7 +149,7 @@ def test_the_first_result_of_an_empty_sweep_draws_every_figure(
 def test_parallel_coordinates_keep_the_cap_as_better_trials_arrive(
     context: BrowserContext, base_url: str, live_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(params, "PARALLEL_CAP", 3)
+    monkeypatch.setattr(param_axes, "PARALLEL_CAP", 3)
     sweep_id, points = make_sweep(live_store, small_sweep_spec(), owner="alice")
     ids = trial_ids(sweep_id, points)
 

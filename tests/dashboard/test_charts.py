@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from plotly.colors import sample_colorscale, unlabel_rgb
 
-from dashboard import data, params, parcoords
+from dashboard import data, param_axes, parcoords
 from dashboard.history import best_history, history_figures
 from dashboard.timing import POINTS_CAP, fit_line, timing_figures, timing_rows
 
@@ -36,8 +36,8 @@ def luminance(colour: str) -> float:
 
 
 def parallel(rows: list[dict[str, Any]], direction: str = "maximize") -> dict[str, Any]:
-    prep = params.prepare(rows, direction)
-    figure = parcoords.parallel_figure(params.parallel_rows(prep), "acc", direction)
+    prep = param_axes.prepare(rows, direction)
+    figure = parcoords.parallel_figure(param_axes.parallel_rows(prep), "acc", direction)
     return json.loads(json.dumps(figure, allow_nan=False))
 
 

@@ -14,7 +14,7 @@ import pytest
 from core.spec.sweep import load_spec
 from core.states import TrialState
 from core.store.store import Store
-from dashboard import data, figures, params
+from dashboard import data, figures, param_axes
 from dashboard.detail import epoch_series, timings, trial_detail
 from dashboard.timing import timing_rows
 from dashboard.workers import ONLINE_SECONDS, inspect_workers, recent_activity, worker_rows
@@ -114,44 +114,44 @@ def test_timing_rows_hold_each_complete_trial_and_a_fit(scenario: Sweep) -> None
 
 
 def test_scatter_scatterby_number_category_and_index(scenario: Sweep) -> None:
-    prep = params.prepare(rows_of(scenario.store, scenario.sweep_id), "maximize")
+    prep = param_axes.prepare(rows_of(scenario.store, scenario.sweep_id), "maximize")
     complete = sorted(OBJECTIVES)
-    units = params.scatter_points(prep, "model.hidden_units")
+    units = param_axes.scatter_points(prep, "model.hidden_units")
     assert units["index"] == complete and units["y"] == [OBJECTIVES[i] for i in complete]
     assert units["x"] == [scenario.points[i].params["model.hidden_units"] for i in complete]
     assert units["axis"] == {"kind": "linear", "low": 32, "high": 64, "values": [32, 64]}
-    activation = params.scatter_points(prep, "model.activation")
+    activation = param_axes.scatter_points(prep, "model.activation")
     assert activation["axis"] == {"kind": "category", "categories": ["relu", "tanh"]}
     assert set(activation["x"]) == {"relu", "tanh"}
-    assert params.scatter_points(prep, params.INDEX)["x"] == complete
+    assert param_axes.scatter_points(prep, param_axes.INDEX)["x"] == complete
 
 
 def test_parallel_rows_cap_the_best_or_the_most_recent(scenario: Sweep) -> None:
-    prep = params.prepare(rows_of(scenario.store, scenario.sweep_id), "maximize")
-    best = params.parallel_rows(prep, "best", cap=3)
+    prep = param_axes.prepare(rows_of(scenario.store, scenario.sweep_id), "maximize")
+    best = param_axes.parallel_rows(prep, "best", cap=3)
     assert [r["index"] for r in best["kept"]] == [7, 6, 4]
     assert best["total"] == 11 and best["cap"] == 3
     paths = [d["path"] for d in best["dims"]]
     assert paths == ["model.hidden_layers", "model.hidden_units", "model.activation",
                      "objective"]  # seeds are repeats, not settings
     assert best["dims"][-1]["low"] == 0.60 and best["dims"][-1]["high"] == 0.93
-    recent = params.parallel_rows(prep, "recent", cap=3)
+    recent = param_axes.parallel_rows(prep, "recent", cap=3)
     assert [r["index"] for r in recent["kept"]] == [10, 9, 8]
-    assert len(params.parallel_rows(prep)["kept"]) == 11
+    assert len(param_axes.parallel_rows(prep)["kept"]) == 11
     with pytest.raises(ValueError, match="mode"):
-        params.parallel_rows(prep, "oldest")
+        param_axes.parallel_rows(prep, "oldest")
 
 
 def test_top_failed_and_reasons(scenario: Sweep) -> None:
     rows = rows_of(scenario.store, scenario.sweep_id)
-    assert [r["index"] for r in params.prepare(rows, "maximize").ranked[:3]] == [7, 6, 4]
-    assert [r["index"] for r in params.prepare(rows, "minimize").ranked[:2]] == [10, 8]
+    assert [r["index"] for r in param_axes.prepare(rows, "maximize").ranked[:3]] == [7, 6, 4]
+    assert [r["index"] for r in param_axes.prepare(rows, "minimize").ranked[:2]] == [10, 8]
     assert [r["index"] for r in data.failed_trials(rows)] == [13, 12, 11]
     assert data.failure_reasons(rows) == [
         {"reason": "NaN loss at epoch 2", "n": 2, "example": 11},
         {"reason": "out of memory", "n": 1, "example": 12},
     ]
-    assert params.param_paths(rows) == list(scenario.points[0].params)
+    assert param_axes.param_paths(rows) == list(scenario.points[0].params)
 
 
 def test_trial_detail_and_epoch_series(scenario: Sweep) -> None:
@@ -222,15 +222,15 @@ def test_a_sub_section_leaf_is_a_param_like_any_other(store: Store, clock: FakeC
     }
     rows = sorted(rows_of(store, sweep_id), key=lambda r: r["index"])
     assert [r["params"] for r in rows] == [{"execution.parallel.tau": t} for t in (1, 5, 20, 50)]
-    prep = params.prepare(rows, "maximize")
+    prep = param_axes.prepare(rows, "maximize")
     assert prep.params == ["execution.parallel.tau"]
-    scatter = params.scatter_points(prep, "execution.parallel.tau")
+    scatter = param_axes.scatter_points(prep, "execution.parallel.tau")
     assert (scatter["x"], scatter["y"]) == ([1, 5, 20], [0.7, 0.9, 0.8])
     assert scatter["axis"]["kind"] == "log"  # 1 to 50, queued trials included
     figure = figures.scatter_figure(scatter, "val_accuracy")
     assert figure["layout"]["meta"]["param"] == "execution.parallel.tau"
     assert figure["layout"]["title"]["text"].startswith("val_accuracy vs parallel.tau (3 ")
-    dims = params.parallel_rows(prep)["dims"]
+    dims = param_axes.parallel_rows(prep)["dims"]
     assert [(d["path"], d["label"]) for d in dims] == [
         ("execution.parallel.tau", "parallel.tau"),
         ("objective", "objective"),

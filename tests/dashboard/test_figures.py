@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dashboard import figures, params, parcoords
+from dashboard import figures, param_axes, parcoords
 from dashboard.timing import timing_figures, timing_rows
 
 MAXIMIZE = "maximize"
@@ -42,20 +42,20 @@ def test_normalise_places_values_on_a_parallel_axis(value: Any, dim: dict[str, A
 
 
 def test_axis_kinds() -> None:
-    assert params.axis_kind([16, 1024, 64, None])["kind"] == "log"
-    assert params.axis_kind([1, 2, 3])["values"] == [1, 2, 3]
-    assert params.axis_kind([True, False, 1]) == {"kind": "category",
+    assert param_axes.axis_kind([16, 1024, 64, None])["kind"] == "log"
+    assert param_axes.axis_kind([1, 2, 3])["values"] == [1, 2, 3]
+    assert param_axes.axis_kind([True, False, 1]) == {"kind": "category",
                                                   "categories": ["1", "false", "true"]}
-    assert params.axis_kind([[64, 32], [64, 32], [16]])["categories"] == ["[16]", "[64,32]"]
-    assert params.axis_kind(["b", "a"]) == {"kind": "category", "categories": ["a", "b"]}
+    assert param_axes.axis_kind([[64, 32], [64, 32], [16]])["categories"] == ["[16]", "[64,32]"]
+    assert param_axes.axis_kind(["b", "a"]) == {"kind": "category", "categories": ["a", "b"]}
 
 
 def test_parallel_figure_draws_one_polyline_per_kept_trial() -> None:
     rows = [row(i, 0.5 + i / 20, **{"model.hidden_layers": 1 + i % 3,
                                      "model.activation": ["relu", "tanh"][i % 2],
                                      "training.seed": i}) for i in range(10)]
-    prep = params.prepare(rows, MAXIMIZE)
-    figure = as_json(parcoords.parallel_figure(params.parallel_rows(prep, cap=6), "acc",
+    prep = param_axes.prepare(rows, MAXIMIZE)
+    figure = as_json(parcoords.parallel_figure(param_axes.parallel_rows(prep, cap=6), "acc",
                                              MAXIMIZE))
     meta = figure["layout"]["meta"]
     bands = figure["data"][: meta["bands"]["count"]]
@@ -76,10 +76,35 @@ def test_parallel_figure_draws_one_polyline_per_kept_trial() -> None:
     assert {"relu", "tanh", "1", "2", "3"} <= set(ticks["text"])
 
 
+def test_a_trial_placed_for_the_page_runs_where_the_figure_draws_it() -> None:
+    """The page extends the figures with the server's placements (`parcoords.placements`):
+    on the figure's axes they are its lines' vertices, and the scatter's x values."""
+    rows = [row(i, 0.5 + i / 20, **{"model.hidden_layers": 1 + i % 3,
+                                     "model.activation": ["relu", "tanh"][i % 2]})
+            for i in range(10)]
+    prep = param_axes.prepare(rows, MAXIMIZE)
+    figure = parcoords.parallel_figure(param_axes.parallel_rows(prep), "acc", MAXIMIZE)
+    placed = parcoords.placements(prep, param_axes.parallel_dims(prep), [*rows, {
+        **row(10, 0.7), "state": "failed", "objective": None}])
+    assert placed["axes"] == figure["layout"]["meta"]["axes"]
+    assert [p["index"] for p in placed["rows"]] == list(range(10))  # complete ones only
+    width = len(figure["layout"]["meta"]["dims"])
+    for p in placed["rows"]:
+        trace = next(t for t in figure["data"] if p["index"] in (t.get("customdata") or []))
+        at = trace["customdata"].index(p["index"])
+        drawn = dict(zip(trace["x"][at:at + width], trace["y"][at:at + width], strict=True))
+        assert [drawn[x] for x in range(width)] == p["ys"]
+    for param in ("model.activation", "model.hidden_layers", param_axes.INDEX):
+        points = param_axes.scatter_points(prep, param)
+        assert [p["x"][param] for p in placed["rows"]] == points["x"]
+    moved = param_axes.prepare([*rows, row(11, 0.99, **{"model.hidden_layers": 5})], MAXIMIZE)
+    assert parcoords.axes_digest(param_axes.parallel_dims(moved)) != placed["axes"]
+
+
 def test_scatter_figure_axes_follow_the_parameter() -> None:
     rows = [row(i, 0.1 * i, **{"model.hidden_units": 16 * 2 ** i}) for i in range(6)]
-    prep = params.prepare(rows, MAXIMIZE)
-    figure = as_json(figures.scatter_figure(params.scatter_points(prep, "model.hidden_units"),
+    prep = param_axes.prepare(rows, MAXIMIZE)
+    figure = as_json(figures.scatter_figure(param_axes.scatter_points(prep, "model.hidden_units"),
                                             "acc"))
     trace = figure["data"][0]
     assert trace["type"] == "scattergl" and trace["customdata"] == list(range(6))

@@ -34,7 +34,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 
@@ -47,6 +47,7 @@ from workers.training.splits import StratifyError, train_val_split
 
 if TYPE_CHECKING:
     import pandas as pd
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -54,27 +55,38 @@ AUTO_CLASSIFICATION_MAX_CLASSES = 100
 _CACHE_SIZE = 8
 
 
-@dataclass(frozen=True)
-class Dataset:
-    """A split, standardised data set, ready to become tensors.
+#: The arrays a data set holds: numpy's for the tabular sets, torch's for Caffe's images.
+A = TypeVar("A", "np.ndarray", "torch.Tensor")
 
-    `y_*` holds class indices 0..n_classes-1 (int64) for classification, and the
-    standardised target (float64) for regression. Arrays are read-only: they are shared by
-    every trial that uses the cached set.
+
+@dataclass(frozen=True)
+class Dataset(Generic[A]):
+    """A split data set, ready to train on: the tabular sets here (numpy arrays of rows of
+    features, standardised) and Caffe's images (`workers.training.caffe.images`: tensors
+    of N x C x H x W pixels, as they are).
+
+    `y_*` holds class indices 0..n_classes-1 (int64) for classification, and the target
+    (the tabular sets: standardised, float64) for regression. The arrays are shared by
+    every trial that uses the cached set: read-only, never changed in place.
     """
 
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_val: np.ndarray
-    y_val: np.ndarray
+    x_train: A
+    y_train: A
+    x_val: A
+    y_val: A
     task: str
     n_classes: int | None
-    feature_names: tuple[str, ...]
     class_labels: tuple[Any, ...] | None
-    target_mean: float
-    target_std: float
     source: str
     fingerprint: str
+    feature_names: tuple[str, ...] = ()
+    target_mean: float = 0.0
+    target_std: float = 1.0
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """One sample's shape: (features,) for a table's row, (C, H, W) for an image."""
+        return tuple(int(n) for n in self.x_train.shape[1:])
 
     @property
     def n_features(self) -> int:
@@ -94,19 +106,25 @@ class Dataset:
         return int(self.x_val.shape[0])
 
     def summary(self) -> dict[str, Any]:
-        """What the trial record keeps about its data."""
+        """What the trial record keeps about its data: a table's feature count, or an
+        image's shape."""
+        sample = {"n_features": self.n_features} if len(self.shape) == 1 else {
+            "shape": list(self.shape)
+        }
         return {
             "source": self.source,
             "task": self.task,
             "n_train": self.n_train,
             "n_val": self.n_val,
-            "n_features": self.n_features,
+            **sample,
             "n_classes": self.n_classes,
             "fingerprint": self.fingerprint,
         }
 
 
-def load_dataset(config: DatasetConfig, base_dir: Path | None = None) -> Dataset:
+def load_dataset(
+    config: DatasetConfig, base_dir: Path | None = None
+) -> Dataset[np.ndarray]:
     """Load, split and standardise the set `config` names.
 
     A file is read only from inside `base_dir`, the worker's datasets folder
@@ -143,7 +161,9 @@ def clear_dataset_cache() -> None:
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _load_cached(config_json: str, file_key: tuple[str, int, int] | None) -> Dataset:
+def _load_cached(
+    config_json: str, file_key: tuple[str, int, int] | None
+) -> Dataset[np.ndarray]:
     config = DatasetConfig.model_validate_json(config_json)
     if file_key is None:
         assert config.name is not None
@@ -310,7 +330,7 @@ def _infer_task(y: np.ndarray) -> str:
 
 def _prepare(
     config: DatasetConfig, x: np.ndarray, y: np.ndarray, names: list[str], source: str
-) -> Dataset:
+) -> Dataset[np.ndarray]:
     if x.shape[0] < 2:
         raise TrainingError(f"dataset {source}: needs at least 2 rows, got {x.shape[0]}")
     if not np.all(np.isfinite(x)):
@@ -342,7 +362,9 @@ def _prepare(
         target = y.astype(np.float64)
 
     stratify = target if task == "classification" else None
-    train_idx, val_idx = _split(x.shape[0], stratify, config, source)
+    train_idx, val_idx = split_rows(
+        x.shape[0], stratify, config.validation_fraction, config.split_seed, source
+    )
     x_train, x_val = x[train_idx], x[val_idx]
     mean, std = x_train.mean(axis=0), x_train.std(axis=0)
     std[std == 0] = 1.0
@@ -373,11 +395,11 @@ def _prepare(
     )
 
 
-def _split(
-    rows: int, classes: np.ndarray | None, config: DatasetConfig, source: str
+def split_rows(
+    rows: int, classes: np.ndarray | None, fraction: float, seed: int, source: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded train/validation row indices, stratified by `classes` when given."""
-    fraction, seed = config.validation_fraction, config.split_seed
+    """Seeded train/validation row indices (`fraction` of the rows to validation),
+    stratified by `classes` when given and possible; for every data set, tables and images."""
     if classes is not None:
         try:
             return train_val_split(rows, fraction, seed, classes)

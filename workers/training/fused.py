@@ -51,17 +51,13 @@ import torch.nn.functional as F
 from core.errors import TrainingError
 from core.spec.config import TrialConfig
 from workers.training.device import MIXED_DTYPES, seed_torch
+from workers.training.epochs import fresh_seed, oom_reason
 from workers.training.fused_model import FusedMLP, parameter_count
 from workers.training.fused_optim import FusedOptimizer, LrClock
 from workers.training.fused_plan import GroupData, chunks, fit_count
-from workers.training.loop import (
-    CHECK_EVERY_STEPS,
-    EVAL_CHUNK_ROWS,
-    TrainResult,
-    fresh_seed,
-    oom_reason,
-)
+from workers.training.loop import CHECK_EVERY_STEPS, EVAL_CHUNK_ROWS
 from workers.training.models import build_mlp, check_fits
+from workers.training.result import TrainResult
 
 logger = logging.getLogger(__name__)
 

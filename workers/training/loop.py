@@ -1,7 +1,9 @@
-"""The training loop: one trial's config in, its per-epoch metrics and results out.
+"""The MLP's training loop: one trial's config in, its per-epoch metrics and results out.
 
 Plain PyTorch, no Celery and no store: the worker's task passes `on_epoch` to report each
-epoch and `should_stop` to end a trial early (cancelled, pruned, out of time).
+epoch and `should_stop` to end a trial early (cancelled, pruned, out of time). `Trainer`
+trains on this process; `workers.training.trial.train` picks it, or the data-parallel
+ranks (`workers.training.parallel`, which subclass it), for a trial's config.
 
 Epochs count from 1; the row of epoch k holds the metrics after k epochs of training:
 `epoch`, `train_loss` (the mean loss over that epoch's batches, as the model changed),
@@ -22,10 +24,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +38,15 @@ from core.spec.config import TrialConfig
 from workers.training.datasets import Dataset, load_dataset
 from workers.training.device import (
     MIXED_DTYPES,
-    describe,
     parameter_dtype,
     seed_torch,
     select_device,
     select_dtype,
 )
+from workers.training.epochs import fresh_seed, run_epochs
 from workers.training.models import build_mlp, check_fits, count_parameters
 from workers.training.optim import build_optimizer, build_scheduler, current_lr
+from workers.training.result import TrainResult
 
 logger = logging.getLogger(__name__)
 
@@ -53,151 +54,6 @@ logger = logging.getLogger(__name__)
 # waits for the device, so not every step; often enough that a stop comes within moments.
 CHECK_EVERY_STEPS = 50
 EVAL_CHUNK_ROWS = 8192
-# Which way is better for each metric that `best` keeps.
-BEST_DIRECTIONS: dict[str, str] = {
-    "val_accuracy": "maximize",
-    "val_loss": "minimize",
-    "val_rmse": "minimize",
-    "train_loss": "minimize",
-}
-
-
-@dataclass
-class TrainResult:
-    """What one trial's training gave: the epochs, the best and last values, and its context.
-
-    `final` is the last epoch's row (for `epochs: 0`, the evaluation of the untrained model;
-    empty when stopped before the first epoch ended). `best` holds, for each metric in
-    `BEST_DIRECTIONS`, its best value over the epochs.
-    """
-
-    metrics: list[dict[str, float]]
-    final: dict[str, float]
-    best: dict[str, float]
-    param_count: int
-    train_seconds: float
-    setup_seconds: float
-    seed: int
-    device: dict[str, Any]
-    dataset: dict[str, Any]
-    dataset_fingerprint: str
-    stopped_early: bool = False
-    epochs_completed: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.epochs_completed = len(self.metrics)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready copy for the trial record."""
-        return asdict(self)
-
-    @classmethod
-    def assemble(
-        cls,
-        metrics: list[dict[str, float]],
-        final: dict[str, float],
-        *,
-        param_count: int,
-        train_seconds: float,
-        setup_seconds: float,
-        seed: int,
-        device: torch.device,
-        dtype: torch.dtype,
-        data: Dataset,
-        stopped_early: bool,
-    ) -> TrainResult:
-        """The one place a result is put together, for `train` and the fused trainer alike:
-        `best` from the rows (or from `final` alone when no epoch ran), the device and data
-        described as the record keeps them."""
-        return cls(
-            metrics=metrics,
-            final=final,
-            best=best_values(metrics or ([final] if final else [])),
-            param_count=param_count,
-            train_seconds=train_seconds,
-            setup_seconds=setup_seconds,
-            seed=seed,
-            device=describe(device, dtype),
-            dataset=data.summary(),
-            dataset_fingerprint=data.fingerprint,
-            stopped_early=stopped_early,
-        )
-
-
-def best_values(rows: list[dict[str, float]]) -> dict[str, float]:
-    """For each metric in `BEST_DIRECTIONS` that the rows have, its best value over them."""
-    return {
-        name: (max if direction == "maximize" else min)(row[name] for row in rows)
-        for name, direction in BEST_DIRECTIONS.items()
-        if rows and name in rows[0]
-    }
-
-
-def objective_value(result: TrainResult, metric: str, direction: str) -> float | None:
-    """The best value of `metric` over the trial in `direction` (minimize or maximize).
-
-    None when the trial never measured it (no epochs and no evaluation, or the wrong task).
-    """
-    rows = result.metrics or ([result.final] if result.final else [])
-    values = [row[metric] for row in rows if metric in row and math.isfinite(row[metric])]
-    if not values:
-        return None
-    if direction in ("maximize", "max"):
-        return max(values)
-    if direction in ("minimize", "min"):
-        return min(values)
-    raise ValueError(f"direction must be minimize or maximize, got {direction!r}")
-
-
-def train(
-    config: TrialConfig,
-    *,
-    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    data_dir: Path | None = None,
-) -> TrainResult:
-    """Train the trial `config` describes and return its metrics.
-
-    Raises `TrainingError` for failures that are the trial's result: non-finite loss, out of
-    memory, a model that cannot be built, an unavailable device, bad data. A trial with
-    `execution.parallel.world_size` above 1 trains on that many processes of this host.
-    """
-    if config.execution.parallel.enabled:
-        from workers.training.parallel import train_parallel
-
-        return train_parallel(config, on_epoch=on_epoch, should_stop=should_stop, data_dir=data_dir)
-    try:
-        return Trainer(config, data_dir).run(on_epoch, should_stop)
-    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
-        reason = oom_reason(err)
-        if reason is None:
-            raise
-    # Out of the except blocks the error's traceback, and the tensors its frames held, are
-    # gone, so the cache can really be emptied and the worker goes on with a clean device.
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    raise TrainingError(reason)
-
-
-def oom_reason(err: BaseException) -> str | None:
-    """The failure reason for running out of memory (CUDA or CPU), or None for another error."""
-    if isinstance(err, torch.OutOfMemoryError):
-        # torch's first line: "CUDA out of memory. Tried to allocate X. GPU 0 has ... free.
-        # Process ...": the size asked for and what was free is what a reader needs.
-        sentences = error_headline(err).removeprefix("CUDA out of memory.").strip().split(". ")
-        return f"CUDA out of memory: {'. '.join(sentences[:2]).rstrip('.')}"
-    if isinstance(err, MemoryError) or (
-        isinstance(err, RuntimeError)
-        and ("DefaultCPUAllocator" in str(err) or "can't allocate memory" in str(err))
-    ):
-        return f"out of memory on the CPU: {error_headline(err)}"
-    return None
-
-
-def error_headline(err: BaseException) -> str:
-    """An error's first line of text, or its type's name."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 class Trainer:
@@ -266,22 +122,14 @@ class Trainer:
         on_epoch: Callable[[int, dict[str, float]], None] | None,
         should_stop: Callable[[], bool] | None,
     ) -> TrainResult:
+        """Train every epoch of the config (`epochs.run_epochs`), or evaluate the untrained
+        model for `epochs: 0`, and put the result together."""
         started = time.perf_counter()
-        metrics: list[dict[str, float]] = []
-        stopped = False
         epochs = self.config.training.epochs
-        for epoch in range(1, epochs + 1):
-            if should_stop is not None and should_stop():
-                stopped = True
-                break
-            row = self._epoch(epoch, should_stop)
-            if row is None:
-                stopped = True
-                break
-            metrics.append(row)
-            logger.debug("epoch %d: %s", epoch, row)
-            if on_epoch is not None:
-                on_epoch(epoch, row)
+        metrics, stopped = run_epochs(
+            range(1, epochs + 1), lambda epoch: self._epoch(epoch, should_stop),
+            on_epoch, should_stop,
+        )
         final: dict[str, float] = metrics[-1] if metrics else {}
         if epochs == 0:
             final = self._untrained_row()
@@ -401,9 +249,3 @@ def check_finite(losses: torch.Tensor, epoch: int, offset: int) -> None:
     kind = "nan" if math.isnan(value) else "inf"
     raise TrainingError(f"loss became {kind} at epoch {epoch}, step {offset + first + 1}")
 
-
-def fresh_seed() -> int:
-    """A random trial seed for a config that sets none (logged, and kept in the record)."""
-    seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
-    logger.info("training.seed not set; drew %d", seed)
-    return seed

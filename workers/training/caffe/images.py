@@ -53,8 +53,7 @@ from core.spec.caffe.transform import TransformParam, missing_dataset_message
 from core.spec.config import DatasetConfig
 from workers.training.bundled import load_bundled
 from workers.training.caffe.image_files import read_folder, read_npz
-from workers.training.datasets import AUTO_CLASSIFICATION_MAX_CLASSES
-from workers.training.splits import StratifyError, train_val_split
+from workers.training.datasets import AUTO_CLASSIFICATION_MAX_CLASSES, Dataset, split_rows
 
 logger = logging.getLogger(__name__)
 
@@ -85,46 +84,8 @@ class ImageSource:
         )
 
 
-@dataclass(frozen=True)
-class ImageSet:
-    """Split images (N, C, H, W) and their labels, shared by the trials of a worker: do not
-    modify the tensors in place. `y_*` are class indices (int64) or float targets."""
-
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_val: torch.Tensor
-    y_val: torch.Tensor
-    task: str
-    n_classes: int | None
-    class_labels: tuple[Any, ...] | None
-    source: str
-    fingerprint: str
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        """One image's (C, H, W), as the net's input shape."""
-        c, h, w = self.x_train.shape[1:]
-        return int(c), int(h), int(w)
-
-    @property
-    def n_train(self) -> int:
-        return int(self.x_train.shape[0])
-
-    @property
-    def n_val(self) -> int:
-        return int(self.x_val.shape[0])
-
-    def summary(self) -> dict[str, Any]:
-        """What the trial record keeps about its data."""
-        return {
-            "source": self.source,
-            "task": self.task,
-            "n_train": self.n_train,
-            "n_val": self.n_val,
-            "shape": list(self.shape),
-            "n_classes": self.n_classes,
-            "fingerprint": self.fingerprint,
-        }
+#: A Caffe trial's images: (N, C, H, W) pixel tensors and their labels, split.
+ImageSet = Dataset[torch.Tensor]
 
 
 def load_images(
@@ -332,7 +293,9 @@ def _prepare(
         raise TrainingError(f"dataset {shown}: regression targets must be numbers")
     else:
         target = y.astype(np.float64)
-    train_idx, val_idx = _split(rows, target if labels else None, source, shown)
+    train_idx, val_idx = split_rows(
+        rows, target if labels else None, source.validation_fraction, source.split_seed, shown
+    )
     digest = hashlib.sha256(f"{source}|{x.shape}|{task}".encode())
     digest.update(np.ascontiguousarray(x).tobytes())
     digest.update(np.ascontiguousarray(target).tobytes())
@@ -341,7 +304,7 @@ def _prepare(
     if task == "regression":
         targets = targets.to(dtype)
     train, val = torch.from_numpy(train_idx), torch.from_numpy(val_idx)
-    return ImageSet(
+    return Dataset(
         x_train=images[train],
         y_train=targets[train],
         x_val=images[val],
@@ -352,17 +315,3 @@ def _prepare(
         source=shown,
         fingerprint=digest.hexdigest(),
     )
-
-
-def _split(
-    rows: int, classes: np.ndarray | None, source: ImageSource, shown: str
-) -> tuple[np.ndarray, np.ndarray]:
-    fraction, seed = source.validation_fraction, source.split_seed
-    if classes is not None:
-        try:
-            return train_val_split(rows, fraction, seed, classes)
-        except StratifyError as err:
-            logger.warning(
-                "dataset %s: cannot stratify the split (%s); splitting plainly", shown, err
-            )
-    return train_val_split(rows, fraction, seed)

@@ -52,8 +52,9 @@ from core.spec.config import ExecutionConfig
 from workers.training.caffe.images import ImageSet, Transform, load_images, sequential_batch
 from workers.training.caffe.model import CaffeNet
 from workers.training.caffe.solver import CaffeSolver
-from workers.training.device import describe, seed_torch, select_device
-from workers.training.loop import TrainResult, fresh_seed, oom_reason
+from workers.training.device import seed_torch, select_device
+from workers.training.epochs import failures_as_results, fresh_seed, run_epochs
+from workers.training.result import TrainResult
 
 log = logging.getLogger(__name__)
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -160,6 +161,7 @@ class CaffeTrainer:
         self.model.to(self.device)
         self.solver = CaffeSolver(self.model.param_infos(), solver)
         self.accuracy = self._accuracy_top()
+        self.iteration = 0  # the solver updates made so far
         self.setup_seconds = time.perf_counter() - started
 
     def _accuracy_top(self) -> str | None:
@@ -218,55 +220,50 @@ class CaffeTrainer:
         on_epoch: Callable[[int, dict[str, float]], None] | None,
         should_stop: Callable[[], bool] | None,
     ) -> TrainResult:
+        """Train every evaluation's stretch of iterations as an epoch (`epochs.run_epochs`)."""
         started = time.perf_counter()
-        rows: list[dict[str, float]] = []
-        iteration, stopped = 0, False
-        for until in self.schedule():
-            since = time.perf_counter()
-            losses = []
-            while iteration < until:
-                if should_stop is not None and should_stop():
-                    stopped = True
-                    break
-                losses.append(self._iteration(iteration))
-                iteration += 1
-            if stopped:
-                break
-            epoch = len(rows) + 1
-            row: dict[str, float] = {"epoch": epoch, "iteration": iteration}
-            if losses:
-                row["train_loss"] = sum(losses) / len(losses)
-            row.update(self.evaluate(epoch))
-            row["lr"] = self.solver.lr
-            row["epoch_seconds"] = time.perf_counter() - since
-            rows.append(row)
-            if on_epoch is not None:
-                on_epoch(epoch, row)
-        final = rows[-1] if rows else {}
-        data = self.images
-        return TrainResult(
-            metrics=rows,
-            final=final,
-            best=_best(rows),
+        untils = list(self.schedule())
+        self.iteration = 0
+        rows, stopped = run_epochs(
+            range(1, len(untils) + 1),
+            lambda epoch: self._epoch(epoch, untils[epoch - 1], should_stop),
+            on_epoch,
+            should_stop,
+        )
+        return TrainResult.assemble(
+            rows,
+            rows[-1] if rows else {},
             param_count=self.train_graph.param_count,
             train_seconds=time.perf_counter() - started,
             setup_seconds=self.setup_seconds,
             seed=self.seed,
-            device=describe(self.device, self.dtype),
-            dataset=data.summary(),
-            dataset_fingerprint=data.fingerprint,
+            device=self.device,
+            dtype=self.dtype,
+            data=self.images,
             stopped_early=stopped,
         )
 
-
-def _best(rows: list[dict[str, float]]) -> dict[str, float]:
-    from workers.training.loop import BEST_DIRECTIONS
-
-    return {
-        name: (max if direction == "maximize" else min)(r[name] for r in rows if name in r)
-        for name, direction in BEST_DIRECTIONS.items()
-        if any(name in r for r in rows)
-    }
+    def _epoch(
+        self, epoch: int, until: int, should_stop: Callable[[], bool] | None
+    ) -> dict[str, float] | None:
+        """The iterations up to `until`, then an evaluation: the epoch's row, or None when
+        `should_stop` ended it part-way. `should_stop` is asked before every iteration:
+        `run_epochs` asks it before the first of each epoch (every epoch has one, as
+        ``max_iter`` is at least 1), and this before each of the others."""
+        since = time.perf_counter()
+        losses = []
+        for step, iteration in enumerate(range(self.iteration, until)):
+            if step and should_stop is not None and should_stop():
+                return None
+            losses.append(self._iteration(iteration))
+            self.iteration = iteration + 1
+        row: dict[str, float] = {"epoch": epoch, "iteration": self.iteration}
+        if losses:
+            row["train_loss"] = sum(losses) / len(losses)
+        row.update(self.evaluate(epoch))
+        row["lr"] = self.solver.lr
+        row["epoch_seconds"] = time.perf_counter() - since
+        return row
 
 
 def train_caffe(
@@ -279,17 +276,13 @@ def train_caffe(
 ) -> TrainResult:
     """Train the Caffe trial `raw` describes (module docstring); `extra` gets its record's
     own fields: the layer table of the TRAIN net (the trial page shows it) and the dtype."""
-    try:
+
+    def run() -> TrainResult:
         trainer = CaffeTrainer(raw, data_dir)
         if extra is not None:
             extra["layer_table"] = trainer.train_graph.layer_table()
             extra["dtype"] = trainer.config.execution.dtype
             extra["solver"] = trainer.solver_config.hyperparameters()
         return trainer.run(on_epoch, should_stop)
-    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
-        reason = oom_reason(err)
-        if reason is None:
-            raise
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    raise TrainingError(reason)
+
+    return failures_as_results(run)

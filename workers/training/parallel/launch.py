@@ -33,7 +33,7 @@ import torch
 from core.errors import TrainingError
 from core.procs import die_with_parent, free_port
 from core.spec.config import TrialConfig
-from workers.training.loop import TrainResult, best_values
+from workers.training.result import TrainResult, best_values
 
 log = logging.getLogger(__name__)
 

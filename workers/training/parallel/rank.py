@@ -38,13 +38,8 @@ import torch.distributed.rpc as rpc
 
 from core.errors import TrainingError
 from core.spec.config import TrialConfig
-from workers.training.loop import (
-    CHECK_EVERY_STEPS,
-    Trainer,
-    check_finite,
-    error_headline,
-    oom_reason,
-)
+from workers.training.epochs import error_headline, oom_reason
+from workers.training.loop import CHECK_EVERY_STEPS, Trainer, check_finite
 from workers.training.models import count_parameters
 from workers.training.optim import current_lr
 from workers.training.parallel.strategies import (

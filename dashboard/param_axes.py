@@ -12,8 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.spec.values import value_text
 from core.store.query import sort_key
-from dashboard.data import SEED_KEYS, category_text, complete_rows, rank_key
+from dashboard.data import SEED_KEYS, complete_rows, rank_key
 
 #: Parallel coordinates show at most this many trials.
 PARALLEL_CAP = 5000
@@ -51,7 +52,7 @@ def _distinct(values: Iterable[Any]) -> list[Any]:
 def axis_kind(values: Iterable[Any]) -> dict[str, Any]:
     """How to lay out a parameter on an axis: numbers (``log`` when they span 30x, all
     positive; ``values``: the distinct ones, when 12 or fewer) or categories (the sorted
-    distinct values, as text)."""
+    distinct values, as text: `core.spec.values.value_text`)."""
     distinct = _distinct(values)
     numeric = all(
         isinstance(v, int | float) and not isinstance(v, bool) for v in distinct
@@ -65,7 +66,7 @@ def axis_kind(values: Iterable[Any]) -> dict[str, Any]:
             axis["values"] = numbers
         return axis
     ordered = sorted(distinct, key=sort_key)
-    return {"kind": "category", "categories": list(dict.fromkeys(map(category_text, ordered)))}
+    return {"kind": "category", "categories": list(dict.fromkeys(map(value_text, ordered)))}
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,7 @@ def scatter_points(prep: Prepared, param: str) -> dict[str, Any]:
     ``index`` the trial indexes (so a click opens the trial), in index order.
     """
     axis = prep.axes.get(param) or axis_kind(param_value(r, param) for r in prep.done)
-    values = [param_value(r, param) for r in prep.done]
-    xs = [category_text(v) for v in values] if axis["kind"] == "category" else values
+    xs = [_x(axis, param_value(r, param)) for r in prep.done]
     return {
         "param": param,
         "axis": axis,
@@ -114,22 +114,10 @@ def scatter_points(prep: Prepared, param: str) -> dict[str, Any]:
     }
 
 
-def parallel_rows(prep: Prepared, mode: str = "best", cap: int | None = None) -> dict[str, Any]:
-    """Parameters → objective for at most `cap` (`PARALLEL_CAP`) complete trials: the
-    best, or the most recently finished (`mode` ``recent``).
-
-    ``dims``: one per parameter that takes more than one value in the sweep (seeds left
-    out) with its axis, then the objective's. ``kept``: the trials shown, best (or newest)
-    first. ``total``: how many complete trials there are.
-    """
-    if mode not in ("best", "recent"):
-        raise ValueError(f"mode must be best or recent, got {mode!r}")
-    cap = PARALLEL_CAP if cap is None else cap
-    if mode == "best":
-        kept = prep.ranked[:cap]
-    else:
-        kept = sorted(prep.done, key=lambda r: (r["finished_at"] or 0, r["index"]),
-                      reverse=True)[:cap]
+def parallel_dims(prep: Prepared) -> list[dict[str, Any]]:
+    """The parallel coordinates' axes: one per parameter that takes more than one value in
+    the sweep (seeds left out), with its axis (`axis_kind`), then the objective's, from the
+    lowest objective of the complete trials to the highest."""
     dims: list[dict[str, Any]] = []
     for path in prep.params:
         axis = prep.axes[path]
@@ -142,4 +130,36 @@ def parallel_rows(prep: Prepared, mode: str = "best", cap: int | None = None) ->
     objectives = [r["objective"] for r in prep.ranked] or [0.0]
     dims.append({"path": "objective", "label": "objective", "kind": "linear",
                  "low": min(objectives), "high": max(objectives)})
-    return {"mode": mode, "cap": cap, "total": len(prep.done), "dims": dims, "kept": kept}
+    return dims
+
+
+def parallel_rows(prep: Prepared, mode: str = "best", cap: int | None = None) -> dict[str, Any]:
+    """Parameters → objective for at most `cap` (`PARALLEL_CAP`) complete trials: the
+    best, or the most recently finished (`mode` ``recent``).
+
+    ``dims``: the axes (`parallel_dims`). ``kept``: the trials shown, best (or newest)
+    first. ``total``: how many complete trials there are.
+    """
+    if mode not in ("best", "recent"):
+        raise ValueError(f"mode must be best or recent, got {mode!r}")
+    cap = PARALLEL_CAP if cap is None else cap
+    if mode == "best":
+        kept = prep.ranked[:cap]
+    else:
+        kept = sorted(prep.done, key=lambda r: (r["finished_at"] or 0, r["index"]),
+                      reverse=True)[:cap]
+    return {"mode": mode, "cap": cap, "total": len(prep.done), "dims": parallel_dims(prep),
+            "kept": kept}
+
+
+def scatter_x(prep: Prepared, row: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a trial goes on the scatter's x axis for each parameter (and ``index``), as
+    `scatter_points` places it: its value, or on a category axis the value as text. A
+    page places a newly finished trial with it, whichever parameter it shows."""
+    out = {path: _x(prep.axes[path], row["params"].get(path)) for path in prep.params}
+    out[INDEX] = row["index"]
+    return out
+
+
+def _x(axis: Mapping[str, Any], value: Any) -> Any:
+    return value_text(value) if axis["kind"] == "category" else value

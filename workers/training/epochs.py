@@ -1,0 +1,97 @@
+"""What every trainer does around its epochs, written once: the epoch loop, a seed for a
+trial that sets none, and running out of memory as the trial's result.
+
+`run_epochs` is the loop of the MLP (`workers.training.loop`, and through it the data-parallel
+ranks) and of Caffe nets (`workers.training.caffe.loop`): each says only how one epoch trains
+(`train_epoch`), and the loop asks `should_stop` before each, keeps the rows and reports them.
+`failures_as_results` turns an out-of-memory error into the `TrainingError` that ends the
+trial FAILED, for every way of training alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+import torch
+
+from core.errors import TrainingError
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Row = dict[str, float]
+OnEpoch = Callable[[int, Row], None]
+ShouldStop = Callable[[], bool]
+
+
+def run_epochs(
+    epochs: Iterable[int],
+    train_epoch: Callable[[int], Row | None],
+    on_epoch: OnEpoch | None,
+    should_stop: ShouldStop | None,
+) -> tuple[list[Row], bool]:
+    """Train each of `epochs` in turn: ask `should_stop` before it, train it
+    (`train_epoch` returns its row, or None when it was stopped part-way, and that epoch is
+    dropped), keep its row and report it to `on_epoch`.
+
+    Returns the rows of the epochs trained and whether training stopped early.
+    """
+    rows: list[Row] = []
+    for epoch in epochs:
+        if should_stop is not None and should_stop():
+            return rows, True
+        row = train_epoch(epoch)
+        if row is None:
+            return rows, True
+        rows.append(row)
+        logger.debug("epoch %d: %s", epoch, row)
+        if on_epoch is not None:
+            on_epoch(epoch, row)
+    return rows, False
+
+
+def failures_as_results(train: Callable[[], T]) -> T:
+    """`train()`, with running out of memory (CUDA or CPU) raised as a `TrainingError` that
+    says so (`oom_reason`); any other error goes through as it is."""
+    try:
+        return train()
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
+        reason = oom_reason(err)
+        if reason is None:
+            raise
+    # Out of the except blocks the error's traceback, and the tensors its frames held, are
+    # gone, so the cache can really be emptied and the worker goes on with a clean device.
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    raise TrainingError(reason)
+
+
+def oom_reason(err: BaseException) -> str | None:
+    """The failure reason for running out of memory (CUDA or CPU), or None for another error."""
+    if isinstance(err, torch.OutOfMemoryError):
+        # torch's first line: "CUDA out of memory. Tried to allocate X. GPU 0 has ... free.
+        # Process ...": the size asked for and what was free is what a reader needs.
+        sentences = error_headline(err).removeprefix("CUDA out of memory.").strip().split(". ")
+        return f"CUDA out of memory: {'. '.join(sentences[:2]).rstrip('.')}"
+    if isinstance(err, MemoryError) or (
+        isinstance(err, RuntimeError)
+        and ("DefaultCPUAllocator" in str(err) or "can't allocate memory" in str(err))
+    ):
+        return f"out of memory on the CPU: {error_headline(err)}"
+    return None
+
+
+def error_headline(err: BaseException) -> str:
+    """An error's first line of text, or its type's name."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def fresh_seed() -> int:
+    """A random trial seed for a config that sets none (logged, and kept in the record)."""
+    seed = int.from_bytes(os.urandom(4), "little") & 0x7FFFFFFF
+    logger.info("training.seed not set; drew %d", seed)
+    return seed

@@ -1,0 +1,35 @@
+"""`train`: one MLP trial, on this process or, when its config asks, on several.
+
+It stands above both ways of training a trial, the one-process loop (`loop.Trainer`) and
+the data-parallel ranks (`parallel`, which build on the loop), so that neither imports the
+other's caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from core.spec.config import TrialConfig
+from workers.training.epochs import failures_as_results
+from workers.training.loop import Trainer
+from workers.training.parallel import train_parallel
+from workers.training.result import TrainResult
+
+
+def train(
+    config: TrialConfig,
+    *,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    data_dir: Path | None = None,
+) -> TrainResult:
+    """Train the trial `config` describes and return its metrics.
+
+    Raises `TrainingError` for failures that are the trial's result: non-finite loss, out of
+    memory, a model that cannot be built, an unavailable device, bad data. A trial with
+    `execution.parallel.world_size` above 1 trains on that many processes of this host.
+    """
+    if config.execution.parallel.enabled:
+        return train_parallel(config, on_epoch=on_epoch, should_stop=should_stop, data_dir=data_dir)
+    return failures_as_results(lambda: Trainer(config, data_dir).run(on_epoch, should_stop))
