@@ -1,9 +1,18 @@
-"""The live dashboard: a Flask blueprint of Plotly pages over the store.
+"""The live dashboard: a Flask blueprint of Plotly pages over the store, in two steps as
+Optuna's plots are: rows from the store's records, then figures from the rows.
 
-`data`, `param_axes` and `detail` turn store records into rows; `figures` and `parcoords`
-turn rows into Plotly figures; `table` keeps each open sweep in memory and follows the
-store's changes; `workers` asks Celery who is online; `payloads` puts a page's JSON
-together and `blueprint` serves it. `trials` (the sweep page's table of every trial),
-`compare` (trials side by side) and `trial_routes` (their routes, downloads and the owner's
-cancel and retry) are the trials table. `app` and `wsgi` run the dashboard alone.
+- rows: `data` (records → rows), `param_axes` (the parameters as the scatter's and the
+  parallel coordinates' axes), `detail` (one trial and its curve), `history` (best so far),
+  `timing` (time against depth and size), `workers` (who is online, through Celery);
+- figures: `figures` (rows → Plotly figure dicts, on `core.analysis.layout`'s one layout),
+  `parcoords` (the parallel coordinates' geometry, computed once here and sent as rows that
+  the page extends), `analysis` (the Analysis panel's data);
+- serving: `table` keeps each open sweep in memory and follows the store's changes,
+  `payloads` puts a page's JSON together, `snapshots` keeps a finished sweep's first page in
+  the store, `plotlyjs` serves the installed plotly.js, `blueprint` holds the routes;
+  `trials` (the table of every trial), `compare` (trials side by side) and `trial_routes`
+  (their routes, downloads and the owner's cancel and retry) are the trials table.
+
+It imports `core` and the shared web layer (`web`), never `api`; `cli.app` mounts it, and
+`cli.dashboard_wsgi` serves it alone.
 """
