@@ -109,6 +109,6 @@ def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
                         return
             except SweepstackError as exc:
                 log.warning("scheduler pass failed: %s", exc)
-            time.sleep(min(FEED_SECONDS, every))
+            feeders.judge_until(time.monotonic() + min(FEED_SECONDS, every))
     finally:
         feeders.close()

@@ -69,6 +69,7 @@ def follow(
     Reads the counts every `POLL_SECONDS` (one small read) and the best trial only when
     the complete count changed.
     """
+    from scheduler.feed import judge_until
     from scheduler.submit import requeue_stale
 
     metric = store.reads.get_sweep(sweep_id)["objective"]["metric"]
@@ -113,7 +114,7 @@ def follow(
             if time.monotonic() - last_requeue > REQUEUE_EVERY_SECONDS:
                 requeue_stale(store, app, stale_after, max_attempts)
                 last_requeue = time.monotonic()
-            time.sleep(POLL_SECONDS)
+            judge_until([feeder] if feeder is not None else [], time.monotonic() + POLL_SECONDS)
 
 
 def _count(value: Any) -> str:

@@ -57,20 +57,34 @@ CONFIRM_TIMEOUT = 30.0
 WRITE_BYTES = 256 * 1024
 
 
+#: The epochs at which a watched trial waits for the pruner's decision: a list, "every", or
+#: None (it does not wait).
+DecideAt: TypeAlias = list[int] | str | None
+
 #: One message for `enqueue`: (trial id or group's ids, time limit[, keyword arguments]).
 Outgoing: TypeAlias = tuple[str | list[str], float] | tuple[str | list[str], float, dict[str, Any]]
 
 
-def carry(config: dict[str, Any], attempt: int = 0, *, watch: bool = False) -> dict[str, Any]:
+def carry(
+    config: dict[str, Any],
+    attempt: int = 0,
+    *,
+    watch: bool = False,
+    decide_at: DecideAt = None,
+) -> dict[str, Any]:
     """The keyword arguments of a `workers.run_trial` message: what its claim needs.
 
     `watch` (a pruning sweep): the worker writes its epoch rows at every epoch and asks
     for a prune request after each (`workers.runner`); left out of the message when off,
-    so a sweep without pruning sends exactly what it sent before.
+    so a sweep without pruning sends exactly what it sent before. `decide_at`: the epochs
+    after which the pruner may decide (`core.spec.search.decision_epochs`), where the worker
+    waits, bounded, for the scheduler's decision before it trains on.
     """
     kwargs: dict[str, Any] = {"config": config, "attempt": attempt}
     if watch:
         kwargs["watch"] = True
+        if decide_at is not None:
+            kwargs["decide_at"] = decide_at
     return kwargs
 
 
@@ -79,14 +93,18 @@ def carry_group(
     attempts: list[int],
     *,
     watch: bool = False,
+    decide_at: DecideAt = None,
     sequential: bool = False,
 ) -> dict[str, Any]:
     """The keyword arguments of a `workers.run_group` message, one config and attempt per id
-    (`watch` as in `carry`, for the whole group). `sequential`: a chunk of cheap trials
-    (`scheduler.chunks`), trained one after another, never fused; left out when off."""
+    (`watch` and `decide_at` as in `carry`, for the whole group). `sequential`: a chunk of
+    cheap trials (`scheduler.chunks`), trained one after another, never fused; left out
+    when off."""
     kwargs: dict[str, Any] = {"configs": configs, "attempts": attempts}
     if watch:
         kwargs["watch"] = True
+        if decide_at is not None:
+            kwargs["decide_at"] = decide_at
     if sequential:
         kwargs["sequential"] = True
     return kwargs

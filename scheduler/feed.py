@@ -30,6 +30,14 @@ but maybe never sent (the sweep's ``sending`` list) is sent again; ``planned`` i
 from the count of trials.
 One feeder per sweep: the store's lease (`core.store.feeding`), renewed every step.
 
+Decisions at the rung: a watched trial's message says at which epochs its worker waits for
+the pruner (``decide_at``, `core.spec.search.decision_epochs`: successive halving's rungs,
+or every epoch). Between two steps the scheduler calls `judge` every `JUDGE_SECONDS` while
+such a wait may be on (`judge_until`): it reads the running trials' new rows, asks Optuna's
+pruner, and either requests the prune or marks the epoch judged (`Feeding.mark_judged`), and
+the worker trains on. A pruned trial so trains no epoch that Optuna's pruner, deciding in
+one process on the same reports, would not have let it (DESIGN.md).
+
 Counts that stopped moving: a process killed between a trial's write and its sweep's
 counter write leaves the counts one off (`core.store.store`), e.g. a trial counted running
 forever, so the sweep would never end. A step that finds trials in flight but the counts
@@ -45,17 +53,19 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery
 
-from core.errors import NotFound
+from core.errors import NotFound, SweepstackError
 from core.settings import Settings
+from core.spec.search import EVERY_EPOCH, decision_epochs
 from core.spec.sweep import SweepSpec, load_spec
 from core.states import TrialState
 from core.store.records import flatten_params
 from core.store.store import Store
-from scheduler.enqueue import enqueue
+from scheduler.enqueue import DecideAt, enqueue
 from scheduler.expand import TrialPoint, expand
 from scheduler.messages import messages
 from scheduler.order import trial_cost
@@ -72,6 +82,8 @@ BIG_WINDOW: int = Settings.__dataclass_fields__["feed_window"].default
 LEASE_SECONDS = 30.0
 STALL_SECONDS = 20.0
 MAX_STALL_SECONDS = 600.0
+#: Seconds between two pruning decisions while a trial may be waiting for one (`judge_until`).
+JUDGE_SECONDS = 0.01
 
 _LIVE = (TrialState.QUEUED.value, TrialState.RUNNING.value)
 _RUNNING = TrialState.RUNNING.value
@@ -121,6 +133,8 @@ class Feeder:
         self.store, self.app, self.sweep_id, self.spec = store, app, sweep_id, spec
         self.owner, self.workers, self.lease_seconds = owner, workers, lease_seconds
         self.watch = spec.pruning.enabled
+        # Where a watched trial's worker waits for the pruner's decision (module docstring).
+        self.decide_at = decision_epochs(spec.pruning, spec.planned_epochs())
         self.window = parallelism(spec, workers) if needs_session(spec) else big_window
         self.session: Any = None
         self._points: list[TrialPoint] | None = None  # grid/random: the expansion, by cost
@@ -131,6 +145,7 @@ class Feeder:
         self._epochs: dict[str, tuple[int, int]] = {}  # trial id -> (attempt, last epoch read)
         self._study_attrs: dict[str, Any] = {}
         self._requested: set[str] = set()  # prunes asked for
+        self._running: dict[str, tuple[int, int]] = {}  # at the last step: id -> (number, attempt)
         self.total = 0
         self.done = False
         self.stall_seconds = STALL_SECONDS
@@ -331,7 +346,10 @@ class Feeder:
         return points, extras
 
     def _send(self, points: list[TrialPoint]) -> None:
-        send_window(self.store, self.app, self.sweep_id, points, self.workers, watch=self.watch)
+        send_window(
+            self.store, self.app, self.sweep_id, points, self.workers,
+            watch=self.watch, decide_at=self.decide_at,
+        )  # fmt: skip
 
     def _tell_and_prune(self) -> None:
         if not self._numbers:
@@ -348,8 +366,21 @@ class Feeder:
             del self._numbers[tid]
             self._epochs.pop(tid, None)
             self._requested.discard(tid)
+        self._running = running
         if running and self.spec.pruning.enabled:
             self._prune(running)
+
+    @property
+    def judging(self) -> bool:
+        """Whether some running trial may be waiting for a decision now (`judge`)."""
+        return self.decide_at is not None and bool(self._running) and not self.done
+
+    def judge(self) -> None:
+        """Decide pruning on the epochs reported since the last look, for the trials running
+        at the last `step`: what a scheduler calls between two steps, often, so that a trial
+        waiting at a pruner's epoch gets its decision at once (module docstring)."""
+        if self.judging:
+            self._prune(self._running)
 
     def _prune(self, running: dict[str, tuple[int, int]]) -> None:
         attempts = {tid: attempt for tid, (_, attempt) in running.items()}
@@ -363,12 +394,44 @@ class Feeder:
                 self._epochs[tid] = (attempts[tid], max(epochs))
         metric = self.spec.pruning.metric or self.spec.objective.metric
         stop = decide(self.session, running, rows, metric)
+        if self.decide_at is not None:
+            # Those the pruner let go on after a decision epoch, told so at once: their
+            # workers wait there.
+            go_on = {
+                tid: (attempts[tid], max(epochs)) for tid, epochs in rows.items()
+                if epochs and tid not in stop and self._decides(max(epochs))
+            }  # fmt: skip
+            if go_on:
+                self.store.feeding.mark_judged(go_on)
         stop = {tid: at for tid, at in stop.items() if tid not in self._requested}
         if not stop:
             return
         marked = self.store.admin.request_prune(stop)
         self._requested.update(stop)
         log.info("sweep %s: pruning %d trials", self.sweep_id, len(marked))
+
+    def _decides(self, epoch: int) -> bool:
+        """Whether the pruner may decide after `epoch` (a worker waits there)."""
+        return self.decide_at == EVERY_EPOCH or (
+            isinstance(self.decide_at, list) and epoch in self.decide_at
+        )
+
+
+def judge_until(feeders: Sequence[Feeder], deadline: float, every: float = JUDGE_SECONDS) -> None:
+    """Sleep until `deadline`; meanwhile, while a trial of one of the `feeders`' sweeps may be
+    waiting at a pruner's epoch, decide on the new reports every `every` seconds
+    (`Feeder.judge`), so that its worker trains on, or stops, at once."""
+    while (left := deadline - time.monotonic()) > 0:
+        judging = [feeder for feeder in feeders if feeder.judging]
+        if not judging:
+            time.sleep(left)
+            return
+        for feeder in judging:
+            try:
+                feeder.judge()
+            except SweepstackError as exc:
+                log.warning("pruning sweep %s failed this pass: %s", feeder.sweep_id, exc)
+        time.sleep(min(every, max(0.0, deadline - time.monotonic())))
 
 
 def _optuna(number: int, system_attrs: dict[str, Any]) -> dict[str, Any]:
@@ -383,8 +446,9 @@ def send_window(
     workers: int | None,
     *,
     watch: bool,
+    decide_at: DecideAt = None,
 ) -> None:
     """Enqueue a stored window's trials (`scheduler.messages`), then empty the sweep's
     ``sending`` list: they are sent, and a rebuilt feeder need not send them again."""
-    enqueue(app, messages(sweep_id, points, workers, watch=watch))
+    enqueue(app, messages(sweep_id, points, workers, watch=watch, decide_at=decide_at))
     store.feeding.end_sending(sweep_id)

@@ -15,7 +15,7 @@ from celery import Celery
 
 from core.errors import SpecError, SweepstackError
 from core.store.store import Store
-from scheduler.feed import BIG_WINDOW, LEASE_SECONDS, Feeder, owner_name
+from scheduler.feed import BIG_WINDOW, LEASE_SECONDS, Feeder, judge_until, owner_name
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,10 @@ class Feeders:
                 log.info("sweep %s needs no more feeding", sweep_id)
                 del self.feeders[sweep_id]
         return len(self.feeders)
+
+    def judge_until(self, deadline: float) -> None:
+        """Sleep until `deadline`, deciding pruning meanwhile (`scheduler.feed.judge_until`)."""
+        judge_until(list(self.feeders.values()), deadline)
 
     def set_workers(self, workers: int | None) -> None:
         """The workers online, for the window of sweeps without `search.parallelism`."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from core.spec.config import MAX_TIME_LIMIT, ExecutionConfig
 from scheduler.chunks import chunk_units
-from scheduler.enqueue import Outgoing, carry, carry_group
+from scheduler.enqueue import DecideAt, Outgoing, carry, carry_group
 from scheduler.expand import TrialPoint
 from scheduler.grouping import DEFAULT_WORKERS, group_trials
 from scheduler.order import group_cost, order_by_cost, trial_cost
@@ -29,15 +29,20 @@ def time_limit(config: dict) -> float:
 
 
 def messages(
-    sweep_id: str, trials: list[TrialPoint], workers: int | None = None, *, watch: bool = False
+    sweep_id: str,
+    trials: list[TrialPoint],
+    workers: int | None = None,
+    *,
+    watch: bool = False,
+    decide_at: DecideAt = None,
 ) -> list[Outgoing]:
     """What `enqueue` sends for these new trials: (trial id, limit, its config and attempt 0)
     or (group's ids, limit, their configs and attempts).
 
     `workers`, when known, is how many processes will train them (`group_trials`,
     `chunk_units`). Most expensive first (`scheduler.order`): workers take messages in the
-    order sent. `watch`: the sweep prunes, so workers look for prune requests
-    (`scheduler.enqueue.carry`)."""
+    order sent. `watch`: the sweep prunes, so workers look for prune requests, and wait for
+    the decision at the epochs of `decide_at` (`scheduler.enqueue.carry`)."""
     by_id = {t.id: t.config for t in trials}
     units = group_trials(by_id.items(), workers)
     out: list[Outgoing] = []
@@ -49,9 +54,11 @@ def messages(
         # A chunk trains its trials one after another; a fused group shares their steps.
         costs.append(sum(map(trial_cost, configs)) if sequential else group_cost(configs))
         if len(ids) == 1:
-            out.append((ids[0], limits[0], carry(configs[0], watch=watch)))
+            out.append((ids[0], limits[0], carry(configs[0], watch=watch, decide_at=decide_at)))
         else:
             limit = min(sum(limits), float(MAX_TIME_LIMIT))
-            kwargs = carry_group(configs, [0] * len(ids), watch=watch, sequential=sequential)
+            kwargs = carry_group(
+                configs, [0] * len(ids), watch=watch, decide_at=decide_at, sequential=sequential
+            )
             out.append((ids, limit, kwargs))
     return order_by_cost(out, costs)

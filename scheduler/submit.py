@@ -68,7 +68,9 @@ def submit_sweep(
         spec, points, owner=owner, total=total, extras=extras, sweep_fields=sweep_fields
     )
     try:
-        send_window(store, app, sweep_id, points, workers, watch=feeder.watch)
+        send_window(
+            store, app, sweep_id, points, workers, watch=feeder.watch, decide_at=feeder.decide_at
+        )
     except Exception:
         log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
         store.admin.cancel_sweep(sweep_id)

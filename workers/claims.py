@@ -41,6 +41,28 @@ T = TypeVar("T")
 
 #: Seconds between two writes of a trial's epoch rows (the first is written at once).
 ROWS_EVERY = 2.0
+#: The longest a watched trial waits at a pruner's epoch for the scheduler's decision; past
+#: it the trial trains on (a scheduler that is down never stalls training) and waits no more.
+DECISION_WAIT_SECONDS = 3.0
+#: Seconds between two looks at the store while waiting for a decision.
+DECISION_POLL_SECONDS = 0.004
+
+
+def decision_epochs(value: Any) -> frozenset[int] | str | None:
+    """The epochs at which a message's trials wait for the pruner's decision
+    (``decide_at``: a list of epochs, or ``"every"``); None for anything else."""
+    if value == "every":
+        return "every"
+    if isinstance(value, list) and all(
+        isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in value
+    ):
+        return frozenset(value)
+    return None
+
+
+def decides(epochs: frozenset[int] | str | None, epoch: int) -> bool:
+    """Whether the pruner may decide after `epoch` (`decision_epochs`)."""
+    return epochs == "every" or (isinstance(epochs, frozenset) and epoch in epochs)
 
 
 def with_retry(fn: Callable[..., T], *args: Any, budget: float, **kwargs: Any) -> T:
@@ -178,6 +200,7 @@ class HeartbeatSender(threading.Thread):
         self._lost: set[str] = set()
         self._stopping: set[str] = set()
         self._pruning: set[str] = set()
+        self._undecided: set[str] = set()  # waited in vain for a decision once
         self._lock = threading.Lock()
 
     @classmethod
@@ -198,6 +221,7 @@ class HeartbeatSender(threading.Thread):
             self._lost.discard(trial_id)
             self._stopping.discard(trial_id)
             self._pruning.discard(trial_id)
+            self._undecided.discard(trial_id)
 
     def release(self, trial_id: str) -> None:
         """Stop beating for the trial (its attempt ended)."""
@@ -234,6 +258,40 @@ class HeartbeatSender(threading.Thread):
             log.warning("epoch check for %d trial(s) failed: %s", len(attempts), exc)
             return
         self._note(dict(attempts), answers)
+
+    def await_decision(
+        self, attempts: Mapping[str, int], epoch: int, timeout: float = DECISION_WAIT_SECONDS
+    ) -> None:
+        """Wait until the scheduler has judged these held attempts at `epoch` (or later):
+        told them to go on, or asked them to stop (`TrialLifecycle.judged`); then `check`,
+        so a prune request is noted before the next epoch starts. Bounded by `timeout`: a
+        trial whose decision did not come in time trains on and never waits again."""
+        with self._lock:
+            waiting = {
+                t: a for t, a in attempts.items()
+                if t not in self._undecided and t not in self._pruning
+                and t not in self._stopping and t not in self._lost
+            }  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while waiting:
+            try:
+                judged = self.lifecycle.judged(waiting)
+            except (StoreUnavailable, NotFound) as exc:
+                log.warning("waiting for a pruning decision failed: %s", exc)
+                break
+            waiting = {t: a for t, a in waiting.items() if judged.get(t, -1) < epoch}
+            if not waiting:
+                break
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "no pruning decision for %d trial(s) at epoch %d within %.1f s; training on",
+                    len(waiting), epoch, timeout,
+                )  # fmt: skip
+                with self._lock:
+                    self._undecided.update(waiting)
+                break
+            time.sleep(DECISION_POLL_SECONDS)
+        self.check(attempts)
 
     def _note(self, held: Mapping[str, int], answers: Mapping[str, Heartbeat]) -> None:
         with self._lock:

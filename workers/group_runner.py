@@ -61,7 +61,7 @@ from core.errors import StoreUnavailable, TrainingError
 from core.spec.config import TrialConfig
 from core.states import TrialState
 from core.store.roles import EpochRow, Finish, TrialLifecycle
-from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
+from workers.claims import EpochRows, HeartbeatSender, claim_trials, decides, with_retry
 from workers.runner import (
     RunnerOptions,
     failure_reason,
@@ -136,8 +136,10 @@ class _Run:
         options: RunnerOptions,
         beats: HeartbeatSender,
         watch: bool = False,
+        decide_at: frozenset[int] | str | None = None,
     ) -> None:
         self.lifecycle, self.options, self.beats, self.watch = lifecycle, options, beats, watch
+        self.decide_at = decide_at
         self.attempts: dict[str, int] = {}
         self.budget = options.store_retry_seconds
         self.writer = _Writer()
@@ -162,14 +164,18 @@ class _Run:
         if due:
             self.writer.submit(self._write_rows, due)
 
-    def epoch_end(self) -> None:
+    def epoch_end(self, epoch: int) -> None:
         """A watched group's epoch end: its rows, then a check for prune requests of the
-        trials still training, written in order; training waits for the answer."""
+        trials still training (at a pruner's epoch, the wait for its decision), written in
+        order; training waits for the answer."""
         if not self.watch:
             return
         self.writer.submit(self._write_rows, self.rows.take())
         live = {t: a for t, a in self.attempts.items() if t not in self.outcomes}
-        self.writer.submit(self.beats.check, live)
+        if decides(self.decide_at, epoch):
+            self.writer.submit(self.beats.await_decision, live, epoch)
+        else:
+            self.writer.submit(self.beats.check, live)
         self.writer.sync()
 
     def flush_finishes(self) -> None:
@@ -258,7 +264,7 @@ def _train(
     should_stop: Callable[[int], bool],
     on_done: Callable[[int, Any], None],
     data_dir: Path | None = None,
-    on_epoch_end: Callable[[], None] = lambda: None,
+    on_epoch_end: Callable[[int], None] = lambda epoch: None,
 ) -> None:
     """Train the configs as one fused model, or (not `fused`) one by one, unfused; dataset
     files are read from `data_dir` (the worker's datasets folder); `on_epoch_end` runs
@@ -273,14 +279,14 @@ def _train(
             should_stop=should_stop,
             on_done=on_done,
             data_dir=data_dir,
-            on_epoch_end=lambda _epoch: on_epoch_end(),
+            on_epoch_end=lambda fused_epoch: on_epoch_end(fused_epoch.epoch),
         )
         return
     for k, config in enumerate(configs):
 
         def one_epoch(epoch: int, row: dict[str, float], k: int = k) -> None:
             on_epoch(k, epoch, row)
-            on_epoch_end()
+            on_epoch_end(epoch)
 
         try:
             outcome: Any = train(
@@ -302,19 +308,21 @@ def execute_group(
     carried: dict[str, tuple[int, dict[str, Any]]] | None = None,
     *,
     watch: bool = False,
+    decide_at: frozenset[int] | str | None = None,
     sequential: bool = False,
 ) -> dict[str, str]:
     """Run the trials of a group this worker can claim; what happened to each, by id.
 
     `carried` maps ids to the (queued attempt, config) the message carries; `watch`: check
-    for prune requests at every epoch end (module docstring); `sequential`: a chunk of
+    for prune requests at every epoch end, and wait for the pruner's decision at the epochs
+    of `decide_at` (module docstring); `sequential`: a chunk of
     cheap trials (`scheduler.chunks`), trained one by one and never fused. Outcomes as
     `execute_trial`'s: ``skipped``, ``complete``, ``failed``, ``cancelled``, ``pruned``,
     ``lost``, and ``unknown`` for an id the store does not have.
     """
     budget = options.store_retry_seconds
     beats = HeartbeatSender.of_process(lifecycle, options.heartbeat_seconds)
-    run = _Run(lifecycle, trial_ids, options, beats, watch)
+    run = _Run(lifecycle, trial_ids, options, beats, watch, decide_at)
     unique = list(dict.fromkeys(trial_ids))
     claims = claim_trials(
         lifecycle,

@@ -7,7 +7,10 @@ in batches (at most every 2 s, and all of them before the finish).
 **Early stopping.** A message of a pruning sweep carries ``watch`` (`scheduler.enqueue`):
 the trial's rows are then written at every epoch and, right after, one heartbeat asks
 whether the scheduler requested a prune (`SweepAdmin.request_prune`), so the trial stops
-before its next epoch. Without ``watch`` a request is still honoured, at the heartbeat
+before its next epoch. At an epoch where the pruner may decide (the message's
+``decide_at``), it first waits, bounded, until the scheduler has judged that epoch, so the
+decision applies at the epoch it was made for, as Optuna's in-process pruner's would.
+Without ``watch`` a request is still honoured, at the heartbeat
 thread's next beat. A trial stopped so ends ``pruned`` (`settle`): its rows kept,
 ``pruned_epoch`` the last epoch it trained, ``result.objective`` the objective metric's
 value at that epoch (what Optuna is told of a pruned trial). A request that comes after
@@ -50,7 +53,7 @@ from core.spec.config import TrialConfig
 from core.spec.kinds import kind_of
 from core.states import TrialState
 from core.store.roles import EpochRow, Finish, TrialLifecycle
-from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
+from workers.claims import EpochRows, HeartbeatSender, claim_trials, decides, with_retry
 
 if TYPE_CHECKING:
     from workers.training import TrainResult
@@ -240,12 +243,15 @@ def execute_trial(
     carried: tuple[int, dict[str, Any]] | None = None,
     *,
     watch: bool = False,
+    decide_at: frozenset[int] | str | None = None,
 ) -> str:
     """Run the trial if this worker can claim it; return what happened.
 
     `carried` is the (queued attempt, config) the message carries, if it does: the claim
     is then one write (`workers.claims`). `watch`: write every epoch's row at once and
-    check for a prune request after it (module docstring). Outcomes: ``skipped``
+    check for a prune request after it, and at the epochs of `decide_at`
+    (`workers.claims.decision_epochs`) wait for the pruner's decision (module docstring).
+    Outcomes: ``skipped``
     (finished already, or held by a live attempt), ``complete``, ``failed``,
     ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over).
     """
@@ -283,7 +289,10 @@ def execute_trial(
             return
         rows.keep(trial_id, attempt, epoch, metrics)
         write_rows(rows.take())
-        beats.check({trial_id: attempt})
+        if decides(decide_at, epoch):
+            beats.await_decision({trial_id: attempt}, epoch)
+        else:
+            beats.check({trial_id: attempt})
 
     state, result, error, extra = TrialState.FAILED, None, None, {"versions": versions()}
     kind = kind_of(doc["config"])

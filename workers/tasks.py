@@ -18,6 +18,7 @@ from celery import Celery, Task
 
 from core.broker import GROUP_TASK_NAME, TASK_NAME
 from core.errors import NotFound, StoreUnavailable
+from workers.claims import decision_epochs
 from workers.context import WorkerContext
 from workers.group_runner import execute_group
 from workers.runner import RunnerOptions, execute_trial, worker_identity
@@ -69,6 +70,7 @@ def register(app: Celery, context: WorkerContext) -> None:
         config: dict | None = None,
         attempt: int | None = None,
         watch: bool = False,
+        decide_at: list[int] | str | None = None,
     ) -> str:
         if not isinstance(trial_id, str):
             log.error("refusing a message whose argument is not a trial id: %r", trial_id)
@@ -82,6 +84,7 @@ def register(app: Celery, context: WorkerContext) -> None:
                 _options(),
                 carried=_carried(config, attempt),
                 watch=watch is True,
+                decide_at=decision_epochs(decide_at),
             )
         except NotFound:
             log.error("trial %s does not exist; dropping the message", trial_id)
@@ -99,6 +102,7 @@ def register(app: Celery, context: WorkerContext) -> None:
         attempts: list | None = None,
         watch: bool = False,
         sequential: bool = False,
+        decide_at: list[int] | str | None = None,
     ) -> str:
         if (
             not isinstance(trial_ids, list)
@@ -125,6 +129,7 @@ def register(app: Celery, context: WorkerContext) -> None:
                 _options(),
                 carried,
                 watch=watch is True,
+                decide_at=decision_epochs(decide_at),
                 sequential=sequential is True,
             )
         except StoreUnavailable as exc:

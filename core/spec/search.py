@@ -355,3 +355,38 @@ def check_search(
             Problem("search.algorithm", f"{algorithm} needs at least one dimension that varies")
         )
     return problems
+
+
+#: What `decision_epochs` answers for a pruner that may decide after any epoch.
+EVERY_EPOCH = "every"
+
+
+def decision_epochs(pruning: Pruning, max_epochs: int) -> list[int] | str | None:
+    """The epochs after which the spec's pruner may stop a trial, for a worker that waits for
+    the decision there (`workers.runner`): None when nothing prunes; `EVERY_EPOCH` for a
+    pruner that may decide after any epoch (median, percentile, threshold, patient, and ASHA
+    with ``min_resource: auto``, whose rungs depend on the trials); else the rung epochs.
+
+    With a report at every epoch, Optuna's successive halving judges a trial when it first
+    reaches a rung, ``min_resource * reduction_factor ** (min_early_stopping_rate + k)``;
+    Hyperband's brackets are successive halving with rates 0, 1, ..., so its rungs are
+    ``min_resource * reduction_factor ** k``. Optuna's defaults where the spec says nothing.
+    """
+    algorithm = pruning.algorithm
+    if algorithm == "none":
+        return None
+    if algorithm not in ("asha", "hyperband"):
+        return EVERY_EPOCH
+    opts = pruning.pruner_options()
+    if algorithm == "asha":
+        low, factor = opts.get("min_resource", "auto"), opts.get("reduction_factor", 4)
+        rate = opts.get("min_early_stopping_rate", 0)
+    else:
+        low, factor, rate = opts.get("min_resource", 1), opts.get("reduction_factor", 3), 0
+    if not isinstance(low, int):
+        return EVERY_EPOCH
+    rungs, k = [], 0
+    while (epoch := low * factor ** (rate + k)) <= max_epochs:
+        rungs.append(epoch)
+        k += 1
+    return rungs

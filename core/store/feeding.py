@@ -19,11 +19,13 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
+from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
+from core.errors import InvalidQuery
 from core.spec.sweep import SweepSpec
 from core.states import TrialState
-from core.store.query import check_id, check_seconds
+from core.store.query import check_attempt, check_id, check_seconds
 from core.store.records import TrialPointLike, trial_document
 from core.store.roles import Feeding
 from core.store.state import StoreState, available
@@ -216,6 +218,22 @@ class MongoFeeding(Feeding):
         return out
 
     @available
+    @available
+    def mark_judged(self, verdicts: Mapping[str, tuple[int, int]]) -> None:
+        ops = []
+        for trial_id, verdict in verdicts.items():
+            check_id("trial_id", trial_id)
+            attempt, epoch = verdict
+            check_attempt(attempt)
+            if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+                raise InvalidQuery("epoch", f"must be an integer >= 0, got {epoch!r}")
+            ops.append(UpdateOne(
+                {"_id": trial_id, "state": _RUNNING, "attempt": attempt},
+                {"$set": {"judged": {"attempt": attempt, "epoch": epoch}}},
+            ))  # fmt: skip
+        if ops:
+            self._s.trials.bulk_write(ops, ordered=False)
+
     def epoch_rows(
         self, attempts: Mapping[str, int], after: Mapping[str, int]
     ) -> dict[str, dict[int, dict[str, Any]]]:

@@ -49,7 +49,7 @@ from core.store.query import (
     check_seconds,
 )
 from core.store.records import RESERVED_TRIAL_FIELDS, history_entry, sweep_of
-from core.store.roles import EpochRow, Finish, TrialLifecycle
+from core.store.roles import JUDGED_ALL, EpochRow, Finish, TrialLifecycle
 from core.store.state import StoreState, available
 
 __all__ = ["PRUNE_ATTEMPT", "MongoTrialLifecycle", "not_pruned", "poison_reason"]
@@ -501,6 +501,28 @@ class MongoTrialLifecycle(TrialLifecycle):
         if doc is None:
             raise NotFound("trial", trial_id)
         return doc
+
+    @available
+    def judged(self, attempts: Mapping[str, int]) -> dict[str, int]:
+        for trial_id, attempt in attempts.items():
+            check_id("trial_id", trial_id)
+            check_attempt(attempt)
+        if not attempts:
+            return {}
+        fields = {"state": 1, "attempt": 1, "judged": 1, "prune_requested": 1}
+        docs = self._s.docs(attempts, fields)
+        out: dict[str, int] = {}
+        for trial_id, attempt in attempts.items():
+            doc = docs.get(trial_id)
+            if doc is None or doc["state"] != _RUNNING or doc["attempt"] != attempt:
+                out[trial_id] = JUDGED_ALL
+                continue
+            if (doc.get("prune_requested") or {}).get("attempt") == attempt:
+                out[trial_id] = JUDGED_ALL  # stopped: a decision that stands
+                continue
+            judged = doc.get("judged") or {}
+            out[trial_id] = int(judged.get("epoch", -1)) if judged.get("attempt") == attempt else -1
+        return out
 
     @available
     def objective(self, sweep_id: str) -> dict[str, str]:

@@ -42,7 +42,19 @@ from core.spec.sweep import SweepSpec
 from core.states import Heartbeat, TrialState
 from core.store.records import TrialPointLike
 
-__all__ = ["EpochRow", "Feeding", "Finish", "Reads", "SweepAdmin", "TrialLifecycle"]
+__all__ = [
+    "JUDGED_ALL",
+    "EpochRow",
+    "Feeding",
+    "Finish",
+    "Reads",
+    "SweepAdmin",
+    "TrialLifecycle",
+]
+
+#: What `TrialLifecycle.judged` answers for an attempt no longer running: every epoch is
+#: judged, as far as its worker is concerned.
+JUDGED_ALL = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,15 @@ class TrialLifecycle(Protocol):
         request names this attempt (finish it ``pruned``); ``stop`` wins over ``prune``.
         ``lost``: it no longer holds the claim (requeued, taken over, or the trial is gone).
         """
+
+    @abstractmethod
+    def judged(self, attempts: Mapping[str, int]) -> dict[str, int]:
+        """The last epoch the scheduler has judged for each attempt (trial id -> attempt):
+        the epoch of its latest verdict to go on (`Feeding.mark_judged`), -1 before the
+        first. An attempt asked to stop (`SweepAdmin.request_prune`), or a trial no longer
+        running at that attempt, answers `JUDGED_ALL`: no other decision is coming. One
+        read; what a worker that waits for the decision at a pruner's epoch asks
+        (`workers.claims`)."""
 
     @abstractmethod
     def report_many(self, rows: Sequence[EpochRow]) -> None:
@@ -378,6 +399,13 @@ class Feeding(Protocol):
     ) -> dict[str, dict[int, dict[str, Any]]]:
         """New epoch rows of running trials: for each id of `attempts` (its attempt), the
         metrics of each epoch past ``after[id]`` (-1: every epoch). For the pruning decision."""
+
+    @abstractmethod
+    def mark_judged(self, verdicts: Mapping[str, tuple[int, int]]) -> None:
+        """Record that the pruner let each running attempt go on after an epoch (trial id ->
+        (attempt, epoch)), in one write, so that its worker, waiting at that epoch
+        (`TrialLifecycle.judged`), trains the next one. An attempt no longer running is left
+        alone; the epochs of one attempt only grow."""
 
 
 class Reads(Protocol):

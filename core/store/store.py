@@ -38,6 +38,9 @@ Collections, their indexes (created idempotently by `ensure_indexes`), and what 
       finishes it ``pruned`` with ``pruned_epoch`` (the last epoch it trained). Heartbeat
       filters carry ``prune_requested.attempt $ne`` the attempt, so a request for an
       earlier (lost) attempt never stops a later one.
+    - ``judged {attempt, epoch}`` (absent until the pruner first lets the attempt go on):
+      `mark_judged` sets it; a worker waiting at a pruner's epoch reads it (`judged`) with
+      ``prune_requested`` and trains on once either reaches that epoch.
 - ``metrics``: ``{trial_id: 1, attempt: 1, epoch: 1}`` unique: one row per epoch of an
   attempt (a repeated report is a duplicate insert that changes nothing), a trial's curve
   in order.
