@@ -130,6 +130,7 @@ def optuna_search_worker(spec_path: str, journal: str, study_name: str) -> None:
     import optuna
     import torch
 
+    from core.errors import TrainingError
     from core.spec.config import TrialConfig
     from core.spec.search import pruning_direction
     from core.spec.sweep import load_spec_file
@@ -178,7 +179,8 @@ def optuna_search_worker(spec_path: str, journal: str, study_name: str) -> None:
         return float("nan") if value is None else value
 
     budget = optuna.study.MaxTrialsCallback(search.trials, states=None)
-    study.optimize(objective, callbacks=[budget])
+    # A trial whose loss became NaN is a failed trial, as the platform records it.
+    study.optimize(objective, callbacks=[budget], catch=(TrainingError,))
 
 
 def run_optuna(spec_path: Path, seed: int, workers: int, tmp: Path) -> SearchOutcome:

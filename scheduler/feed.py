@@ -84,6 +84,8 @@ STALL_SECONDS = 20.0
 MAX_STALL_SECONDS = 600.0
 #: Seconds between two pruning decisions while a trial may be waiting for one (`judge_until`).
 JUDGE_SECONDS = 0.01
+#: The longest wait between two looks while no trial was found waiting (`judge_until`).
+JUDGE_MAX_SECONDS = 0.1
 
 _LIVE = (TrialState.QUEUED.value, TrialState.RUNNING.value)
 _RUNNING = TrialState.RUNNING.value
@@ -145,7 +147,6 @@ class Feeder:
         self._epochs: dict[str, tuple[int, int]] = {}  # trial id -> (attempt, last epoch read)
         self._study_attrs: dict[str, Any] = {}
         self._requested: set[str] = set()  # prunes asked for
-        self._running: dict[str, tuple[int, int]] = {}  # at the last step: id -> (number, attempt)
         self.total = 0
         self.done = False
         self.stall_seconds = STALL_SECONDS
@@ -366,21 +367,30 @@ class Feeder:
             del self._numbers[tid]
             self._epochs.pop(tid, None)
             self._requested.discard(tid)
-        self._running = running
         if running and self.spec.pruning.enabled:
             self._prune(running)
 
     @property
     def judging(self) -> bool:
-        """Whether some running trial may be waiting for a decision now (`judge`)."""
-        return self.decide_at is not None and bool(self._running) and not self.done
+        """Whether some trial in flight may be waiting for a decision now (`judge`)."""
+        return self.decide_at is not None and bool(self._numbers) and not self.done
 
-    def judge(self) -> None:
-        """Decide pruning on the epochs reported since the last look, for the trials running
-        at the last `step`: what a scheduler calls between two steps, often, so that a trial
-        waiting at a pruner's epoch gets its decision at once (module docstring)."""
-        if self.judging:
-            self._prune(self._running)
+    def judge(self) -> bool:
+        """Decide pruning for the trials in flight that reported a decision epoch not judged
+        yet: what a scheduler calls between two steps, often, so that a trial waiting at a
+        pruner's epoch gets its decision at once (module docstring). One small read when
+        none waits (`Feeding.awaiting`); the rows are read only for those that do. Whether
+        a trial was waiting."""
+        if not self.judging:
+            return False
+        awaiting = self.store.feeding.awaiting(list(self._numbers))
+        waiting = {
+            tid: (self._numbers[tid], attempt) for tid, (attempt, epoch) in awaiting.items()
+            if tid in self._numbers and self._decides(epoch)
+        }  # fmt: skip
+        if waiting:
+            self._prune(waiting)
+        return bool(waiting)
 
     def _prune(self, running: dict[str, tuple[int, int]]) -> None:
         attempts = {tid: attempt for tid, (_, attempt) in running.items()}
@@ -417,20 +427,25 @@ class Feeder:
         )
 
 
-def judge_until(feeders: Sequence[Feeder], deadline: float, every: float = JUDGE_SECONDS) -> None:
+def judge_until(feeders: Sequence[Feeder], deadline: float) -> None:
     """Sleep until `deadline`; meanwhile, while a trial of one of the `feeders`' sweeps may be
-    waiting at a pruner's epoch, decide on the new reports every `every` seconds
-    (`Feeder.judge`), so that its worker trains on, or stops, at once."""
+    waiting at a pruner's epoch, decide on the new reports (`Feeder.judge`), every
+    `JUDGE_SECONDS` after a look that found one waiting, less often (up to
+    `JUDGE_MAX_SECONDS`) while none is: trials of long epochs then cost the machine a few
+    reads a second, and those of short ones get their decision within milliseconds."""
+    every = JUDGE_SECONDS
     while (left := deadline - time.monotonic()) > 0:
         judging = [feeder for feeder in feeders if feeder.judging]
         if not judging:
             time.sleep(left)
             return
+        found = False
         for feeder in judging:
             try:
-                feeder.judge()
+                found = feeder.judge() or found
             except SweepstackError as exc:
                 log.warning("pruning sweep %s failed this pass: %s", feeder.sweep_id, exc)
+        every = JUDGE_SECONDS if found else min(every * 1.5, JUDGE_MAX_SECONDS)
         time.sleep(min(every, max(0.0, deadline - time.monotonic())))
 
 

@@ -45,7 +45,7 @@ ROWS_EVERY = 2.0
 #: it the trial trains on (a scheduler that is down never stalls training) and waits no more.
 DECISION_WAIT_SECONDS = 3.0
 #: Seconds between two looks at the store while waiting for a decision.
-DECISION_POLL_SECONDS = 0.004
+DECISION_POLL_SECONDS = 0.005
 
 
 def decision_epochs(value: Any) -> frozenset[int] | str | None:

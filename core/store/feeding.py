@@ -219,6 +219,27 @@ class MongoFeeding(Feeding):
 
     @available
     @available
+    def awaiting(self, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        for trial_id in ids:
+            check_id("trial_id", trial_id)
+        if not ids:
+            return {}
+        fields = {"state": 1, "attempt": 1, "progress.epoch": 1, "judged": 1, "prune_requested": 1}
+        out: dict[str, tuple[int, int]] = {}
+        for doc in self._s.trials.find({"_id": {"$in": list(ids)}}, fields):
+            attempt = doc.get("attempt")
+            epoch = (doc.get("progress") or {}).get("epoch")
+            if doc.get("state") != _RUNNING or not isinstance(epoch, int):
+                continue
+            if (doc.get("prune_requested") or {}).get("attempt") == attempt:
+                continue
+            judged = doc.get("judged") or {}
+            if judged.get("attempt") == attempt and judged.get("epoch", -1) >= epoch:
+                continue
+            out[doc["_id"]] = (attempt, epoch)
+        return out
+
+    @available
     def mark_judged(self, verdicts: Mapping[str, tuple[int, int]]) -> None:
         ops = []
         for trial_id, verdict in verdicts.items():

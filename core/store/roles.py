@@ -401,6 +401,13 @@ class Feeding(Protocol):
         metrics of each epoch past ``after[id]`` (-1: every epoch). For the pruning decision."""
 
     @abstractmethod
+    def awaiting(self, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Which of these trials may wait for a decision: for each one running whose latest
+        reported epoch (its ``progress``) its attempt has not had judged yet, (attempt,
+        that epoch). One small read by id, what a scheduler asks often between two steps
+        (`scheduler.feed.Feeder.judge`) before it reads any row."""
+
+    @abstractmethod
     def mark_judged(self, verdicts: Mapping[str, tuple[int, int]]) -> None:
         """Record that the pruner let each running attempt go on after an epoch (trial id ->
         (attempt, epoch)), in one write, so that its worker, waiting at that epoch
