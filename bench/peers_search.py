@@ -133,9 +133,10 @@ def optuna_search_worker(spec_path: str, journal: str, study_name: str) -> None:
     from core.errors import TrainingError
     from core.spec.config import TrialConfig
     from core.spec.search import pruning_direction
+    from core.spec.space import Fixed
     from core.spec.sweep import load_spec_file
-    from scheduler.samplers import distribution, make_pruner, max_epochs
-    from scheduler.search_session import _suggest
+    from scheduler.samplers import make_pruner, max_epochs, param
+    from scheduler.search_session import suggest
     from workers.training import objective_value, train
 
     torch.set_num_threads(1)
@@ -146,7 +147,8 @@ def optuna_search_worker(spec_path: str, journal: str, study_name: str) -> None:
     pruned_metric = pruning.metric or metric
     # The pruned metric reported negated when it improves the other way, as the scheduler does.
     flip = pruning_direction(pruning, metric, direction) != direction
-    dists = {path: d for path, dim in spec.space.items() if (d := distribution(dim)) is not None}
+    # The specs of this benchmark have no conditional (`when:`) dimensions.
+    params_of = {path: param(dim) for path, dim in spec.space.items() if not isinstance(dim, Fixed)}
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(journal))
     study = optuna.create_study(
         study_name=study_name,
@@ -159,7 +161,9 @@ def optuna_search_worker(spec_path: str, journal: str, study_name: str) -> None:
     base = spec.base_config()
 
     def objective(trial: optuna.Trial) -> float:
-        params = {path: _suggest(trial, path, dist) for path, dist in dists.items()}
+        params = {
+            path: p.decode(suggest(trial, path, p.distribution)) for path, p in params_of.items()
+        }
         seed = params.get("training.seed", base["training"].get("seed")) or 0
         config = TrialConfig.from_dict(spec.seeded_config(params, seed, base))
         state = {"stop": False, "epochs": 0}

@@ -60,7 +60,7 @@ from celery import Celery
 
 from core.errors import NotFound, SweepstackError
 from core.settings import Settings
-from core.spec.search import EVERY_EPOCH, decision_epochs
+from core.spec.search import decides, decision_epochs
 from core.spec.sweep import SweepSpec, load_spec
 from core.states import TrialState
 from core.store.records import flatten_params
@@ -386,7 +386,7 @@ class Feeder:
         awaiting = self.store.feeding.awaiting(list(self._numbers))
         waiting = {
             tid: (self._numbers[tid], attempt) for tid, (attempt, epoch) in awaiting.items()
-            if tid in self._numbers and self._decides(epoch)
+            if tid in self._numbers and decides(self.decide_at, epoch)
         }  # fmt: skip
         if waiting:
             self._prune(waiting)
@@ -409,7 +409,7 @@ class Feeder:
             # workers wait there.
             go_on = {
                 tid: (attempts[tid], max(epochs)) for tid, epochs in rows.items()
-                if epochs and tid not in stop and self._decides(max(epochs))
+                if epochs and tid not in stop and decides(self.decide_at, max(epochs))
             }  # fmt: skip
             if go_on:
                 self.store.feeding.mark_judged(go_on)
@@ -420,11 +420,6 @@ class Feeder:
         self._requested.update(stop)
         log.info("sweep %s: pruning %d trials", self.sweep_id, len(marked))
 
-    def _decides(self, epoch: int) -> bool:
-        """Whether the pruner may decide after `epoch` (a worker waits there)."""
-        return self.decide_at == EVERY_EPOCH or (
-            isinstance(self.decide_at, list) and epoch in self.decide_at
-        )
 
 
 def judge_until(feeders: Sequence[Feeder], deadline: float) -> None:

@@ -229,7 +229,7 @@ class SearchSession:
                 value = dim.value
             else:
                 chosen = self._params[dim.path]
-                value = chosen.decode(_suggest(trial, dim.path, chosen.distribution))
+                value = chosen.decode(suggest(trial, dim.path, chosen.distribution))
             params[dim.path] = lookup[dim.path] = value
         return trial, params
 
@@ -332,7 +332,9 @@ class SearchSession:
         return TrialPoint(index=index, id=tid, params=asked.params, seed=seed, config=config)
 
 
-def _suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
+def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
+    """Ask `trial` for a value of `dist` under `name`, through the ``suggest_*`` call a user
+    of Optuna would write for it (`scheduler.samplers.param` gives the distribution)."""
     if isinstance(dist, CategoricalDistribution):
         return trial.suggest_categorical(name, dist.choices)
     if isinstance(dist, IntDistribution):

@@ -32,6 +32,7 @@ from typing import Any, ClassVar, TypeVar
 
 from core.errors import NotFound, StoreUnavailable
 from core.settings import DEFAULT_MAX_ATTEMPTS
+from core.spec.search import EVERY_EPOCH
 from core.states import Heartbeat, TrialState
 from core.store.records import sweep_of
 from core.store.roles import EpochRow, TrialLifecycle
@@ -48,21 +49,18 @@ DECISION_WAIT_SECONDS = 3.0
 DECISION_POLL_SECONDS = 0.005
 
 
-def decision_epochs(value: Any) -> frozenset[int] | str | None:
-    """The epochs at which a message's trials wait for the pruner's decision
-    (``decide_at``: a list of epochs, or ``"every"``); None for anything else."""
-    if value == "every":
-        return "every"
+def decide_at_of(value: Any) -> frozenset[int] | str | None:
+    """The epochs at which a message's trials wait for the pruner's decision, read from its
+    ``decide_at`` (`core.spec.search.decision_epochs`: a list of epochs, or `EVERY_EPOCH`);
+    None for anything else. `core.spec.search.decides` asks it."""
+    if value == EVERY_EPOCH:
+        return EVERY_EPOCH
     if isinstance(value, list) and all(
         isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in value
     ):
         return frozenset(value)
     return None
 
-
-def decides(epochs: frozenset[int] | str | None, epoch: int) -> bool:
-    """Whether the pruner may decide after `epoch` (`decision_epochs`)."""
-    return epochs == "every" or (isinstance(epochs, frozenset) and epoch in epochs)
 
 
 def with_retry(fn: Callable[..., T], *args: Any, budget: float, **kwargs: Any) -> T:

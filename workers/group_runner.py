@@ -59,9 +59,10 @@ from pydantic import ValidationError
 
 from core.errors import StoreUnavailable, TrainingError
 from core.spec.config import TrialConfig
+from core.spec.search import decides
 from core.states import TrialState
 from core.store.roles import EpochRow, Finish, TrialLifecycle
-from workers.claims import EpochRows, HeartbeatSender, claim_trials, decides, with_retry
+from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 from workers.runner import (
     RunnerOptions,
     failure_reason,

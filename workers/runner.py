@@ -51,9 +51,10 @@ from core.errors import NotFound, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.config import TrialConfig
 from core.spec.kinds import kind_of
+from core.spec.search import decides
 from core.states import TrialState
 from core.store.roles import EpochRow, Finish, TrialLifecycle
-from workers.claims import EpochRows, HeartbeatSender, claim_trials, decides, with_retry
+from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
 
 if TYPE_CHECKING:
     from workers.training import TrainResult
@@ -250,7 +251,7 @@ def execute_trial(
     `carried` is the (queued attempt, config) the message carries, if it does: the claim
     is then one write (`workers.claims`). `watch`: write every epoch's row at once and
     check for a prune request after it, and at the epochs of `decide_at`
-    (`workers.claims.decision_epochs`) wait for the pruner's decision (module docstring).
+    (`workers.claims.decide_at_of`) wait for the pruner's decision (module docstring).
     Outcomes: ``skipped``
     (finished already, or held by a live attempt), ``complete``, ``failed``,
     ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over).

@@ -18,7 +18,7 @@ from celery import Celery, Task
 
 from core.broker import GROUP_TASK_NAME, TASK_NAME
 from core.errors import NotFound, StoreUnavailable
-from workers.claims import decision_epochs
+from workers.claims import decide_at_of
 from workers.context import WorkerContext
 from workers.group_runner import execute_group
 from workers.runner import RunnerOptions, execute_trial, worker_identity
@@ -84,7 +84,7 @@ def register(app: Celery, context: WorkerContext) -> None:
                 _options(),
                 carried=_carried(config, attempt),
                 watch=watch is True,
-                decide_at=decision_epochs(decide_at),
+                decide_at=decide_at_of(decide_at),
             )
         except NotFound:
             log.error("trial %s does not exist; dropping the message", trial_id)
@@ -129,7 +129,7 @@ def register(app: Celery, context: WorkerContext) -> None:
                 _options(),
                 carried,
                 watch=watch is True,
-                decide_at=decision_epochs(decide_at),
+                decide_at=decide_at_of(decide_at),
                 sequential=sequential is True,
             )
         except StoreUnavailable as exc:

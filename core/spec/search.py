@@ -25,7 +25,7 @@ This module is pure data and rules; it never imports Optuna (core must not).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -359,6 +359,12 @@ def check_search(
 
 #: What `decision_epochs` answers for a pruner that may decide after any epoch.
 EVERY_EPOCH = "every"
+
+
+def decides(epochs: Collection[int] | str | None, epoch: int) -> bool:
+    """Whether the pruner may decide after `epoch`, given what `decision_epochs` answered
+    (the scheduler's list, or the set a worker read from its message)."""
+    return epochs == EVERY_EPOCH or (not isinstance(epochs, str | None) and epoch in epochs)
 
 
 def decision_epochs(pruning: Pruning, max_epochs: int) -> list[int] | str | None:

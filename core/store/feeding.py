@@ -26,7 +26,7 @@ from core.errors import InvalidQuery
 from core.spec.sweep import SweepSpec
 from core.states import TrialState
 from core.store.query import check_attempt, check_id, check_seconds
-from core.store.records import TrialPointLike, trial_document
+from core.store.records import JUDGED_FIELDS, TrialPointLike, judged_epoch, trial_document
 from core.store.roles import Feeding
 from core.store.state import StoreState, available
 
@@ -224,19 +224,13 @@ class MongoFeeding(Feeding):
             check_id("trial_id", trial_id)
         if not ids:
             return {}
-        fields = {"state": 1, "attempt": 1, "progress.epoch": 1, "judged": 1, "prune_requested": 1}
+        fields = {**JUDGED_FIELDS, "progress.epoch": 1}
         out: dict[str, tuple[int, int]] = {}
         for doc in self._s.trials.find({"_id": {"$in": list(ids)}}, fields):
             attempt = doc.get("attempt")
             epoch = (doc.get("progress") or {}).get("epoch")
-            if doc.get("state") != _RUNNING or not isinstance(epoch, int):
-                continue
-            if (doc.get("prune_requested") or {}).get("attempt") == attempt:
-                continue
-            judged = doc.get("judged") or {}
-            if judged.get("attempt") == attempt and judged.get("epoch", -1) >= epoch:
-                continue
-            out[doc["_id"]] = (attempt, epoch)
+            if isinstance(epoch, int) and judged_epoch(doc, attempt) < epoch:
+                out[doc["_id"]] = (attempt, epoch)
         return out
 
     @available

@@ -48,8 +48,14 @@ from core.store.query import (
     check_max_attempts,
     check_seconds,
 )
-from core.store.records import RESERVED_TRIAL_FIELDS, history_entry, sweep_of
-from core.store.roles import JUDGED_ALL, EpochRow, Finish, TrialLifecycle
+from core.store.records import (
+    JUDGED_FIELDS,
+    RESERVED_TRIAL_FIELDS,
+    history_entry,
+    judged_epoch,
+    sweep_of,
+)
+from core.store.roles import EpochRow, Finish, TrialLifecycle
 from core.store.state import StoreState, available
 
 __all__ = ["PRUNE_ATTEMPT", "MongoTrialLifecycle", "not_pruned", "poison_reason"]
@@ -509,20 +515,8 @@ class MongoTrialLifecycle(TrialLifecycle):
             check_attempt(attempt)
         if not attempts:
             return {}
-        fields = {"state": 1, "attempt": 1, "judged": 1, "prune_requested": 1}
-        docs = self._s.docs(attempts, fields)
-        out: dict[str, int] = {}
-        for trial_id, attempt in attempts.items():
-            doc = docs.get(trial_id)
-            if doc is None or doc["state"] != _RUNNING or doc["attempt"] != attempt:
-                out[trial_id] = JUDGED_ALL
-                continue
-            if (doc.get("prune_requested") or {}).get("attempt") == attempt:
-                out[trial_id] = JUDGED_ALL  # stopped: a decision that stands
-                continue
-            judged = doc.get("judged") or {}
-            out[trial_id] = int(judged.get("epoch", -1)) if judged.get("attempt") == attempt else -1
-        return out
+        docs = self._s.docs(attempts, JUDGED_FIELDS)
+        return {t: judged_epoch(docs.get(t, {}), attempt) for t, attempt in attempts.items()}
 
     @available
     def objective(self, sweep_id: str) -> dict[str, str]:

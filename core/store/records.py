@@ -82,6 +82,25 @@ RESERVED_TRIAL_FIELDS = frozenset(
 )
 
 
+#: The epoch `judged_epoch` answers for an attempt no longer running or asked to stop: every
+#: epoch is judged, as far as its worker is concerned.
+JUDGED_ALL = 1 << 62
+#: The trial fields `judged_epoch` reads.
+JUDGED_FIELDS = {"state": 1, "attempt": 1, "judged": 1, "prune_requested": 1}
+
+
+def judged_epoch(doc: Mapping[str, Any], attempt: int) -> int:
+    """The last epoch of `attempt` the scheduler judged, from a trial document (its
+    `JUDGED_FIELDS`): its ``judged`` verdict to go on, -1 before one; `JUDGED_ALL` when the
+    attempt no longer runs or was asked to stop (``prune_requested``: a decision that stands)."""
+    if doc.get("state") != TrialState.RUNNING.value or doc.get("attempt") != attempt:
+        return JUDGED_ALL
+    if (doc.get("prune_requested") or {}).get("attempt") == attempt:
+        return JUDGED_ALL
+    judged = doc.get("judged") or {}
+    return int(judged.get("epoch", -1)) if judged.get("attempt") == attempt else -1
+
+
 def sweep_of(trial_id: str) -> str:
     """The sweep id inside a trial id (``f"{sweep_id}-{key}"``)."""
     return trial_id.partition("-")[0]

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.sweep import SweepSpec
 from core.states import Heartbeat, TrialState
-from core.store.records import TrialPointLike
+from core.store.records import JUDGED_ALL, TrialPointLike
 
 __all__ = [
     "JUDGED_ALL",
@@ -52,9 +52,6 @@ __all__ = [
     "TrialLifecycle",
 ]
 
-#: What `TrialLifecycle.judged` answers for an attempt no longer running: every epoch is
-#: judged, as far as its worker is concerned.
-JUDGED_ALL = 1 << 62
 
 
 @dataclass(frozen=True)
