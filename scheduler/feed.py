@@ -16,12 +16,29 @@ Sources, and why two:
   (costs are known), in windows of `big_window` (no Optuna is imported: fast start-up);
 - every other sweep has a `SearchSession` (Optuna): adaptive algorithms ask it; grid and
   random with pruning add their expanded points to it, so the pruner sees every trial.
+  Those go in `rung_order`: the cheapest fifth first, then the rest longest first. Fed
+  longest first, the largest nets reached each rung before any other trial, so the pruner
+  let them train to the end (a rung with one result promotes it); cheap trials first give
+  every rung results to judge them by (configs/mcleod-asha.yaml: 34 s instead of 61 s for
+  the same grid, docs/performance.md).
+
+Units (adaptive search): the window counts units of work, not trials. A unit is one point
+as the sampler chooses it and, when the cost model says nets like it gain by training
+fused (`scheduler.grouping.fused_size`: small nets on a CPU), up to `ADAPTIVE_GROUP_CAP`
+points in all, the others asked with the dimensions a fused group shares fixed to the
+first's (`scheduler.grouping.shared_dimensions`; Optuna's sampler chooses the rest, told
+of the points in flight by its constant liar). Each unit is sent as the messages of its
+own points (`scheduler.messages.unit_messages`: one fused group, most often), and its key
+(the Optuna number of its first point) is stored with each of its trials, so a rebuilt
+feeder counts the window as the first did. A slot frees when every trial of a unit ended;
+`judge_until` sees it and lets the caller step at once.
 
 Window: at most `parallelism` trials in flight for a session (``search.parallelism``, else
-`PARALLELISM_PER_WORKER` x the workers known, else `DEFAULT_PARALLELISM`), `big_window`
-for grid/random without pruning. The sweep's size is known up front (``search.trials``, or
-the expansion's length) and stored as planned trials: exactly that many are ever created,
-fewer only when a search's space runs out (`Feeding.shrink_plan`).
+`PARALLELISM_PER_WORKER` x the workers known, else `DEFAULT_PARALLELISM`), units for an
+adaptive one, `big_window` for grid/random without pruning. The sweep's size is known up
+front (``search.trials``, or the expansion's length) and stored as planned trials: exactly
+that many are ever created, fewer only when a search's space runs out
+(`Feeding.shrink_plan`).
 
 Restarts (kill -9 at any point): the session is rebuilt from the stored trials (Optuna
 number, params, state, objective, pruned-metric epochs, system attrs; the sweep's study
@@ -67,13 +84,20 @@ from core.store.records import flatten_params
 from core.store.store import Store
 from scheduler.enqueue import DecideAt, enqueue
 from scheduler.expand import TrialPoint, expand
-from scheduler.messages import messages
+from scheduler.grouping import fused_size, shared_dimensions
+from scheduler.messages import messages, unit_messages
 from scheduler.order import trial_cost
 from scheduler.prune_decision import decide, pruned_value
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PARALLELISM = 8
+#: A pruning grid's cheapest share fed first, and the fewest trials that is (`rung_order`).
+RUNG_WARM_UP = 0.2
+RUNG_WARM_UP_MIN = 9
+#: The most points an adaptive search asks for one unit of fused training (`Feeder.ask`):
+#: more fuse better, but leave the sampler less to go on for each of them.
+ADAPTIVE_GROUP_CAP = 8
 PARALLELISM_PER_WORKER = 2
 #: Trials in flight for grid and random without pruning: their order is fixed, so a large
 #: window costs nothing but keeps every worker busy between the feeder's steps. Entry
@@ -83,9 +107,9 @@ LEASE_SECONDS = 30.0
 STALL_SECONDS = 20.0
 MAX_STALL_SECONDS = 600.0
 #: Seconds between two pruning decisions while a trial may be waiting for one (`judge_until`).
-JUDGE_SECONDS = 0.01
+JUDGE_SECONDS = 0.005
 #: The longest wait between two looks while no trial was found waiting (`judge_until`).
-JUDGE_MAX_SECONDS = 0.1
+JUDGE_MAX_SECONDS = 0.025
 
 _LIVE = (TrialState.QUEUED.value, TrialState.RUNNING.value)
 _RUNNING = TrialState.RUNNING.value
@@ -144,11 +168,14 @@ class Feeder:
         self._created: set[str] = set()  # point ids stored
         self._index = 0  # the next adaptive trial's index
         self._numbers: dict[str, int] = {}  # in-flight trial id -> Optuna number
+        self._units: dict[str, int] = {}  # adaptive: in-flight trial id -> its unit's key
         self._epochs: dict[str, tuple[int, int]] = {}  # trial id -> (attempt, last epoch read)
         self._study_attrs: dict[str, Any] = {}
         self._requested: set[str] = set()  # prunes asked for
         self.total = 0
         self.done = False
+        self.used_up = False  # an adaptive search's space gave no new point
+        self.freed = False  # `judge` saw a trial in flight end since the last step
         self.stall_seconds = STALL_SECONDS
         self._rev: int | None = None  # counts_rev last seen, and when it last moved
         self._rev_at = time.monotonic()
@@ -162,6 +189,8 @@ class Feeder:
             points = expand(self.spec, with_config=True)
             costs = {p.id: trial_cost(p.config) for p in points}
             self._points = sorted(points, key=lambda p: -costs[p.id])  # stable: ties in order
+            if self.spec.pruning.enabled:
+                self._points = rung_order(self._points)
             self.total = len(points)
         else:
             self.total = int(self.spec.search.trials or 0)
@@ -169,6 +198,7 @@ class Feeder:
             from scheduler.search_session import SearchSession  # imports Optuna (~1 s)
 
             self.session = SearchSession(self.spec)
+            self._shared = shared_dimensions(self.spec.space)
 
     @classmethod
     def open(
@@ -212,6 +242,7 @@ class Feeder:
                 )
                 if d["state"] in _LIVE:
                     self._numbers[d["_id"]] = number
+                    self._units[d["_id"]] = (d.get("optuna") or {}).get("unit", number)
             self.session.rebuild(records, study_attrs)
             self._study_attrs = dict(study_attrs)
         maybe = set(sending)
@@ -220,7 +251,8 @@ class Feeder:
         if unsent:
             log.info("sweep %s: sending %d trials stored but never sent", self.sweep_id,
                      len(unsent))  # fmt: skip
-            self._send([self._point_of(d) for d in unsent])
+            units = {d["key"]: (d.get("optuna") or {}).get("unit") for d in unsent}
+            self._send([self._point_of(d) for d in unsent], units)
 
     def _stored_epochs(self, docs: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
         if not self.spec.pruning.enabled:
@@ -256,6 +288,7 @@ class Feeder:
         sweep still needs feeding (False: finished, cancelled, deleted or lease lost)."""
         if self.done:
             return False
+        self.freed = False
         try:
             if not self.store.feeding.take_lease(self.sweep_id, self.owner, self.lease_seconds):
                 log.warning("sweep %s: lost the feeding lease; stopping", self.sweep_id)
@@ -272,11 +305,22 @@ class Feeder:
         if in_flight > 0 and self._stalled(sweep.get("counts_rev", 0)):
             counts = self.store.admin.recount(self.sweep_id)
             in_flight = counts["queued"] - planned + counts["running"]
-        if planned > 0 and in_flight < self.window:
-            self.feed(min(self.window - in_flight, planned))
-        elif planned == 0 and in_flight <= 0:
+        if planned > 0:
+            wanted, units = self.wanted(in_flight)
+            if wanted > 0:
+                self.feed(min(wanted, planned), units)
+        elif in_flight <= 0:
             return self._stop()
         return True
+
+    def wanted(self, in_flight: int) -> tuple[int, int | None]:
+        """How many new trials the window has room for, given the trials in flight, and
+        for an adaptive search in how many units at most (module docstring): a unit of
+        up to `ADAPTIVE_GROUP_CAP` points per free place, for the ones that fuse."""
+        if self._points is not None or self.session is None:
+            return self.window - in_flight, None
+        free = self.window - len({self._units.get(t, t) for t in self._numbers})
+        return max(0, free) * ADAPTIVE_GROUP_CAP, max(0, free)
 
     def _stalled(self, rev: int) -> bool:
         """Whether the counts have not moved for the current wait (module docstring)."""
@@ -300,10 +344,11 @@ class Feeder:
         self.done = True
         self.store.feeding.release_lease(self.sweep_id, self.owner)
 
-    def feed(self, n: int) -> int:
-        """Ask up to `n` new points, store them, send them; how many were created."""
-        points, extras = self.ask(n)
-        if len(points) < n:
+    def feed(self, n: int, units: int | None = None) -> int:
+        """Ask up to `n` new points (in at most `units` units: `ask`), store them, send
+        them; how many were created."""
+        points, extras = self.ask(n, units)
+        if len(points) < n and (units is None or self.used_up):
             dropped = self.store.feeding.shrink_plan(self.sweep_id, n - len(points))
             if dropped:
                 log.warning("sweep %s: the space is used up; %d trials fewer", self.sweep_id,
@@ -313,7 +358,7 @@ class Feeder:
         self.store.feeding.begin_sending(self.sweep_id, [f"{self.sweep_id}-{p.id}" for p in points])
         self.store.feeding.add_trials(self.sweep_id, self.spec, points, extras)
         self._created.update(p.id for p in points)
-        self._send(points)
+        self._send(points, unit_keys(extras))
         if self.session is not None:
             attrs = self.session.study_attrs()
             if attrs != self._study_attrs:
@@ -321,9 +366,18 @@ class Feeder:
                 self._study_attrs = attrs
         return len(points)
 
-    def ask(self, n: int) -> tuple[list[TrialPoint], dict[str, dict[str, Any]]]:
+    def ask(
+        self, n: int, units: int | None = None
+    ) -> tuple[list[TrialPoint], dict[str, dict[str, Any]]]:
         """The next up to `n` points of the sweep's source, and the Optuna fields to store
-        with each (by point id); neither stored nor sent here (`feed` does both)."""
+        with each (by point id); neither stored nor sent here (`feed` does both).
+
+        An adaptive search asks in units of points to train together, at most `units` of
+        them (module docstring): the first point of each as the sampler chooses it; when
+        the cost model says trials like it gain by fusing (`scheduler.grouping.fused_size`),
+        up to that many more with the dimensions a fused group shares fixed to the first's
+        (`scheduler.grouping.shared_dimensions`). Each point's Optuna fields name its unit
+        (``unit``: the Optuna number of the unit's first point)."""
         extras: dict[str, dict[str, Any]] = {}
         points: list[TrialPoint] = []
         if self._points is not None:
@@ -338,18 +392,44 @@ class Feeder:
                     extras[point.id] = _optuna(asked.number, asked.system_attrs)
                     self._numbers[f"{self.sweep_id}-{point.id}"] = asked.number
             return points, extras
-        for asked in self.session.ask(n):
-            point = self.session.point(asked, self._index, with_config=True)
-            self._index += 1
-            points.append(point)
-            extras[point.id] = _optuna(asked.number, asked.system_attrs)
-            self._numbers[f"{self.sweep_id}-{point.id}"] = asked.number
+        made = 0
+        while len(points) < n and (units is None or made < units):
+            unit = self._ask_unit(n - len(points))
+            if not unit:
+                self.used_up = True
+                break
+            made += 1
+            key = unit[0][0].number
+            for asked, point in unit:
+                points.append(point)
+                extras[point.id] = _optuna(asked.number, asked.system_attrs, unit=key)
+                tid = f"{self.sweep_id}-{point.id}"
+                self._numbers[tid], self._units[tid] = asked.number, key
         return points, extras
 
-    def _send(self, points: list[TrialPoint]) -> None:
+    def _ask_unit(self, most: int) -> list[tuple[Any, TrialPoint]]:
+        """One unit of at most `most` points (`ask`), each with its `TrialPoint`."""
+        out = []
+        for asked in self.session.ask(1):
+            out.append((asked, self._asked_point(asked)))
+        if not out:
+            return out
+        first = out[0][0]
+        size = min(most, fused_size(out[0][1].config, ADAPTIVE_GROUP_CAP))
+        if size > 1:
+            fixed = {p: v for p, v in first.params.items() if p in self._shared}
+            out += [(a, self._asked_point(a)) for a in self.session.ask(size - 1, fixed)]
+        return out
+
+    def _asked_point(self, asked: Any) -> TrialPoint:
+        point = self.session.point(asked, self._index, with_config=True)
+        self._index += 1
+        return point
+
+    def _send(self, points: list[TrialPoint], units: dict[str, Any] | None = None) -> None:
         send_window(
             self.store, self.app, self.sweep_id, points, self.workers,
-            watch=self.watch, decide_at=self.decide_at,
+            watch=self.watch, decide_at=self.decide_at, units=units,
         )  # fmt: skip
 
     def _tell_and_prune(self) -> None:
@@ -384,9 +464,11 @@ class Feeder:
         if not self.judging:
             return False
         awaiting = self.store.feeding.awaiting(list(self._numbers))
+        if any(found is None for found in awaiting.values()):
+            self.freed = True  # a trial ended: `judge_until` lets the caller step at once
         waiting = {
-            tid: (self._numbers[tid], attempt) for tid, (attempt, epoch) in awaiting.items()
-            if tid in self._numbers and decides(self.decide_at, epoch)
+            tid: (self._numbers[tid], found[0]) for tid, found in awaiting.items()
+            if found is not None and tid in self._numbers and decides(self.decide_at, found[1])
         }  # fmt: skip
         if waiting:
             self._prune(waiting)
@@ -421,13 +503,14 @@ class Feeder:
         log.info("sweep %s: pruning %d trials", self.sweep_id, len(marked))
 
 
-
 def judge_until(feeders: Sequence[Feeder], deadline: float) -> None:
     """Sleep until `deadline`; meanwhile, while a trial of one of the `feeders`' sweeps may be
     waiting at a pruner's epoch, decide on the new reports (`Feeder.judge`), every
     `JUDGE_SECONDS` after a look that found one waiting, less often (up to
     `JUDGE_MAX_SECONDS`) while none is: trials of long epochs then cost the machine a few
-    reads a second, and those of short ones get their decision within milliseconds."""
+    reads a second, and those of short ones get their decision within milliseconds.
+    Returns early when a look saw a trial in flight end (`Feeder.freed`), so that the
+    caller steps at once and the freed place is filled when it frees."""
     every = JUDGE_SECONDS
     while (left := deadline - time.monotonic()) > 0:
         judging = [feeder for feeder in feeders if feeder.judging]
@@ -440,12 +523,32 @@ def judge_until(feeders: Sequence[Feeder], deadline: float) -> None:
                 found = feeder.judge() or found
             except SweepstackError as exc:
                 log.warning("pruning sweep %s failed this pass: %s", feeder.sweep_id, exc)
+        if any(feeder.freed for feeder in judging):
+            return
         every = JUDGE_SECONDS if found else min(every * 1.5, JUDGE_MAX_SECONDS)
         time.sleep(min(every, max(0.0, deadline - time.monotonic())))
 
 
-def _optuna(number: int, system_attrs: dict[str, Any]) -> dict[str, Any]:
-    return {"optuna": {"number": number, "system_attrs": system_attrs}}
+def rung_order(longest_first: list[TrialPoint]) -> list[TrialPoint]:
+    """A pruning grid's or random sweep's feeding order (module docstring): its cheapest
+    `RUNG_WARM_UP` share (at least `RUNG_WARM_UP_MIN` trials) first, cheapest first, so
+    that every rung has results by the time the large nets reach it, then the others
+    longest first, so that the sweep does not end on a large net."""
+    cheapest = longest_first[::-1]
+    head = cheapest[: max(RUNG_WARM_UP_MIN, round(RUNG_WARM_UP * len(cheapest)))]
+    early = {p.id for p in head}
+    return head + [p for p in longest_first if p.id not in early]
+
+
+def _optuna(number: int, system_attrs: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"optuna": {"number": number, "system_attrs": system_attrs, **more}}
+
+
+def unit_keys(extras: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """Point id -> its unit's key, from the Optuna fields `Feeder.ask` gave; None when
+    no point has one (not an adaptive search)."""
+    keys = {pid: (e.get("optuna") or {}).get("unit") for pid, e in extras.items()}
+    return keys if any(k is not None for k in keys.values()) else None
 
 
 def send_window(
@@ -457,8 +560,19 @@ def send_window(
     *,
     watch: bool,
     decide_at: DecideAt = None,
+    units: dict[str, Any] | None = None,
 ) -> None:
     """Enqueue a stored window's trials (`scheduler.messages`), then empty the sweep's
-    ``sending`` list: they are sent, and a rebuilt feeder need not send them again."""
-    enqueue(app, messages(sweep_id, points, workers, watch=watch, decide_at=decide_at))
+    ``sending`` list: they are sent, and a rebuilt feeder need not send them again.
+
+    `units` (point id -> unit key, from `Feeder.ask`) sends each unit of an adaptive
+    search's points as its own messages (`scheduler.messages.unit_messages`)."""
+    if units is None:
+        out = messages(sweep_id, points, workers, watch=watch, decide_at=decide_at)
+    else:
+        by_unit: dict[Any, list[TrialPoint]] = {}
+        for point in points:
+            by_unit.setdefault(units.get(point.id, point.id), []).append(point)
+        out = unit_messages(sweep_id, list(by_unit.values()), watch=watch, decide_at=decide_at)
+    enqueue(app, out)
     store.feeding.end_sending(sweep_id)

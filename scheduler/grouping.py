@@ -73,6 +73,7 @@ from typing import Any
 from core.spec.config import SECTIONS
 from core.spec.fields import config_value, leaf_defaults
 from core.spec.kinds import kind_of
+from core.spec.space import Dimension, Fixed
 from scheduler.cost import (
     DEFAULT_MEMORY_BUDGET,
     UnitCost,
@@ -295,3 +296,49 @@ def group_trials(
             groups.append((min(p for _, p, _ in members), [t for _, _, t in members]))
     groups.sort(key=lambda item: item[0])
     return [group for _, group in groups]
+
+
+# --- groups of an adaptive search, asked together ------------------------------------------
+
+
+def shared_dimensions(space: Mapping[str, Dimension]) -> frozenset[str]:
+    """The dimensions of a search space on which every member of one fused group agrees:
+    each field not in `MAY_DIFFER`, and the widths when their values fall in more than
+    one bucket. An adaptive search fixes them when it asks a group's other points
+    (`scheduler.feed`), so that the points it asks together can train together."""
+    shared = set()
+    for path, dim in space.items():
+        if isinstance(dim, Fixed):
+            continue
+        if path not in MAY_DIFFER or (path == "model.hidden_units" and not _one_bucket(dim)):
+            shared.add(path)
+    return frozenset(shared)
+
+
+def _one_bucket(dim: Dimension) -> bool:
+    if not dim.finite:
+        return False
+    buckets = {
+        tuple(bucket(int(w)) for w in (value if isinstance(value, list) else [value]))
+        for value in dim.values()
+    }
+    return len(buckets) == 1
+
+
+def fused_size(config: Mapping[str, Any], cap: int) -> int:
+    """How many trials like this one an adaptive search asks to train as one fused group:
+    the largest of `CANDIDATE_SIZES` up to `cap` (and `group_limit`) at which, by the cost
+    model, the group costs at most 1 / `MIN_GAIN` of its members trained alone (an
+    integer ``fuse`` or a GPU: the limit itself); 1 when the trial never fuses or gains
+    nothing by it (a compute-bound net on a CPU)."""
+    limit = min(cap, group_limit(config))
+    if limit <= 1 or not costed(config):
+        return max(1, limit)
+    work = UnitCost(config)
+    padded = [bucket(w) for w in widths(config)]
+    alone = work.seconds([padded])
+    size = 1
+    for k in CANDIDATE_SIZES:
+        if 1 < k <= limit and work.seconds([padded] * k) * MIN_GAIN <= k * alone:
+            size = k
+    return size

@@ -43,6 +43,17 @@ def messages(
     `chunk_units`). Most expensive first (`scheduler.order`): workers take messages in the
     order sent. `watch`: the sweep prunes, so workers look for prune requests, and wait for
     the decision at the epochs of `decide_at` (`scheduler.enqueue.carry`)."""
+    return order_by_cost(*_costed(sweep_id, trials, workers, watch, decide_at))
+
+
+def _costed(
+    sweep_id: str,
+    trials: list[TrialPoint],
+    workers: int | None,
+    watch: bool,
+    decide_at: DecideAt,
+) -> tuple[list[Outgoing], list[float]]:
+    """`messages`' messages in the order of their first trial, and the cost of each."""
     by_id = {t.id: t.config for t in trials}
     units = group_trials(by_id.items(), workers)
     out: list[Outgoing] = []
@@ -61,4 +72,24 @@ def messages(
                 configs, [0] * len(ids), watch=watch, decide_at=decide_at, sequential=sequential
             )
             out.append((ids, limit, kwargs))
+    return out, costs
+
+
+def unit_messages(
+    sweep_id: str,
+    units: list[list[TrialPoint]],
+    *,
+    watch: bool = False,
+    decide_at: DecideAt = None,
+) -> list[Outgoing]:
+    """What `enqueue` sends for an adaptive search's units (`scheduler.feed.Feeder.ask`):
+    each unit's points are grouped as if they were the only work of one worker, so its
+    compatible points go as one fused group when the cost model says it gains, the rest
+    alone; the units' messages most expensive first."""
+    out: list[Outgoing] = []
+    costs: list[float] = []
+    for unit in units:
+        messages_of, costs_of = _costed(sweep_id, unit, 1, watch, decide_at)
+        out += messages_of
+        costs += costs_of
     return order_by_cost(out, costs)

@@ -161,8 +161,14 @@ class SearchSession:
         (its size, known when the grid is exhausted)."""
         return None if self.search.algorithm == "grid" else self.search.trials
 
-    def ask(self, n: int) -> list[Asked]:
-        """Up to `n` new, distinct points (fewer when the budget or the space runs out)."""
+    def ask(self, n: int, fixed: dict[str, Any] | None = None) -> list[Asked]:
+        """Up to `n` new, distinct points (fewer when the budget or the space runs out).
+
+        `fixed` gives some dimensions their values (``{dotted.path: value}``, as a point
+        has them): the sampler chooses only the others, as Optuna does for a trial
+        enqueued with those params (`optuna.Study.enqueue_trial`). What the feed asks for
+        the other members of a fused group (`scheduler.feed`); the grid's fallback of a
+        used-up finite space ignores it."""
         if self.budget is not None:
             n = min(n, self.budget - len(self._seen))
         out: list[Asked] = []
@@ -176,7 +182,7 @@ class SearchSession:
         draws = repeats = 0
         while len(out) < n and draws < MAX_DRAWS_PER_POINT * n:
             draws += 1
-            asked = self._ask_one(at_random=repeats >= RANDOM_AFTER_REPEATS)
+            asked = self._ask_one(at_random=repeats >= RANDOM_AFTER_REPEATS, fixed=fixed)
             if asked is None:
                 repeats += 1
             else:
@@ -202,12 +208,14 @@ class SearchSession:
             self._grid = (p for p in _grid(self.spec) if canonical(p) not in self._seen)
         return self._grid
 
-    def _ask_one(self, *, at_random: bool = False) -> Asked | None:
+    def _ask_one(
+        self, *, at_random: bool = False, fixed: dict[str, Any] | None = None
+    ) -> Asked | None:
         sampler = self.study.sampler
         if at_random:  # for the ask and every suggest of this trial (define-by-run)
             self.study.sampler = self._random
         try:
-            trial, params = self._draw()
+            trial, params = self._draw(fixed)
         finally:
             self.study.sampler = sampler
         key = canonical(params)
@@ -217,7 +225,11 @@ class SearchSession:
         self._seen[key] = trial.number
         return Asked(trial.number, params, key, self.system_attrs(trial.number))
 
-    def _draw(self) -> tuple[optuna.Trial, dict[str, Any]]:
+    def _draw(self, fixed: dict[str, Any] | None = None) -> tuple[optuna.Trial, dict[str, Any]]:
+        if fixed:
+            # The next ask takes this waiting trial; its suggests of these names return them.
+            encoded = {p: self._params[p].encode(v) for p, v in fixed.items() if p in self._params}
+            self.study.enqueue_trial(encoded)
         trial = self.study.ask()
         self._count += 1
         lookup = dict(self._base_lookup)

@@ -23,7 +23,14 @@ from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.sweep import SweepSpec
 from core.store.store import Store
 from scheduler.enqueue import Outgoing, carry, enqueue
-from scheduler.feed import BIG_WINDOW, LEASE_SECONDS, Feeder, owner_name, send_window
+from scheduler.feed import (
+    BIG_WINDOW,
+    LEASE_SECONDS,
+    Feeder,
+    owner_name,
+    send_window,
+    unit_keys,
+)
 from scheduler.messages import time_limit
 
 log = logging.getLogger(__name__)
@@ -55,10 +62,11 @@ def submit_sweep(
     lease_owner = owner_name()
     feeder = Feeder(store, app, "", spec, owner=lease_owner, workers=workers,
                     big_window=window or BIG_WINDOW)  # fmt: skip
-    first = min(feeder.window, feeder.total)
-    points, extras = feeder.ask(first)
+    wanted, units = feeder.wanted(0)
+    first = min(wanted, feeder.total)
+    points, extras = feeder.ask(first, units)
     total = feeder.total
-    if len(points) < first:
+    if len(points) < first and (units is None or feeder.used_up):
         total = len(points)  # the space ran out in the first window already
     lease = store.feeding.lease_for(lease_owner, LEASE_SECONDS)
     sweep_fields: dict[str, Any] = {"lease": lease}
@@ -69,8 +77,9 @@ def submit_sweep(
     )
     try:
         send_window(
-            store, app, sweep_id, points, workers, watch=feeder.watch, decide_at=feeder.decide_at
-        )
+            store, app, sweep_id, points, workers,
+            watch=feeder.watch, decide_at=feeder.decide_at, units=unit_keys(extras),
+        )  # fmt: skip
     except Exception:
         log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
         store.admin.cancel_sweep(sweep_id)

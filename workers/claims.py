@@ -9,12 +9,15 @@
 - **Heartbeats.** One thread per process (`HeartbeatSender`) beats for every trial the
   process holds in one write, and notes per trial a lost claim, a stop request or a prune
   request. A watched trial (a pruning sweep's message says ``watch``) also asks at every
-  epoch end (`HeartbeatSender.check`, one more write per epoch), so it stops within one
-  epoch of the request, whatever the heartbeat interval.
+  epoch end at which its pruner may decide (`asks_at`: every epoch, or successive
+  halving's rungs; `HeartbeatSender.check`, one more write), so it stops within one epoch
+  of the request, whatever the heartbeat interval. Between two rungs nothing can ask it to
+  stop early, so it writes and asks as an unwatched trial does.
 - **Epoch rows** (`EpochRows`) are written in batches: the first at once (so a live page
   shows the trial moving), then at most every `ROWS_EVERY` seconds, and whenever the
-  runner asks (`take`) — at the end of a trial, whatever ends it, and at every epoch of a
-  watched trial, whose rows the scheduler's pruning decision needs in the store at once.
+  runner asks (`take`) — at the end of a trial, whatever ends it, and at every epoch at
+  which a watched trial's pruner may decide, whose rows the decision needs in the store
+  at once.
   A kill -9 loses at most the rows of those seconds, of the running attempt only; the
   next attempt writes its own rows (attempt + 1), and the store's unique index keeps a
   repeated row out.
@@ -32,9 +35,9 @@ from typing import Any, ClassVar, TypeVar
 
 from core.errors import NotFound, StoreUnavailable
 from core.settings import DEFAULT_MAX_ATTEMPTS
-from core.spec.search import EVERY_EPOCH
+from core.spec.search import EVERY_EPOCH, decides
 from core.states import Heartbeat, TrialState
-from core.store.records import sweep_of
+from core.store.records import JUDGED_ALL, sweep_of
 from core.store.roles import EpochRow, TrialLifecycle
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,12 @@ def decide_at_of(value: Any) -> frozenset[int] | str | None:
         return frozenset(value)
     return None
 
+
+def asks_at(watch: bool, decide_at: frozenset[int] | str | None, epoch: int) -> bool:
+    """Whether a trial's end of `epoch` writes its rows at once and asks the store for a
+    prune request (module docstring): watched, and the pruner may decide there (any epoch
+    for a message without ``decide_at``)."""
+    return watch and (decide_at is None or decides(decide_at, epoch))
 
 
 def with_retry(fn: Callable[..., T], *args: Any, budget: float, **kwargs: Any) -> T:
@@ -261,8 +270,9 @@ class HeartbeatSender(threading.Thread):
         self, attempts: Mapping[str, int], epoch: int, timeout: float = DECISION_WAIT_SECONDS
     ) -> None:
         """Wait until the scheduler has judged these held attempts at `epoch` (or later):
-        told them to go on, or asked them to stop (`TrialLifecycle.judged`); then `check`,
-        so a prune request is noted before the next epoch starts. Bounded by `timeout`: a
+        told them to go on, or asked them to stop (`TrialLifecycle.judged`); then `check`
+        those not told to go on, so a prune request is noted before the next epoch starts
+        (a cancel or a lost claim of the others, at the thread's next beat). Bounded by `timeout`: a
         trial whose decision did not come in time trains on and never waits again."""
         with self._lock:
             waiting = {
@@ -271,12 +281,14 @@ class HeartbeatSender(threading.Thread):
                 and t not in self._stopping and t not in self._lost
             }  # fmt: skip
         deadline = time.monotonic() + timeout
+        go_on = set()  # told to go on: nothing to note about them
         while waiting:
             try:
                 judged = self.lifecycle.judged(waiting)
             except (StoreUnavailable, NotFound) as exc:
                 log.warning("waiting for a pruning decision failed: %s", exc)
                 break
+            go_on |= {t for t in waiting if epoch <= judged.get(t, -1) < JUDGED_ALL}
             waiting = {t: a for t, a in waiting.items() if judged.get(t, -1) < epoch}
             if not waiting:
                 break
@@ -289,7 +301,7 @@ class HeartbeatSender(threading.Thread):
                     self._undecided.update(waiting)
                 break
             time.sleep(DECISION_POLL_SECONDS)
-        self.check(attempts)
+        self.check({t: a for t, a in attempts.items() if t not in go_on})
 
     def _note(self, held: Mapping[str, int], answers: Mapping[str, Heartbeat]) -> None:
         with self._lock:

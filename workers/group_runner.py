@@ -14,9 +14,10 @@ single-trial runner (`workers.runner`) keeps:
 - **Heartbeat.** The process's one heartbeat thread (`HeartbeatSender`) beats for every
   trial still training. A trial whose claim is lost leaves the group at the next check and
   is not recorded; one whose sweep is cancelled leaves it and ends ``cancelled``.
-- **Pruning.** A watched group (its message says ``watch``: a pruning sweep) writes every
-  epoch's rows of all its trials at the epoch's end and, in the same pass of the writer,
-  asks for prune requests (one heartbeat for the trials still training); training waits
+- **Pruning.** A watched group (its message says ``watch``: a pruning sweep) writes the
+  rows of all its trials at the end of every epoch at which the pruner may decide
+  (`workers.claims.asks_at`) and, in the same pass of the writer, asks for prune requests
+  (one heartbeat for the trials still training, or the wait for the decision); training waits
   for that answer, so a pruned member leaves the group before the next epoch and ends
   ``pruned`` (`workers.runner.settle`), the others go on, and the fused model computes
   for the others only from then on.
@@ -62,7 +63,7 @@ from core.spec.config import TrialConfig
 from core.spec.search import decides
 from core.states import TrialState
 from core.store.roles import EpochRow, Finish, TrialLifecycle
-from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
+from workers.claims import EpochRows, HeartbeatSender, asks_at, claim_trials, with_retry
 from workers.runner import (
     RunnerOptions,
     failure_reason,
@@ -158,7 +159,7 @@ class _Run:
     def report(self, doc: dict[str, Any], epoch: int, row: dict[str, float]) -> None:
         """Keep an epoch's row; first write the finishes of trials that ended before it."""
         self.flush_finishes()
-        if self.watch:
+        if asks_at(self.watch, self.decide_at, epoch):
             self.rows.keep(doc["_id"], doc["attempt"], epoch, row)
             return
         due = self.rows.add(doc["_id"], doc["attempt"], epoch, row)
@@ -169,7 +170,7 @@ class _Run:
         """A watched group's epoch end: its rows, then a check for prune requests of the
         trials still training (at a pruner's epoch, the wait for its decision), written in
         order; training waits for the answer."""
-        if not self.watch:
+        if not asks_at(self.watch, self.decide_at, epoch):
             return
         self.writer.submit(self._write_rows, self.rows.take())
         live = {t: a for t, a in self.attempts.items() if t not in self.outcomes}

@@ -5,11 +5,12 @@ write when the message carries the config, one heartbeat thread per process, epo
 in batches (at most every 2 s, and all of them before the finish).
 
 **Early stopping.** A message of a pruning sweep carries ``watch`` (`scheduler.enqueue`):
-the trial's rows are then written at every epoch and, right after, one heartbeat asks
-whether the scheduler requested a prune (`SweepAdmin.request_prune`), so the trial stops
-before its next epoch. At an epoch where the pruner may decide (the message's
-``decide_at``), it first waits, bounded, until the scheduler has judged that epoch, so the
-decision applies at the epoch it was made for, as Optuna's in-process pruner's would.
+at every epoch where the pruner may decide (the message's ``decide_at``: every epoch, or
+successive halving's rungs; `workers.claims.asks_at`) the trial's rows are then written at
+once and it waits, bounded, until the scheduler has judged that epoch; right after, one
+heartbeat asks whether the scheduler requested a prune (`SweepAdmin.request_prune`), so
+the decision applies at the epoch it was made for, as Optuna's in-process pruner's would.
+Between two rungs it writes its rows and asks as an unwatched trial does.
 Without ``watch`` a request is still honoured, at the heartbeat
 thread's next beat. A trial stopped so ends ``pruned`` (`settle`): its rows kept,
 ``pruned_epoch`` the last epoch it trained, ``result.objective`` the objective metric's
@@ -54,7 +55,7 @@ from core.spec.kinds import kind_of
 from core.spec.search import decides
 from core.states import TrialState
 from core.store.roles import EpochRow, Finish, TrialLifecycle
-from workers.claims import EpochRows, HeartbeatSender, claim_trials, with_retry
+from workers.claims import EpochRows, HeartbeatSender, asks_at, claim_trials, with_retry
 
 if TYPE_CHECKING:
     from workers.training import TrainResult
@@ -249,9 +250,9 @@ def execute_trial(
     """Run the trial if this worker can claim it; return what happened.
 
     `carried` is the (queued attempt, config) the message carries, if it does: the claim
-    is then one write (`workers.claims`). `watch`: write every epoch's row at once and
-    check for a prune request after it, and at the epochs of `decide_at`
-    (`workers.claims.decide_at_of`) wait for the pruner's decision (module docstring).
+    is then one write (`workers.claims`). `watch`: at the epochs of `decide_at`
+    (`workers.claims.decide_at_of`; every epoch without it) write the rows at once, wait
+    for the pruner's decision and check for a prune request (module docstring).
     Outcomes: ``skipped``
     (finished already, or held by a live attempt), ``complete``, ``failed``,
     ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over).
@@ -285,7 +286,7 @@ def execute_trial(
             with_retry(lifecycle.report_many, batch, budget=budget)
 
     def on_epoch(epoch: int, metrics: dict[str, Any]) -> None:
-        if not watch:
+        if not asks_at(watch, decide_at, epoch):
             write_rows(rows.add(trial_id, attempt, epoch, metrics) or [])
             return
         rows.keep(trial_id, attempt, epoch, metrics)

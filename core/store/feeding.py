@@ -219,14 +219,17 @@ class MongoFeeding(Feeding):
 
     @available
     @available
-    def awaiting(self, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+    def awaiting(self, ids: Sequence[str]) -> dict[str, tuple[int, int] | None]:
         for trial_id in ids:
             check_id("trial_id", trial_id)
         if not ids:
             return {}
         fields = {**JUDGED_FIELDS, "progress.epoch": 1}
-        out: dict[str, tuple[int, int]] = {}
+        out: dict[str, tuple[int, int] | None] = {}
         for doc in self._s.trials.find({"_id": {"$in": list(ids)}}, fields):
+            if doc.get("state") not in (_QUEUED, _RUNNING):
+                out[doc["_id"]] = None
+                continue
             attempt = doc.get("attempt")
             epoch = (doc.get("progress") or {}).get("epoch")
             if isinstance(epoch, int) and judged_epoch(doc, attempt) < epoch:

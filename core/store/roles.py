@@ -398,11 +398,13 @@ class Feeding(Protocol):
         metrics of each epoch past ``after[id]`` (-1: every epoch). For the pruning decision."""
 
     @abstractmethod
-    def awaiting(self, ids: Sequence[str]) -> dict[str, tuple[int, int]]:
+    def awaiting(self, ids: Sequence[str]) -> dict[str, tuple[int, int] | None]:
         """Which of these trials may wait for a decision: for each one running whose latest
         reported epoch (its ``progress``) its attempt has not had judged yet, (attempt,
-        that epoch). One small read by id, what a scheduler asks often between two steps
-        (`scheduler.feed.Feeder.judge`) before it reads any row."""
+        that epoch); for each one that ended (neither queued nor running), None. One small
+        read by id, what a scheduler asks often between two steps
+        (`scheduler.feed.Feeder.judge`) before it reads any row, and which tells it that a
+        place in the window freed."""
 
     @abstractmethod
     def mark_judged(self, verdicts: Mapping[str, tuple[int, int]]) -> None:

@@ -10,6 +10,8 @@ start-up is most of the cost.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import uuid
 from collections.abc import Iterator
@@ -198,3 +200,63 @@ def test_a_grid_larger_than_a_window_submitted_through_the_api_is_fed_to_the_end
     assert counts["complete"] == 21, logs(fed, scheduler_log)
     docs = check_finished_once(fed, sweep_id, 21)
     assert len({d["key"] for d in docs}) == 21
+
+
+def adaptive_fused_pruning(trials: int) -> str:
+    """TPE + ASHA over small nets that fuse in groups of 8 (`scheduler.grouping.fused_size`),
+    with epochs enough that a kill lands while groups train."""
+    return (
+        f"name: feed-kill-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"
+        "execution: {device: cpu}\n"
+        "model: {hidden_layers: 2, hidden_units: [16, 32], activation: [relu, tanh]}\n"
+        "training: {epochs: 90, batch_size: 64, lr: {loguniform: [0.001, 0.3]}}\n"
+        "objective: {metric: val_accuracy, direction: max}\n"
+        f"search: {{algorithm: tpe, trials: {trials}, parallelism: 2, seed: 9}}\n"
+        "pruning: {algorithm: asha, min_resource: 5, reduction_factor: 3}\n"
+    )
+
+
+def test_kill_9_of_scheduler_worker_child_and_whole_worker_mid_adaptive_fused_pruning_sweep(
+    fed: Stack, scheduler_log: list[Scheduler]
+) -> None:
+    """The last test of the module: it kills the module's worker and starts another."""
+    sweep_id, total = fed.submit(adaptive_fused_pruning(trials=48))
+    assert total == 48
+    trials, metrics = fed.store.db["trials"], fed.store.db["metrics"]
+    # The first window is fused: two units of eight points, one message each.
+    first = list(trials.find({"sweep_id": sweep_id}))
+    assert len(first) == 16 and len({d["optuna"]["unit"] for d in first}) == 2
+
+    def training(after: int = 0, not_pid: int = 0) -> dict[str, Any] | None:
+        """A running trial with an epoch row, created after the first `after` trials and
+        trained by another process than `not_pid`."""
+        for doc in trials.find({"sweep_id": sweep_id, "state": "running"}):
+            if doc["index"] < after or doc["worker"]["pid"] == not_pid:
+                continue
+            if metrics.count_documents({"trial_id": doc["_id"], "attempt": doc["attempt"]}):
+                return doc
+        return None
+
+    scheduler = start(fed, scheduler_log)
+    wait_for(training, 120, "a fused trial training")
+    scheduler.kill_all()  # mid-decisions: workers at a rung wait, bounded, then train on
+    start(fed, scheduler_log)
+    doc = wait_for(lambda: training(after=16), 120, "a trial of the new scheduler training")
+    os.kill(doc["worker"]["pid"], signal.SIGKILL)  # the training child
+    wait_for(lambda: training(not_pid=doc["worker"]["pid"]), 120, "training after the kill")
+    fed.workers[0].kill_all()  # the whole worker: its messages go back to the queue
+    fed.start_worker(concurrency=2)
+    counts = fed.wait_finished(sweep_id, timeout=300)
+    assert counts["complete"] + counts["pruned"] == 48, logs(fed, scheduler_log)
+
+    docs = list(trials.find({"sweep_id": sweep_id}))
+    assert len(docs) == 48 and sorted(d["index"] for d in docs) == list(range(48))
+    ended = [h for d in docs for h in d["history"] if h["state"] in TERMINAL]
+    assert len(ended) == 48  # each trial ended once, in its final state
+    assert all(d["history"][-1]["state"] == d["state"] for d in docs)
+    assert max(d["attempt"] for d in docs) >= 2  # the kills did take trials over
+    rows = [(r["trial_id"], r["attempt"], r["epoch"]) for r in metrics.find({"sweep_id": sweep_id})]
+    assert len(rows) == len(set(rows))  # no epoch row twice
+    assert len({repr(sorted(flatten_params(d["params"]).items())) for d in docs}) == 48
+    assert len({d["optuna"]["number"] for d in docs}) == 48  # no point asked twice
+    assert fed.store.reads.counts(sweep_id) == fed.store.admin.recount(sweep_id)

@@ -42,7 +42,8 @@ def distinct_points(trials: dict[str, dict]) -> int:
 
 def test_run_a_tpe_sweep_feeds_it_to_its_budget(tmp_path: Path) -> None:
     """configs/mcleod-tpe.yaml with one epoch: `run` feeds TPE in-process to 24 trials,
-    never more than 4 in flight (each asked after some results came back)."""
+    never more than 4 units in flight (each asked after some results came back; a unit is
+    one point, or the points asked to train fused with it: `scheduler.feed`)."""
     data = tmp_path / "data"
     spec = mcleod_tpe(tmp_path)
     summary = run_json(clean_env(tmp_path), str(spec), "--data", str(data))
@@ -52,11 +53,14 @@ def test_run_a_tpe_sweep_feeds_it_to_its_budget(tmp_path: Path) -> None:
     # Distinct Optuna numbers (not 0-23: a point TPE draws twice is dropped, its number too).
     assert len({t["optuna"]["number"] for t in trials.values()}) == 24
     assert distinct_points(trials) == 24
-    # At most 4 in flight: the trial created k-th (k >= 4) waited for k - 3 to finish.
-    by_created = sorted(trials.values(), key=lambda t: (t["queued_at"], t["index"]))
-    finished = sorted(t["finished_at"] for t in trials.values())
-    for k, trial in enumerate(by_created[4:], start=4):
-        assert finished[k - 4] <= trial["queued_at"], k
+    # At most 4 units in flight: the unit created k-th (k >= 4) waited for k - 3 to end.
+    units: dict[int, list[dict]] = {}
+    for trial in trials.values():
+        units.setdefault(trial["optuna"]["unit"], []).append(trial)
+    queued = sorted(min(t["queued_at"] for t in unit) for unit in units.values())
+    ended = sorted(max(t["finished_at"] for t in unit) for unit in units.values())
+    for k in range(4, len(queued)):
+        assert ended[k - 4] <= queued[k], k
     assert processes_using(str(data)) == []
 
 

@@ -103,6 +103,56 @@ def test_tpe_creates_exactly_its_budget_never_more_than_parallelism_in_flight(
     assert stack.queue_depth() == 40  # one message per trial, none sent twice
 
 
+def fused_spec(trials: int = 40, parallelism: int = 3) -> Any:
+    """Small nets that fuse (`scheduler.grouping.fused_size`: groups of 8)."""
+    return load_spec(
+        f"name: fused-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"
+        "model: {hidden_units: [16, 32, 64], activation: [relu, tanh]}\n"
+        "training: {epochs: 20, lr: {loguniform: [0.001, 0.3]}, batch_size: [32, 64]}\n"
+        "objective: {metric: val_accuracy, direction: max}\n"
+        f"search: {{algorithm: tpe, trials: {trials}, parallelism: {parallelism}, seed: 3}}\n"
+    )
+
+
+def live_units(stack: Stack, sweep_id: str) -> dict[int, list[dict[str, Any]]]:
+    units: dict[int, list[dict[str, Any]]] = {}
+    for doc in stack.store.feeding.feed_trials(sweep_id):
+        if doc["state"] in ("queued", "running"):
+            units.setdefault(doc["optuna"]["unit"], []).append(doc)
+    return units
+
+
+def test_an_adaptive_search_asks_fused_groups_and_its_window_counts_each_once(
+    stack: Stack,
+) -> None:
+    spec = fused_spec()
+    sweep_id, total = submit_sweep(spec, stack.store, stack.app, workers=2)
+    assert total == 40
+    units = live_units(stack, sweep_id)
+    assert [len(u) for u in units.values()] == [8, 8, 8]  # parallelism 3: three units of 8
+    for members in units.values():
+        params = [flatten_params(d["params"]) for d in members]
+        shared = {(p["model.activation"], p["training.batch_size"]) for p in params}
+        assert len(shared) == 1  # what a fused group must share, the sampler was told
+        assert len({p["training.lr"] for p in params}) == 8
+    assert stack.queue_depth() == 3  # one fused group a unit
+    feeder = Feeder.open(stack.store, stack.app, sweep_id, owner=owner_name(), workers=2)
+    assert feeder is not None  # rebuilt from the store: its units too
+    most = 0
+    for _ in range(500):
+        alive = feeder.step()
+        most = max(most, len(live_units(stack, sweep_id)))
+        if not alive:
+            break
+        finish_some(stack, sweep_id, 3)
+    assert not alive
+    assert most == 3  # never more units in flight than the window, refilled unit by unit
+    docs = stack.store.feeding.feed_trials(sweep_id)
+    assert len(docs) == 40 == len(set(asked_points(stack, sweep_id)))
+    assert stack.store.reads.counts(sweep_id)["complete"] == 40
+    assert stack.queue_depth() == 5  # 40 trials in five fused messages, none sent twice
+
+
 def test_a_killed_feeder_is_rebuilt_without_asking_twice_and_replays_the_same_points(
     stack: Stack,
 ) -> None:

@@ -285,3 +285,40 @@ def test_fuse_is_validated_naming_the_field(value: Any) -> None:
     assert str(problem).startswith(
         "execution.fuse: must be off, auto or a group size from 1 to 1024, got "
     )
+
+
+def test_an_adaptive_group_shares_every_key_dimension_and_widths_across_buckets() -> None:
+    small = load_spec_file("configs/small-nets-search.yaml")
+    assert grouping.shared_dimensions(small.space) == {"model.activation", "training.batch_size"}
+    mcleod = load_spec_file("configs/mcleod-search.yaml")
+    assert grouping.shared_dimensions(mcleod.space) == {
+        "model.activation",
+        "model.hidden_layers",
+        "model.hidden_units",  # 16 ... 1024: five buckets
+        "training.batch_size",
+    }
+
+
+def _config(changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec = load_spec_file("configs/small-nets-search.yaml")
+    params = {
+        "model.hidden_units": 32,
+        "model.activation": "relu",
+        "training.lr": 0.01,
+        "training.batch_size": 64,
+    }
+    config = spec.seeded_config(params, 0, spec.base_config())
+    for path, value in (changes or {}).items():
+        section, key = path.split(".")
+        config[section][key] = value
+    return config
+
+
+def test_an_adaptive_group_is_as_large_as_fusing_gains() -> None:
+    assert grouping.fused_size(_config(), 8) == 8  # 2 x 32 on a CPU: fusing gains most
+    assert grouping.fused_size(_config(), 3) == 3  # the cap
+    wide = _config({"model.hidden_layers": 4, "model.hidden_units": 1024})
+    assert grouping.fused_size(wide, 8) == 1  # compute-bound: alone
+    assert grouping.fused_size(_config({"execution.fuse": "off"}), 8) == 1
+    assert grouping.fused_size(_config({"execution.fuse": 4}), 8) == 4  # taken as it is
+    assert grouping.fused_size(_config({"training.epochs": 0}), 8) == 1

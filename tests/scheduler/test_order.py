@@ -114,3 +114,23 @@ def test_a_caffe_trial_costs_its_graph_and_the_bigger_net_goes_first() -> None:
     assert [width[i.removeprefix("s1-")] for i in sent] == [500, 500, 20, 20]
     alone = [estimate_seconds([t.config]) for t in trials]
     assert alone[2] > alone[0] > estimate_seconds([{"dataset": {"name": "digits"}}])
+
+
+def test_a_pruning_grid_feeds_its_cheapest_fifth_first_then_the_rest_longest_first() -> None:
+    from scheduler.feed import RUNG_WARM_UP, Feeder
+
+    spec = load_spec_file(CONFIGS / "mcleod-asha.yaml")
+    feeder = Feeder(None, None, "", spec, owner="test")  # type: ignore[arg-type]
+    points = feeder.ask(len(feeder._points or []))[0]
+    assert sorted(p.id for p in points) == sorted(p.id for p in expand(spec))  # each once
+    costs = [trial_cost(p.config) for p in points]
+    head = round(RUNG_WARM_UP * len(points))
+    assert head == 24
+    assert costs[:head] == sorted(costs[:head])  # the cheap ones, cheapest first
+    assert max(costs[:head]) <= min(costs[head:])
+    assert costs[head:] == sorted(costs[head:], reverse=True)  # then longest first
+    # Without pruning the same grid goes longest first from the start.
+    plain = load_spec({**spec.document, "pruning": {"algorithm": "none"}})
+    unpruned = Feeder(None, None, "", plain, owner="test")  # type: ignore[arg-type]
+    costs = [trial_cost(p.config) for p in unpruned.ask(120)[0]]
+    assert costs == sorted(costs, reverse=True)

@@ -409,3 +409,22 @@ def test_workers_and_dashboard_never_import_optuna_or_the_search_adapter() -> No
         for path in (root / package).rglob("*.py"):
             found = pattern.findall(path.read_text(encoding="utf-8"))
             assert not found, f"{path.relative_to(root)} imports {found}"
+
+
+def test_fixed_dimensions_are_kept_and_the_others_sampled_and_never_repeated() -> None:
+    session = SearchSession(load_spec(MIXED.replace("algorithm: random", "algorithm: tpe")))
+    first = session.ask(1)[0]
+    fixed = {p: first.params[p] for p in ("model.activation", "training.optimizer")}
+    rest = session.ask(12, fixed)
+    assert len(rest) == 12
+    for asked in rest:
+        assert {p: asked.params[p] for p in fixed} == fixed
+    assert len({a.key for a in [first, *rest]}) == 13
+    assert len({a.params["training.lr"] for a in rest}) == 12  # the free ones still vary
+    # The fixed asks are ordinary trials of the study: a rebuilt session replays them.
+    again = SearchSession(load_spec(MIXED.replace("algorithm: random", "algorithm: tpe")))
+    again.rebuild(
+        [Record(a.number, a.params, "running", system_attrs=a.system_attrs) for a in [first, *rest]]
+    )
+    assert again.asked == 13
+    assert {a.key for a in again.ask(3)}.isdisjoint({a.key for a in [first, *rest]})
