@@ -12,7 +12,9 @@ the embedded defaults in a fresh data folder and no dashboard, the spec changed 
 From each sweep's records (the store is reopened on its data folder) it counts the epochs
 trained (every epoch row of every attempt: what the workers computed), the trials by state,
 and the best objective; it prints one row per variant with the share of the grid's epochs
-and the gap to the grid's best in percentage points. Wall times include the command's
+and the gap to the grid's best in percentage points, and for each pruned variant the share
+of the grid's wall time it saved against the share of epochs (1.00 x: every epoch saved
+saved as much time as the grid's average epoch). Wall times include the command's
 start and stop. A busy machine makes wall times noisy; epochs and accuracies are not.
 
     python -m bench.bench_search configs/mcleod-digits.yaml [--workers 2] [--tpe-trials 120]
@@ -115,6 +117,15 @@ def print_table(outcomes: list[Outcome], spec: Path, workers: int) -> None:
         print(
             f"{o.variant:<10} {trials:>6} {o.counts.get('pruned', 0):>6} {o.epochs:>7} "
             f"{share:>9} {o.wall:>7.1f} {best:>7} {gap:>12}"
+        )
+    for o in outcomes:
+        if grid is None or o is grid or not grid.epochs or o.epochs >= grid.epochs:
+            continue
+        epochs_saved = 1 - o.epochs / grid.epochs
+        wall_saved = 1 - o.wall / grid.wall
+        print(
+            f"{o.variant}: {100 * wall_saved:.1f} % of the grid's wall time saved, "
+            f"{100 * epochs_saved:.1f} % of its epochs: {wall_saved / epochs_saved:.2f} x"
         )
 
 

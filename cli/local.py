@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -30,7 +30,9 @@ from cli.datafolder import FolderInUse, FolderLock, Holder
 from cli.shared import program
 from core.errors import NotFound, StoreUnavailable, SweepstackError
 from core.settings import Settings
-from core.store.store import Store
+
+if TYPE_CHECKING:
+    from core.store.store import Store
 
 #: How long the folder's SecantusDB may take to listen (a cold start on a loaded host).
 STORE_START_TIMEOUT = 60.0
@@ -74,6 +76,8 @@ def with_data_dir(settings: Settings, data_dir: str | None) -> Settings:
 
 
 def _connect(url: str, db: str) -> Store:
+    from core.store.store import Store  # imported by the commands that read a store
+
     store = Store.connect(url, db)
     store.ensure_indexes()
     return store

@@ -11,23 +11,56 @@ naming its path and rule); 1 anything else.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
-from cli.api_server import api
-from cli.commands import scheduler, submit
-from cli.dashboard_server import dashboard
-from cli.open_dashboard import open_command
-from cli.report import report
-from cli.results import export, ls, status
-from cli.run import run as run_command
-from cli.specs import generate, validate
-from cli.worker import worker
 from core.errors import SweepstackError
 
+#: Every `sweepstack` command, by name, and where it lives (``module:attribute``). A command
+#: is imported only when it runs (or when ``--help`` lists them all): `sweepstack run`
+#: starts its workers sooner for not importing the API server, the dashboard and the rest.
+COMMANDS: dict[str, str] = {
+    "validate": "cli.specs:validate",
+    "generate": "cli.specs:generate",
+    "submit": "cli.commands:submit",
+    "status": "cli.results:status",
+    "worker": "cli.worker:worker",
+    "scheduler": "cli.commands:scheduler",
+    "run": "cli.run:run",
+    "api": "cli.api_server:api",
+    "dashboard": "cli.dashboard_server:dashboard",
+    "ls": "cli.results:ls",
+    "export": "cli.results:export",
+    "open": "cli.open_dashboard:open_command",
+    "report": "cli.report:report",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+def load_command(name: str) -> click.Command:
+    """The command `name` of `COMMANDS`, imported now."""
+    module, _, attribute = COMMANDS[name].partition(":")
+    command = getattr(importlib.import_module(module), attribute)
+    if not isinstance(command, click.Command) or command.name != name:
+        raise RuntimeError(f"{COMMANDS[name]} is not the click command {name!r}")
+    return command
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported when asked for (click's lazy subcommands)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return load_command(cmd_name) if cmd_name in COMMANDS else None
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(package_name="sweepstack")
 def main() -> None:
     """Sweepstack: run sweeps of neural-network configurations on RabbitMQ, Celery,
@@ -37,21 +70,6 @@ def main() -> None:
     `sweepstack generate SPEC`, run them here with `sweepstack run SPEC`; then
     `sweepstack ls`, `status`, `export` and `open` reach the results it kept.
     """
-
-
-#: Every `sweepstack` command (``--help`` lists them by name).
-COMMANDS: tuple[click.Command, ...] = (
-    validate, generate, submit, status, worker, scheduler, run_command, api, dashboard, ls,
-    export, open_command, report,
-)  # fmt: skip
-
-
-def _register() -> None:
-    for command in COMMANDS:
-        main.add_command(command)
-
-
-_register()
 
 
 def run() -> None:

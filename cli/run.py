@@ -30,7 +30,7 @@ import shutil
 import signal
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -45,8 +45,9 @@ from cli.shared import EXIT_PROBLEM, fail_spec, load_spec, program
 from core.broker import EMBEDDED_BROKER_URL
 from core.errors import NotFound, SpecError, SweepstackError
 from core.settings import Settings
-from core.store.store import Store
-from web.context import local_open_note
+
+if TYPE_CHECKING:
+    from core.store.store import Store
 
 log = logging.getLogger(__name__)
 #: The feeding lease of `run`, renewed every `POLL_SECONDS`: short, so that `run --resume`
@@ -153,9 +154,6 @@ def run(
     Uses SWEEPSTACK_BROKER_URL and SWEEPSTACK_MONGO_URL when set; otherwise starts an
     embedded SecantusDB and a filesystem broker under --data.
     """
-    from scheduler.enqueue import sender_app
-    from scheduler.submit import submit_sweep
-
     if bool(spec) == bool(resume_id):
         raise click.UsageError("give a SPEC to run, or --resume SWEEP (not both)")
     started = time.monotonic()
@@ -211,6 +209,12 @@ def run(
         dashboard = board.url if board else None
         if lock is not None:
             lock.update(dashboard=dashboard)
+        # Imported once the workers are on their way: they are not needed before.
+        from core.store.store import Store
+        from scheduler.enqueue import sender_app
+        from scheduler.submit import submit_sweep
+        from web.context import local_open_note
+
         if service is not None:
             service.wait(STORE_START_TIMEOUT)
         store = Store.connect(mongo_url, settings.mongo_db)

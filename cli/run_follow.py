@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -27,7 +27,9 @@ from rich.table import Table
 from cli import embedded
 from cli.local import reach_commands
 from core.store.records import flatten_params
-from core.store.store import Store
+
+if TYPE_CHECKING:
+    from core.store.store import Store
 
 REQUEUE_EVERY_SECONDS = 5.0
 #: How often the progress loop reads the counts: the end of the sweep is seen this soon.

@@ -97,7 +97,7 @@ RUNG_WARM_UP = 0.2
 RUNG_WARM_UP_MIN = 9
 #: The most points an adaptive search asks for one unit of fused training (`Feeder.ask`):
 #: more fuse better, but leave the sampler less to go on for each of them.
-ADAPTIVE_GROUP_CAP = 8
+ADAPTIVE_GROUP_CAP = 6
 PARALLELISM_PER_WORKER = 2
 #: Trials in flight for grid and random without pruning: their order is fixed, so a large
 #: window costs nothing but keeps every worker busy between the feeder's steps. Entry
@@ -409,15 +409,12 @@ class Feeder:
 
     def _ask_unit(self, most: int) -> list[tuple[Any, TrialPoint]]:
         """One unit of at most `most` points (`ask`), each with its `TrialPoint`."""
-        out = []
-        for asked in self.session.ask(1):
-            out.append((asked, self._asked_point(asked)))
+        out = [(asked, self._asked_point(asked)) for asked in self.session.ask(1)]
         if not out:
             return out
-        first = out[0][0]
         size = min(most, fused_size(out[0][1].config, ADAPTIVE_GROUP_CAP))
         if size > 1:
-            fixed = {p: v for p, v in first.params.items() if p in self._shared}
+            fixed = {p: v for p, v in out[0][0].params.items() if p in self._shared}
             out += [(a, self._asked_point(a)) for a in self.session.ask(size - 1, fixed)]
         return out
 

@@ -216,3 +216,24 @@ def test_validate_refuses_a_dataset_path_that_names_no_file(
     assert not (tmp_path / "data" / "logs").exists()
     path.write_text("name: f\ndataset: {path: here.csv}\n")
     assert runner.invoke(main, ["validate", str(path)], env=env).exit_code == 0
+
+
+def test_every_command_loads_and_run_starts_without_the_servers_libraries() -> None:
+    """Commands are imported when they run (`cli.main.COMMANDS`): each one named there
+    exists under its name, and `sweepstack run` reaches the start of its workers without
+    importing pymongo, Flask or Optuna (they come once the workers are on their way)."""
+    from cli.main import COMMANDS, load_command
+
+    assert sorted(load_command(name).name for name in COMMANDS) == sorted(COMMANDS)
+    code = (
+        "import sys, cli.main, cli.run; "
+        "print(sorted(m for m in ('pymongo', 'flask', 'optuna', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.stdout.strip() == "[]"

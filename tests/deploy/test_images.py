@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 from packaging.requirements import Requirement
@@ -48,7 +49,7 @@ def test_commands_the_containers_run_exist(services: dict[str, dict[str, Any]]) 
             module = argv[-1].split(":")[0]
             assert importlib.util.find_spec(module), f"{where}: gunicorn target {argv[-1]}"
         elif argv[0] == "sweepstack":
-            command = main.commands.get(argv[1])
+            command = main.get_command(click.Context(main), argv[1])
             assert command is not None, f"{where}: no `sweepstack {argv[1]}`"
             options = {o for p in command.params for o in p.opts}
             for arg in argv[2:]:

@@ -203,7 +203,7 @@ def test_a_grid_larger_than_a_window_submitted_through_the_api_is_fed_to_the_end
 
 
 def adaptive_fused_pruning(trials: int) -> str:
-    """TPE + ASHA over small nets that fuse in groups of 8 (`scheduler.grouping.fused_size`),
+    """TPE + ASHA over small nets that fuse in groups of 6 (`scheduler.feed.ADAPTIVE_GROUP_CAP`),
     with epochs enough that a kill lands while groups train."""
     return (
         f"name: feed-kill-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"
@@ -223,9 +223,9 @@ def test_kill_9_of_scheduler_worker_child_and_whole_worker_mid_adaptive_fused_pr
     sweep_id, total = fed.submit(adaptive_fused_pruning(trials=48))
     assert total == 48
     trials, metrics = fed.store.db["trials"], fed.store.db["metrics"]
-    # The first window is fused: two units of eight points, one message each.
+    # The first window is fused: two units of six points, one message each.
     first = list(trials.find({"sweep_id": sweep_id}))
-    assert len(first) == 16 and len({d["optuna"]["unit"] for d in first}) == 2
+    assert len(first) == 12 and len({d["optuna"]["unit"] for d in first}) == 2
 
     def training(after: int = 0, not_pid: int = 0) -> dict[str, Any] | None:
         """A running trial with an epoch row, created after the first `after` trials and
@@ -241,7 +241,7 @@ def test_kill_9_of_scheduler_worker_child_and_whole_worker_mid_adaptive_fused_pr
     wait_for(training, 120, "a fused trial training")
     scheduler.kill_all()  # mid-decisions: workers at a rung wait, bounded, then train on
     start(fed, scheduler_log)
-    doc = wait_for(lambda: training(after=16), 120, "a trial of the new scheduler training")
+    doc = wait_for(lambda: training(after=12), 120, "a trial of the new scheduler training")
     os.kill(doc["worker"]["pid"], signal.SIGKILL)  # the training child
     wait_for(lambda: training(not_pid=doc["worker"]["pid"]), 120, "training after the kill")
     fed.workers[0].kill_all()  # the whole worker: its messages go back to the queue

@@ -104,7 +104,7 @@ def test_tpe_creates_exactly_its_budget_never_more_than_parallelism_in_flight(
 
 
 def fused_spec(trials: int = 40, parallelism: int = 3) -> Any:
-    """Small nets that fuse (`scheduler.grouping.fused_size`: groups of 8)."""
+    """Small nets that fuse (`scheduler.grouping.fused_size`: groups of 6, the cap)."""
     return load_spec(
         f"name: fused-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"
         "model: {hidden_units: [16, 32, 64], activation: [relu, tanh]}\n"
@@ -129,12 +129,12 @@ def test_an_adaptive_search_asks_fused_groups_and_its_window_counts_each_once(
     sweep_id, total = submit_sweep(spec, stack.store, stack.app, workers=2)
     assert total == 40
     units = live_units(stack, sweep_id)
-    assert [len(u) for u in units.values()] == [8, 8, 8]  # parallelism 3: three units of 8
+    assert [len(u) for u in units.values()] == [6, 6, 6]  # parallelism 3: three units of 6
     for members in units.values():
         params = [flatten_params(d["params"]) for d in members]
         shared = {(p["model.activation"], p["training.batch_size"]) for p in params}
         assert len(shared) == 1  # what a fused group must share, the sampler was told
-        assert len({p["training.lr"] for p in params}) == 8
+        assert len({p["training.lr"] for p in params}) == 6
     assert stack.queue_depth() == 3  # one fused group a unit
     feeder = Feeder.open(stack.store, stack.app, sweep_id, owner=owner_name(), workers=2)
     assert feeder is not None  # rebuilt from the store: its units too
@@ -150,7 +150,7 @@ def test_an_adaptive_search_asks_fused_groups_and_its_window_counts_each_once(
     docs = stack.store.feeding.feed_trials(sweep_id)
     assert len(docs) == 40 == len(set(asked_points(stack, sweep_id)))
     assert stack.store.reads.counts(sweep_id)["complete"] == 40
-    assert stack.queue_depth() == 5  # 40 trials in five fused messages, none sent twice
+    assert stack.queue_depth() == 7  # 40 trials in seven fused messages, none sent twice
 
 
 def test_a_killed_feeder_is_rebuilt_without_asking_twice_and_replays_the_same_points(
