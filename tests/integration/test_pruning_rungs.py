@@ -5,7 +5,8 @@ feeds it and decides (RabbitMQ, SecantusDB).
 What a user relies on (DESIGN.md): a pruning decision applies at the epoch it was made for.
 A watched trial waits at each rung for the scheduler's verdict (`workers.claims`), so every
 pruned trial stopped exactly at a rung, with its rows up to that rung stored once and none
-after; for plain trials, for members of fused groups, and for data-parallel trials. One
+after; for plain trials, for members of fused groups, for chunked trials and for
+data-parallel trials. One
 stack (queue, database, a worker of two processes) serves the module.
 """
 
@@ -110,3 +111,24 @@ def test_data_parallel_trials_are_pruned_at_their_rung(stack: Stack) -> None:
     execution = "{device: cpu, fuse: off, parallel: {world_size: 2, strategy: allreduce}}"
     sweep_id, _ = stack.submit(_spec(model, execution))
     _check_pruned_at_rungs(stack, sweep_id)
+
+
+def test_chunked_trials_are_pruned_at_their_rung(stack: Stack) -> None:
+    # Cheap trials on iris that cannot fuse (each its own depth, activation, optimizer and
+    # batch size) go several to a message, one after another (`scheduler.chunks`); the
+    # window holds the whole grid, so chunks can form.
+    spec = (
+        f"name: rungs-{uuid.uuid4().hex[:6]}\ndataset: {{name: iris}}\n"
+        "objective: {metric: val_accuracy, direction: max}\n"
+        "model: {hidden_layers: [1, 2], hidden_units: 8, activation: [relu, tanh, sigmoid, elu]}\n"
+        "training: {optimizer: [sgd, adam], epochs: 7, batch_size: [16, 32, 64], lr: 0.01}\n"
+        "execution: {device: cpu}\n"
+        "search: {algorithm: grid, parallelism: 64}\n"
+        "pruning: {algorithm: asha, min_resource: 2, reduction_factor: 3}\n"
+    )
+    sweep_id, total = stack.submit(spec)
+    assert total == 48
+    docs = _check_pruned_at_rungs(stack, sweep_id)
+    chunked = [d for d in docs if d.get("group_size", 1) > 1 and d.get("fused") == 1]
+    assert chunked, "no trial trained in a chunk"
+    assert any(d["state"] == "pruned" for d in chunked)
