@@ -19,8 +19,8 @@ Sources, and why two:
   Those go in `rung_order`: the cheapest fifth first, then the rest longest first. Fed
   longest first, the largest nets reached each rung before any other trial, so the pruner
   let them train to the end (a rung with one result promotes it); cheap trials first give
-  every rung results to judge them by (configs/mcleod-asha.yaml: 34 s instead of 61 s for
-  the same grid, docs/performance.md).
+  every rung results to judge them by (configs/mcleod-asha.yaml: 26 s instead of 61 s,
+  docs/performance.md).
 
 Units (adaptive search): the window counts units of work, not trials. A unit is one point
 as the sampler chooses it and, when the cost model says nets like it gain by training

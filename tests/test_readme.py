@@ -252,6 +252,22 @@ class Sandbox:
         return self.ran[key]
 
 
+def _signals(proc: subprocess.Popen[bytes]) -> str:
+    """The signal masks of the processes of `proc`'s group, for a failure's message."""
+    lines = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+            if os.getpgid(int(status.parent.name)) != proc.pid:
+                continue
+        except (OSError, ValueError):
+            continue
+        fields = dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+        keys = ("Name", "Pid", "State", "SigBlk", "SigIgn", "SigCgt")
+        lines.append(" ".join(f"{k}={fields.get(k, '?').strip()}" for k in keys))
+    return "".join(f"\n  {line}" for line in lines)
+
+
 def _serve(proc: subprocess.Popen[bytes], log: Path) -> tuple[int, str]:
     """Wait until the first URL `proc` prints answers 200, then Ctrl-C it: (0, a note) if
     it served and stopped on SIGINT; (-1, why not) otherwise."""
@@ -271,7 +287,8 @@ def _serve(proc: subprocess.Popen[bytes], log: Path) -> tuple[int, str]:
                 try:
                     code = proc.wait(timeout=30)
                 except subprocess.TimeoutExpired:
-                    return -1, f"\n(served {found.group()}, but did not stop on Ctrl-C)"
+                    why = f"\n(served {found.group()}, but did not stop on Ctrl-C)"
+                    return -1, why + _signals(proc)
                 note = f"\n(served {found.group()}; stopped by Ctrl-C, exit {code})"
                 return (0 if code in (0, 130, -signal.SIGINT) else code), note
         time.sleep(0.2)
