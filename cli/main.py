@@ -12,6 +12,7 @@ naming its path and rule); 1 anything else.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import click
@@ -72,8 +73,19 @@ def main() -> None:
     """
 
 
+def take_ctrl_c() -> None:
+    """Let Ctrl-C stop the command whatever its parent left it: a SIGINT the parent
+    ignored (a shell's ``&`` does; Python then installs no handler, and KeyboardInterrupt
+    never comes) or blocked (both are inherited across exec) is taken back, with Python's
+    own handler. `run`, `open` and the servers stop on Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def run() -> None:
-    """Console entry point that turns unexpected Sweepstack errors into exit code 1."""
+    """Console entry point: Ctrl-C taken (`take_ctrl_c`), and unexpected Sweepstack errors
+    turned into exit code 1."""
+    take_ctrl_c()
     try:
         main(standalone_mode=True)
     except SweepstackError as exc:

@@ -20,7 +20,7 @@ from cli import embedded
 from cli.datafolder import pid_alive
 from cli.local import dashboard_port, find_sweep, open_store, reached, with_data_dir
 from cli.options import dashboard_port_option, data_option
-from cli.shared import program, read_settings, take_ctrl_c
+from cli.shared import program, read_settings
 from core.procs import free_port
 from web.context import local_open_note
 
@@ -42,7 +42,6 @@ def open_command(sweep_id: str | None, data_dir: str | None, port: int) -> None:
     Ctrl-C; prints the URL on standard output."""
     settings = with_data_dir(read_settings(), data_dir)
     port, busy = dashboard_port(port)
-    take_ctrl_c()
     signal.signal(signal.SIGTERM, _on_signal)
     store = open_store(settings)
     if sweep_id:

@@ -41,7 +41,7 @@ from cli.embedded_broker import ORDERED_TRANSPORT
 from cli.local import dashboard_port, with_data_dir
 from cli.options import dashboard_port_option, data_option, workers_option
 from cli.run_follow import follow, results_note, top_table
-from cli.shared import EXIT_PROBLEM, fail_spec, load_spec, program, take_ctrl_c
+from cli.shared import EXIT_PROBLEM, fail_spec, load_spec, program
 from core.broker import EMBEDDED_BROKER_URL
 from core.errors import NotFound, SpecError, SweepstackError
 from core.settings import Settings
@@ -179,7 +179,6 @@ def run(
     def on_signal(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
-    take_ctrl_c()
     signal.signal(signal.SIGTERM, on_signal)
     store: Store | None = None
     try:

@@ -13,7 +13,6 @@ assembles them) can import it.
 from __future__ import annotations
 
 import shutil
-import signal
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -82,11 +81,3 @@ def program() -> str:
     if found and Path(found).resolve() == Path(argv0).resolve():
         return "sweepstack"
     return argv0
-
-
-def take_ctrl_c() -> None:
-    """Let Ctrl-C stop this command whatever its parent left it: a SIGINT the parent
-    ignored (Python then installs no handler, and KeyboardInterrupt never comes) or
-    blocked (both are inherited across exec) is taken back, with Python's own handler."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})

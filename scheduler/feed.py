@@ -15,22 +15,11 @@ Sources, and why two:
   order and seeds as `sweepstack generate`), the whole list ordered longest-first up front
   (costs are known), in windows of `big_window` (no Optuna is imported: fast start-up);
 - every other sweep has a `SearchSession` (Optuna): adaptive algorithms ask it; grid and
-  random with pruning add their expanded points to it, so the pruner sees every trial.
-  Those go in `rung_order`: the cheapest fifth first, then the rest longest first. Fed
-  longest first, the largest nets reached each rung before any other trial, so the pruner
-  let them train to the end (a rung with one result promotes it); cheap trials first give
-  every rung results to judge them by (configs/mcleod-asha.yaml: 26 s instead of 61 s,
-  docs/performance.md).
+  random with pruning add their expanded points to it, so the pruner sees every trial,
+  and go in `scheduler.units.rung_order` (the cheapest fifth first).
 
-Units (adaptive search): the window counts units of work, not trials. A unit is one point
-as the sampler chooses it and, when the cost model says nets like it gain by training
-fused (`scheduler.grouping.fused_size`: small nets on a CPU), up to `ADAPTIVE_GROUP_CAP`
-points in all, the others asked with the dimensions a fused group shares fixed to the
-first's (`scheduler.grouping.shared_dimensions`; Optuna's sampler chooses the rest, told
-of the points in flight by its constant liar). Each unit is sent as the messages of its
-own points (`scheduler.messages.unit_messages`: one fused group, most often), and its key
-(the Optuna number of its first point) is stored with each of its trials, so a rebuilt
-feeder counts the window as the first did. A slot frees when every trial of a unit ended;
+An adaptive search asks in units of points that train together (`scheduler.units`), and
+its window counts units: a place frees when every trial of a unit ended, and
 `judge_until` sees it and lets the caller step at once.
 
 Window: at most `parallelism` trials in flight for a session (``search.parallelism``, else
@@ -84,20 +73,15 @@ from core.store.records import flatten_params
 from core.store.store import Store
 from scheduler.enqueue import DecideAt, enqueue
 from scheduler.expand import TrialPoint, expand
-from scheduler.grouping import fused_size, shared_dimensions
+from scheduler.grouping import shared_dimensions
 from scheduler.messages import messages, unit_messages
 from scheduler.order import trial_cost
 from scheduler.prune_decision import decide, pruned_value
+from scheduler.units import ADAPTIVE_GROUP_CAP, ask_unit, by_unit, rung_order, unit_keys
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PARALLELISM = 8
-#: A pruning grid's cheapest share fed first, and the fewest trials that is (`rung_order`).
-RUNG_WARM_UP = 0.2
-RUNG_WARM_UP_MIN = 9
-#: The most points an adaptive search asks for one unit of fused training (`Feeder.ask`):
-#: more fuse better, but leave the sampler less to go on for each of them.
-ADAPTIVE_GROUP_CAP = 6
 PARALLELISM_PER_WORKER = 2
 #: Trials in flight for grid and random without pruning: their order is fixed, so a large
 #: window costs nothing but keeps every worker busy between the feeder's steps. Entry
@@ -175,7 +159,7 @@ class Feeder:
         self.total = 0
         self.done = False
         self.used_up = False  # an adaptive search's space gave no new point
-        self.freed = False  # `judge` saw a trial in flight end since the last step
+        self.freed = False  # `judge` saw a trial in flight end (`judge_until` resets it)
         self.stall_seconds = STALL_SECONDS
         self._rev: int | None = None  # counts_rev last seen, and when it last moved
         self._rev_at = time.monotonic()
@@ -288,7 +272,6 @@ class Feeder:
         sweep still needs feeding (False: finished, cancelled, deleted or lease lost)."""
         if self.done:
             return False
-        self.freed = False
         try:
             if not self.store.feeding.take_lease(self.sweep_id, self.owner, self.lease_seconds):
                 log.warning("sweep %s: lost the feeding lease; stopping", self.sweep_id)
@@ -316,7 +299,7 @@ class Feeder:
     def wanted(self, in_flight: int) -> tuple[int, int | None]:
         """How many new trials the window has room for, given the trials in flight, and
         for an adaptive search in how many units at most (module docstring): a unit of
-        up to `ADAPTIVE_GROUP_CAP` points per free place, for the ones that fuse."""
+        up to `scheduler.units.ADAPTIVE_GROUP_CAP` points per free place."""
         if self._points is not None or self.session is None:
             return self.window - in_flight, None
         free = self.window - len({self._units.get(t, t) for t in self._numbers})
@@ -373,10 +356,7 @@ class Feeder:
         with each (by point id); neither stored nor sent here (`feed` does both).
 
         An adaptive search asks in units of points to train together, at most `units` of
-        them (module docstring): the first point of each as the sampler chooses it; when
-        the cost model says trials like it gain by fusing (`scheduler.grouping.fused_size`),
-        up to that many more with the dimensions a fused group shares fixed to the first's
-        (`scheduler.grouping.shared_dimensions`). Each point's Optuna fields name its unit
+        them (`scheduler.units.ask_unit`); each point's Optuna fields name its unit
         (``unit``: the Optuna number of the unit's first point)."""
         extras: dict[str, dict[str, Any]] = {}
         points: list[TrialPoint] = []
@@ -394,7 +374,7 @@ class Feeder:
             return points, extras
         made = 0
         while len(points) < n and (units is None or made < units):
-            unit = self._ask_unit(n - len(points))
+            unit = ask_unit(self.session, self._shared, n - len(points), self._asked_point)
             if not unit:
                 self.used_up = True
                 break
@@ -406,17 +386,6 @@ class Feeder:
                 tid = f"{self.sweep_id}-{point.id}"
                 self._numbers[tid], self._units[tid] = asked.number, key
         return points, extras
-
-    def _ask_unit(self, most: int) -> list[tuple[Any, TrialPoint]]:
-        """One unit of at most `most` points (`ask`), each with its `TrialPoint`."""
-        out = [(asked, self._asked_point(asked)) for asked in self.session.ask(1)]
-        if not out:
-            return out
-        size = min(most, fused_size(out[0][1].config, ADAPTIVE_GROUP_CAP))
-        if size > 1:
-            fixed = {p: v for p, v in out[0][0].params.items() if p in self._shared}
-            out += [(a, self._asked_point(a)) for a in self.session.ask(size - 1, fixed)]
-        return out
 
     def _asked_point(self, asked: Any) -> TrialPoint:
         point = self.session.point(asked, self._index, with_config=True)
@@ -509,6 +478,8 @@ def judge_until(feeders: Sequence[Feeder], deadline: float) -> None:
     Returns early when a look saw a trial in flight end (`Feeder.freed`), so that the
     caller steps at once and the freed place is filled when it frees."""
     every = JUDGE_SECONDS
+    for feeder in feeders:
+        feeder.freed = False
     while (left := deadline - time.monotonic()) > 0:
         judging = [feeder for feeder in feeders if feeder.judging]
         if not judging:
@@ -526,26 +497,8 @@ def judge_until(feeders: Sequence[Feeder], deadline: float) -> None:
         time.sleep(min(every, max(0.0, deadline - time.monotonic())))
 
 
-def rung_order(longest_first: list[TrialPoint]) -> list[TrialPoint]:
-    """A pruning grid's or random sweep's feeding order (module docstring): its cheapest
-    `RUNG_WARM_UP` share (at least `RUNG_WARM_UP_MIN` trials) first, cheapest first, so
-    that every rung has results by the time the large nets reach it, then the others
-    longest first, so that the sweep does not end on a large net."""
-    cheapest = longest_first[::-1]
-    head = cheapest[: max(RUNG_WARM_UP_MIN, round(RUNG_WARM_UP * len(cheapest)))]
-    early = {p.id for p in head}
-    return head + [p for p in longest_first if p.id not in early]
-
-
 def _optuna(number: int, system_attrs: dict[str, Any], **more: Any) -> dict[str, Any]:
     return {"optuna": {"number": number, "system_attrs": system_attrs, **more}}
-
-
-def unit_keys(extras: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """Point id -> its unit's key, from the Optuna fields `Feeder.ask` gave; None when
-    no point has one (not an adaptive search)."""
-    keys = {pid: (e.get("optuna") or {}).get("unit") for pid, e in extras.items()}
-    return keys if any(k is not None for k in keys.values()) else None
 
 
 def send_window(
@@ -562,14 +515,11 @@ def send_window(
     """Enqueue a stored window's trials (`scheduler.messages`), then empty the sweep's
     ``sending`` list: they are sent, and a rebuilt feeder need not send them again.
 
-    `units` (point id -> unit key, from `Feeder.ask`) sends each unit of an adaptive
-    search's points as its own messages (`scheduler.messages.unit_messages`)."""
+    `units` (point id -> unit key, `scheduler.units.unit_keys`) sends each unit of an
+    adaptive search's points as its own messages (`scheduler.messages.unit_messages`)."""
     if units is None:
         out = messages(sweep_id, points, workers, watch=watch, decide_at=decide_at)
     else:
-        by_unit: dict[Any, list[TrialPoint]] = {}
-        for point in points:
-            by_unit.setdefault(units.get(point.id, point.id), []).append(point)
-        out = unit_messages(sweep_id, list(by_unit.values()), watch=watch, decide_at=decide_at)
+        out = unit_messages(sweep_id, by_unit(points, units), watch=watch, decide_at=decide_at)
     enqueue(app, out)
     store.feeding.end_sending(sweep_id)

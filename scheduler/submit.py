@@ -23,15 +23,9 @@ from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.sweep import SweepSpec
 from core.store.store import Store
 from scheduler.enqueue import Outgoing, carry, enqueue
-from scheduler.feed import (
-    BIG_WINDOW,
-    LEASE_SECONDS,
-    Feeder,
-    owner_name,
-    send_window,
-    unit_keys,
-)
+from scheduler.feed import BIG_WINDOW, LEASE_SECONDS, Feeder, owner_name, send_window
 from scheduler.messages import time_limit
+from scheduler.units import unit_keys
 
 log = logging.getLogger(__name__)
 

@@ -203,7 +203,7 @@ def test_a_grid_larger_than_a_window_submitted_through_the_api_is_fed_to_the_end
 
 
 def adaptive_fused_pruning(trials: int) -> str:
-    """TPE + ASHA over small nets that fuse in groups of 6 (`scheduler.feed.ADAPTIVE_GROUP_CAP`),
+    """TPE + ASHA over small nets that fuse in groups of 6 (`scheduler.units.ADAPTIVE_GROUP_CAP`),
     with epochs enough that a kill lands while groups train."""
     return (
         f"name: feed-kill-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"

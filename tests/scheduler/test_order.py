@@ -117,7 +117,8 @@ def test_a_caffe_trial_costs_its_graph_and_the_bigger_net_goes_first() -> None:
 
 
 def test_a_pruning_grid_feeds_its_cheapest_fifth_first_then_the_rest_longest_first() -> None:
-    from scheduler.feed import RUNG_WARM_UP, Feeder
+    from scheduler.feed import Feeder
+    from scheduler.units import RUNG_WARM_UP
 
     spec = load_spec_file(CONFIGS / "mcleod-asha.yaml")
     feeder = Feeder(None, None, "", spec, owner="test")  # type: ignore[arg-type]
