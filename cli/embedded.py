@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from cli.gunicorn import gunicorn_argv
@@ -105,18 +106,21 @@ class Processes:
                     f"{self.logs / (name + '.log')}"
                 )
 
-    def stop(self) -> None:
+    def stop(self, at_once: Collection[str] = ()) -> None:
         """Stop every child and its process group: SIGTERM to all at once, SIGKILL after its grace.
 
         Workers and the dashboard hold nothing that is not already in the store (a trial
         cut short stays ``running`` and is requeued by ``--resume``), so they get a short
-        grace; the store gets a long one, to close its data files cleanly.
+        grace; the store gets a long one, to close its data files cleanly. The children
+        named in `at_once` get none (`sweepstack run` once its sweep has ended: no trial
+        runs, a worker's warm shut-down took 0.2 s of a 7 s run and saved nothing).
         """
         started = time.monotonic()
-        for _, proc, _ in self.children:
+        for name, proc, _ in self.children:
             if proc.poll() is None:
+                now = signal.SIGKILL if name in at_once else signal.SIGTERM
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
+                    os.killpg(proc.pid, now)
         for name, proc, grace in self.children:
             try:
                 proc.wait(max(0.0, started + grace - time.monotonic()))

@@ -12,6 +12,8 @@ naming its path and rule); 1 anything else.
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import signal
 import sys
 
@@ -84,13 +86,23 @@ def take_ctrl_c() -> None:
 
 def run() -> None:
     """Console entry point: Ctrl-C taken (`take_ctrl_c`), and unexpected Sweepstack errors
-    turned into exit code 1."""
+    turned into exit code 1. A command that succeeded and asked for it
+    (`cli.shared.skip_teardown`) ends the process at once, its output flushed."""
     take_ctrl_c()
     try:
         main(standalone_mode=True)
     except SweepstackError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+    except SystemExit as done:
+        from cli.shared import teardown_skipped
+
+        if done.code not in (0, None) or not teardown_skipped():
+            raise
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":

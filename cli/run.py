@@ -41,7 +41,7 @@ from cli.embedded_broker import ORDERED_TRANSPORT
 from cli.local import dashboard_port, with_data_dir
 from cli.options import dashboard_port_option, data_option, workers_option
 from cli.run_follow import follow, results_note, top_table
-from cli.shared import EXIT_PROBLEM, fail_spec, load_spec, program
+from cli.shared import EXIT_PROBLEM, fail_spec, load_spec, program, skip_teardown
 from core.broker import EMBEDDED_BROKER_URL
 from core.errors import NotFound, SpecError, SweepstackError
 from core.settings import Settings
@@ -65,12 +65,15 @@ def _free_port_but(taken: set[int]) -> int:
             return port
 
 
-def _stop(procs: embedded.Processes, store: Store | None, lock: FolderLock | None) -> None:
+def _stop(
+    procs: embedded.Processes, store: Store | None, lock: FolderLock | None, ended: bool
+) -> None:
     """Close our own connection first, so the store's shut-down has none to drain; give
-    the data folder back once every child (the store too) has exited."""
+    the data folder back once every child (the store too) has exited. Once the sweep has
+    `ended` no trial runs: the workers and the dashboard are killed without a grace."""
     if store is not None:
         store.close()
-    procs.stop()
+    procs.stop(at_once=("worker", "dashboard") if ended else ())
     if lock is not None:
         lock.release()
 
@@ -181,6 +184,7 @@ def run(
 
     signal.signal(signal.SIGTERM, on_signal)
     store: Store | None = None
+    ended = False  # every trial of the sweep ended: no worker has anything to finish
     try:
         # Everything starts at once; only the store is waited for, before the sweep is
         # stored. Workers boot (the torch import) meanwhile and take the first message as
@@ -275,6 +279,8 @@ def run(
             settings.max_attempts,
             open_feeder,
         )
+        ended = True
+        skip_teardown()  # everything is closed in `_stop`, before the command returns
         if feeder is not None:
             feeder.close()  # another scheduler may take the sweep at once (a retry's trials)
         counts = store.reads.counts(sweep_id)
@@ -312,7 +318,7 @@ def run(
     except (SweepstackError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
-        _stop(procs, store, lock)
+        _stop(procs, store, lock, ended)
         # The interpreter's last garbage collections over every object the imported
         # libraries made took 1.5 s of the command's exit on a loaded 2-core machine;
         # frozen objects are skipped (the process is ending, the OS takes the memory).

@@ -81,3 +81,23 @@ def program() -> str:
     if found and Path(found).resolve() == Path(argv0).resolve():
         return "sweepstack"
     return argv0
+
+
+#: Whether the command that ran asked its process to end without the interpreter's
+#: teardown (`skip_teardown`); read by the console entry point, `cli.main.run`.
+_SKIP_TEARDOWN = [False]
+
+
+def skip_teardown() -> None:
+    """Let the process end, once this command has succeeded, without the interpreter's
+    teardown: its exit handlers joined the threads of pymongo's closed clients (up to
+    0.5 s, a tenth of a small `sweepstack run`) and collected every object the imported
+    libraries made. For a command that has closed what it opened and written its output;
+    only the console entry point acts on it (a command run in-process, by click's test
+    runner, returns as usual)."""
+    _SKIP_TEARDOWN[0] = True
+
+
+def teardown_skipped() -> bool:
+    """Whether the command asked for `skip_teardown`."""
+    return _SKIP_TEARDOWN[0]
