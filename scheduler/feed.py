@@ -40,9 +40,10 @@ Decisions at the rung: a watched trial's message says at which epochs its worker
 the pruner (``decide_at``, `core.spec.search.decision_epochs`: successive halving's rungs,
 or every epoch). Between two steps the scheduler calls `judge` every `JUDGE_SECONDS` while
 such a wait may be on (`judge_until`): it reads the running trials' new rows, asks Optuna's
-pruner, and either requests the prune or marks the epoch judged (`Feeding.mark_judged`), and
-the worker trains on. A pruned trial so trains no epoch that Optuna's pruner, deciding in
-one process on the same reports, would not have let it (DESIGN.md).
+pruner, and requests the prunes and marks the other epochs judged, in one write
+(`Feeding.mark_judged`); the worker reads its decision at once and stops or trains on. A
+pruned trial so trains no epoch that Optuna's pruner, deciding in one process on the same
+reports, would not have let it (DESIGN.md).
 
 Counts that stopped moving: a process killed between a trial's write and its sweep's
 counter write leaves the counts one off (`core.store.store`), e.g. a trial counted running
@@ -452,6 +453,7 @@ class Feeder:
                 self._epochs[tid] = (attempts[tid], max(epochs))
         metric = self.spec.pruning.metric or self.spec.objective.metric
         stop = decide(self.session, running, rows, metric)
+        go_on: dict[str, tuple[int, int]] = {}
         if self.decide_at is not None:
             # Those the pruner let go on after a decision epoch, told so at once: their
             # workers wait there.
@@ -459,14 +461,14 @@ class Feeder:
                 tid: (attempts[tid], max(epochs)) for tid, epochs in rows.items()
                 if epochs and tid not in stop and decides(self.decide_at, max(epochs))
             }  # fmt: skip
-            if go_on:
-                self.store.feeding.mark_judged(go_on)
         stop = {tid: at for tid, at in stop.items() if tid not in self._requested}
-        if not stop:
+        if not go_on and not stop:
             return
-        marked = self.store.admin.request_prune(stop)
+        # One write for both: a waiting worker reads its decision once (`mark_judged`).
+        marked = self.store.feeding.mark_judged(go_on, stop)
         self._requested.update(stop)
-        log.info("sweep %s: pruning %d trials", self.sweep_id, len(marked))
+        if stop:
+            log.info("sweep %s: pruning %d trials", self.sweep_id, len(marked))
 
 
 def judge_until(feeders: Sequence[Feeder], deadline: float) -> None:

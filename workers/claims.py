@@ -37,7 +37,7 @@ from core.errors import NotFound, StoreUnavailable
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.search import EVERY_EPOCH, decides
 from core.states import Heartbeat, TrialState
-from core.store.records import JUDGED_ALL, sweep_of
+from core.store.records import sweep_of
 from core.store.roles import EpochRow, TrialLifecycle
 
 log = logging.getLogger(__name__)
@@ -270,10 +270,10 @@ class HeartbeatSender(threading.Thread):
         self, attempts: Mapping[str, int], epoch: int, timeout: float = DECISION_WAIT_SECONDS
     ) -> None:
         """Wait until the scheduler has judged these held attempts at `epoch` (or later):
-        told them to go on, or asked them to stop (`TrialLifecycle.judged`); then `check`
-        those not told to go on, so a prune request is noted before the next epoch starts
-        (a cancel or a lost claim of the others, at the thread's next beat). Bounded by `timeout`: a
-        trial whose decision did not come in time trains on and never waits again."""
+        told them to go on, or asked them to stop (`TrialLifecycle.judged`, which says how
+        each is to end, so a prune request is noted before the next epoch starts with no
+        heartbeat to ask). Bounded by `timeout`: a trial whose decision did not come in time
+        trains on and never waits again; those, and any not waited for, get a `check`."""
         with self._lock:
             waiting = {
                 t: a for t, a in attempts.items()
@@ -281,15 +281,18 @@ class HeartbeatSender(threading.Thread):
                 and t not in self._stopping and t not in self._lost
             }  # fmt: skip
         deadline = time.monotonic() + timeout
-        go_on = set()  # told to go on: nothing to note about them
+        known: set[str] = set()  # told to go on, or how to end: nothing left to ask
         while waiting:
             try:
-                judged = self.lifecycle.judged(waiting)
+                verdicts = self.lifecycle.judged(waiting)
             except (StoreUnavailable, NotFound) as exc:
                 log.warning("waiting for a pruning decision failed: %s", exc)
                 break
-            go_on |= {t for t in waiting if epoch <= judged.get(t, -1) < JUDGED_ALL}
-            waiting = {t: a for t, a in waiting.items() if judged.get(t, -1) < epoch}
+            ending = {t: v.answer for t, v in verdicts.items() if v.answer != Heartbeat.OK}
+            self._note(waiting, ending)
+            decided = {t for t, v in verdicts.items() if t in ending or v.epoch >= epoch}
+            known |= decided
+            waiting = {t: a for t, a in waiting.items() if t not in decided}
             if not waiting:
                 break
             if time.monotonic() >= deadline:
@@ -301,7 +304,7 @@ class HeartbeatSender(threading.Thread):
                     self._undecided.update(waiting)
                 break
             time.sleep(DECISION_POLL_SECONDS)
-        self.check({t: a for t, a in attempts.items() if t not in go_on})
+        self.check({t: a for t, a in attempts.items() if t not in known})
 
     def _note(self, held: Mapping[str, int], answers: Mapping[str, Heartbeat]) -> None:
         with self._lock:

@@ -308,32 +308,53 @@ class MongoSweepAdmin(SweepAdmin):
             raise InvalidQuery(
                 "requests", f"must map trial ids to (attempt, epoch), got {requests!r}"
             )
-        checked = {t: _prune_request(t, r) for t, r in requests.items()}
-        if not checked:
-            return []
         now = self._s.call_time()
-        ops = [
-            UpdateOne(
-                {"_id": trial_id, "state": _RUNNING, "attempt": attempt, **not_pruned(attempt)},
-                {"$set": {"prune_requested": {"attempt": attempt, "epoch": epoch, "at": now}}},
-            )
-            for trial_id, (attempt, epoch) in checked.items()
-        ]
+        checked, ops = prune_updates(requests, now)
+        if not ops:
+            return []
         done = self._s.trials.bulk_write(ops, ordered=False)
-        if done.modified_count == len(checked):
-            marked = list(checked)
-        elif done.modified_count == 0:
-            marked = []
-        else:  # rare: some were finished, lost or asked already; which did this call mark?
-            docs = self._s.docs(checked, {"prune_requested": 1})
-            marked = [
-                t
-                for t, (attempt, _) in checked.items()
-                if (docs.get(t, {}).get("prune_requested") or {}).get("at") == now
-                and docs[t]["prune_requested"].get("attempt") == attempt
-            ]
+        marked = marked_prunes(self._s, checked, now, done.modified_count, len(ops))
         log.info("prune requested for %d of %d trial(s)", len(marked), len(checked))
         return marked
+
+
+def prune_updates(
+    requests: Mapping[str, tuple[int, int]], now: Any
+) -> tuple[dict[str, tuple[int, int]], list[UpdateOne]]:
+    """The checked prune requests (`request_prune`'s) and their writes, stamped `now`."""
+    checked = {t: _prune_request(t, r) for t, r in requests.items()}
+    ops = [
+        UpdateOne(
+            {"_id": trial_id, "state": _RUNNING, "attempt": attempt, **not_pruned(attempt)},
+            {"$set": {"prune_requested": {"attempt": attempt, "epoch": epoch, "at": now}}},
+        )
+        for trial_id, (attempt, epoch) in checked.items()
+    ]
+    return checked, ops
+
+
+def marked_prunes(
+    state: StoreState,
+    checked: Mapping[str, tuple[int, int]],
+    now: Any,
+    modified: int,
+    writes: int,
+) -> list[str]:
+    """The ids of `checked` whose prune request (stamped `now`) a bulk write made, given
+    that it modified `modified` of its `writes` documents (the requests among them): all
+    when every update took, none when none did, else read back (rare: some were finished,
+    lost or asked already)."""
+    if modified == writes:
+        return list(checked)
+    if modified == 0:
+        return []
+    docs = state.docs(checked, {"prune_requested": 1})
+    return [
+        t
+        for t, (attempt, _) in checked.items()
+        if (docs.get(t, {}).get("prune_requested") or {}).get("at") == now
+        and docs[t]["prune_requested"].get("attempt") == attempt
+    ]
 
 
 def _prune_request(trial_id: Any, request: Any) -> tuple[int, int]:

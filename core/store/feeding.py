@@ -25,8 +25,9 @@ from pymongo.errors import BulkWriteError
 from core.errors import InvalidQuery
 from core.spec.sweep import SweepSpec
 from core.states import TrialState
+from core.store.admin import marked_prunes, prune_updates
 from core.store.query import check_attempt, check_id, check_seconds
-from core.store.records import JUDGED_FIELDS, TrialPointLike, judged_epoch, trial_document
+from core.store.records import JUDGED_FIELDS, TrialPointLike, trial_document, verdict
 from core.store.roles import Feeding
 from core.store.state import StoreState, available
 
@@ -218,7 +219,6 @@ class MongoFeeding(Feeding):
         return out
 
     @available
-    @available
     def awaiting(self, ids: Sequence[str]) -> dict[str, tuple[int, int] | None]:
         for trial_id in ids:
             check_id("trial_id", trial_id)
@@ -232,16 +232,21 @@ class MongoFeeding(Feeding):
                 continue
             attempt = doc.get("attempt")
             epoch = (doc.get("progress") or {}).get("epoch")
-            if isinstance(epoch, int) and judged_epoch(doc, attempt) < epoch:
+            if isinstance(epoch, int) and verdict(doc, attempt).epoch < epoch:
                 out[doc["_id"]] = (attempt, epoch)
         return out
 
     @available
-    def mark_judged(self, verdicts: Mapping[str, tuple[int, int]]) -> None:
+    def mark_judged(
+        self,
+        verdicts: Mapping[str, tuple[int, int]],
+        prune: Mapping[str, tuple[int, int]] | None = None,
+    ) -> list[str]:
+        if prune is not None and not isinstance(prune, Mapping):
+            raise InvalidQuery("prune", f"must map trial ids to (attempt, epoch), got {prune!r}")
         ops = []
-        for trial_id, verdict in verdicts.items():
+        for trial_id, (attempt, epoch) in verdicts.items():
             check_id("trial_id", trial_id)
-            attempt, epoch = verdict
             check_attempt(attempt)
             if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
                 raise InvalidQuery("epoch", f"must be an integer >= 0, got {epoch!r}")
@@ -249,8 +254,16 @@ class MongoFeeding(Feeding):
                 {"_id": trial_id, "state": _RUNNING, "attempt": attempt},
                 {"$set": {"judged": {"attempt": attempt, "epoch": epoch}}},
             ))  # fmt: skip
-        if ops:
-            self._s.trials.bulk_write(ops, ordered=False)
+        now = self._s.call_time()
+        checked, prunes = prune_updates(prune or {}, now)
+        if not ops and not prunes:
+            return []
+        done = self._s.trials.bulk_write([*ops, *prunes], ordered=False)
+        if not prunes:
+            return []
+        marked = marked_prunes(self._s, checked, now, done.modified_count, len(ops) + len(prunes))
+        log.info("prune requested for %d of %d trial(s)", len(marked), len(checked))
+        return marked
 
     def epoch_rows(
         self, attempts: Mapping[str, int], after: Mapping[str, int]

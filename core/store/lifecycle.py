@@ -51,9 +51,10 @@ from core.store.query import (
 from core.store.records import (
     JUDGED_FIELDS,
     RESERVED_TRIAL_FIELDS,
+    Verdict,
     history_entry,
-    judged_epoch,
     sweep_of,
+    verdict,
 )
 from core.store.roles import EpochRow, Finish, TrialLifecycle
 from core.store.state import StoreState, available
@@ -319,22 +320,13 @@ class MongoTrialLifecycle(TrialLifecycle):
             ).matched_count
         if matched == len(attempts):
             return dict.fromkeys(attempts, Heartbeat.OK)
-        fields = {"state": 1, "attempt": 1, "stop_requested": 1, PRUNE_ATTEMPT: 1}
-        docs = self._s.docs(attempts, fields)
-        out: dict[str, Heartbeat] = {}
-        stopping: dict[str, int] = {}
-        for trial_id, attempt in attempts.items():
-            doc = docs.get(trial_id)
-            if doc is None or doc["state"] != _RUNNING or doc["attempt"] != attempt:
-                out[trial_id] = Heartbeat.LOST
-            elif doc.get("stop_requested"):
-                out[trial_id] = Heartbeat.STOP
-                stopping[trial_id] = attempt
-            elif (doc.get("prune_requested") or {}).get("attempt") == attempt:
-                out[trial_id] = Heartbeat.PRUNE
-                stopping[trial_id] = attempt
-            else:
-                out[trial_id] = Heartbeat.OK  # beaten by the write above
+        docs = self._s.docs(attempts, JUDGED_FIELDS)
+        out = {t: verdict(docs.get(t, {}), attempt).answer for t, attempt in attempts.items()}
+        # Those told to stop still hold their claim until they finish: beat them too.
+        stopping = {
+            t: attempt for t, attempt in attempts.items()
+            if out[t] in (Heartbeat.STOP, Heartbeat.PRUNE)
+        }  # fmt: skip
         for attempt, ids in _by_attempt(stopping).items():
             self._s.trials.update_many(
                 {"_id": {"$in": ids}, "state": _RUNNING, "attempt": attempt}, beat
@@ -509,14 +501,14 @@ class MongoTrialLifecycle(TrialLifecycle):
         return doc
 
     @available
-    def judged(self, attempts: Mapping[str, int]) -> dict[str, int]:
+    def judged(self, attempts: Mapping[str, int]) -> dict[str, Verdict]:
         for trial_id, attempt in attempts.items():
             check_id("trial_id", trial_id)
             check_attempt(attempt)
         if not attempts:
             return {}
         docs = self._s.docs(attempts, JUDGED_FIELDS)
-        return {t: judged_epoch(docs.get(t, {}), attempt) for t, attempt in attempts.items()}
+        return {t: verdict(docs.get(t, {}), attempt) for t, attempt in attempts.items()}
 
     @available
     def objective(self, sweep_id: str) -> dict[str, str]:

@@ -37,9 +37,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from core.states import ALL_STATES, TERMINAL_STATES, TrialState
+from core.states import ALL_STATES, TERMINAL_STATES, Heartbeat, TrialState
 
 
 class TrialPointLike(Protocol):
@@ -82,23 +82,37 @@ RESERVED_TRIAL_FIELDS = frozenset(
 )
 
 
-#: The epoch `judged_epoch` answers for an attempt no longer running or asked to stop: every
+#: The epoch a `Verdict` names for an attempt no longer running or asked to stop: every
 #: epoch is judged, as far as its worker is concerned.
 JUDGED_ALL = 1 << 62
-#: The trial fields `judged_epoch` reads.
-JUDGED_FIELDS = {"state": 1, "attempt": 1, "judged": 1, "prune_requested": 1}
+#: The trial fields `verdict` reads.
+JUDGED_FIELDS = {"state": 1, "attempt": 1, "judged": 1, "prune_requested": 1, "stop_requested": 1}
 
 
-def judged_epoch(doc: Mapping[str, Any], attempt: int) -> int:
-    """The last epoch of `attempt` the scheduler judged, from a trial document (its
-    `JUDGED_FIELDS`): its ``judged`` verdict to go on, -1 before one; `JUDGED_ALL` when the
-    attempt no longer runs or was asked to stop (``prune_requested``: a decision that stands)."""
+class Verdict(NamedTuple):
+    """Where an attempt stands with the scheduler, read from its trial document.
+
+    `answer` is the one `TrialLifecycle.heartbeat_many` gives (`Heartbeat`); for ``ok``,
+    `epoch` is the last epoch the pruner let it go on after (its ``judged`` mark, -1 before
+    one); for ``prune``, ``stop`` and ``lost`` the decision stands: `JUDGED_ALL`."""
+
+    epoch: int
+    answer: Heartbeat
+
+
+def verdict(doc: Mapping[str, Any], attempt: int) -> Verdict:
+    """The `Verdict` on `attempt` in a trial document (its `JUDGED_FIELDS`; {} for a trial
+    that is gone). A cancelled sweep's stop wins over a prune request."""
     if doc.get("state") != TrialState.RUNNING.value or doc.get("attempt") != attempt:
-        return JUDGED_ALL
+        return Verdict(JUDGED_ALL, Heartbeat.LOST)
+    if doc.get("stop_requested"):
+        return Verdict(JUDGED_ALL, Heartbeat.STOP)
     if (doc.get("prune_requested") or {}).get("attempt") == attempt:
-        return JUDGED_ALL
+        return Verdict(JUDGED_ALL, Heartbeat.PRUNE)
     judged = doc.get("judged") or {}
-    return int(judged.get("epoch", -1)) if judged.get("attempt") == attempt else -1
+    return Verdict(
+        int(judged.get("epoch", -1)) if judged.get("attempt") == attempt else -1, Heartbeat.OK
+    )
 
 
 def sweep_of(trial_id: str) -> str:

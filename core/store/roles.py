@@ -40,7 +40,7 @@ from typing import Any, Protocol
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.sweep import SweepSpec
 from core.states import Heartbeat, TrialState
-from core.store.records import JUDGED_ALL, TrialPointLike
+from core.store.records import JUDGED_ALL, TrialPointLike, Verdict
 
 __all__ = [
     "JUDGED_ALL",
@@ -50,8 +50,8 @@ __all__ = [
     "Reads",
     "SweepAdmin",
     "TrialLifecycle",
+    "Verdict",
 ]
-
 
 
 @dataclass(frozen=True)
@@ -133,13 +133,14 @@ class TrialLifecycle(Protocol):
         """
 
     @abstractmethod
-    def judged(self, attempts: Mapping[str, int]) -> dict[str, int]:
-        """The last epoch the scheduler has judged for each attempt (trial id -> attempt):
-        the epoch of its latest verdict to go on (`Feeding.mark_judged`), -1 before the
-        first. An attempt asked to stop (`SweepAdmin.request_prune`), or a trial no longer
-        running at that attempt, answers `JUDGED_ALL`: no other decision is coming. One
-        read; what a worker that waits for the decision at a pruner's epoch asks
-        (`workers.claims`)."""
+    def judged(self, attempts: Mapping[str, int]) -> dict[str, Verdict]:
+        """Where each attempt (trial id -> attempt) stands with the scheduler, a `Verdict`:
+        ``ok`` and the epoch of its latest verdict to go on (`Feeding.mark_judged`; -1
+        before the first), or the answer `heartbeat_many` would give an attempt that is
+        to end (``prune``: `SweepAdmin.request_prune`; ``stop``; ``lost``), for which no
+        other decision is coming. One read, no write; what a worker that waits for the
+        decision at a pruner's epoch asks (`workers.claims`), so that it needs no
+        heartbeat to learn how to end."""
 
     @abstractmethod
     def report_many(self, rows: Sequence[EpochRow]) -> None:
@@ -407,11 +408,16 @@ class Feeding(Protocol):
         place in the window freed."""
 
     @abstractmethod
-    def mark_judged(self, verdicts: Mapping[str, tuple[int, int]]) -> None:
+    def mark_judged(
+        self,
+        verdicts: Mapping[str, tuple[int, int]],
+        prune: Mapping[str, tuple[int, int]] | None = None,
+    ) -> list[str]:
         """Record that the pruner let each running attempt go on after an epoch (trial id ->
-        (attempt, epoch)), in one write, so that its worker, waiting at that epoch
-        (`TrialLifecycle.judged`), trains the next one. An attempt no longer running is left
-        alone; the epochs of one attempt only grow."""
+        (attempt, epoch)), and ask those of `prune` to stop (as `SweepAdmin.request_prune`),
+        all in one write, so that each worker waiting at that epoch (`TrialLifecycle.judged`)
+        learns its decision with one read. An attempt no longer running is left alone; the
+        epochs of one attempt only grow. The ids of `prune` this call marked."""
 
 
 class Reads(Protocol):

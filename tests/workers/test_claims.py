@@ -124,3 +124,22 @@ def test_a_killed_process_not_yet_reaped_counts_as_dead() -> None:
         child.kill()
         child.wait()
     assert holder_is_dead(holder)
+
+
+def test_a_decision_wait_learns_how_to_end_with_no_heartbeat(store: Store) -> None:
+    """A worker waiting at a pruner's epoch reads its verdicts and is done: the pruned one
+    is noted pruning, the other trains on, and neither is beaten (no heartbeat was needed)."""
+    sweep_id, points = make_sweep(store)
+    pruned, going_on = trial_ids(sweep_id, points)[:2]
+    configs = {t: (0, p.config) for t, p in zip((pruned, going_on), points, strict=False)}
+    claim_trials(store.lifecycle, [pruned, going_on], WORKER, 60.0, configs, budget=5.0)
+    sender = HeartbeatSender(store.lifecycle, interval=3600.0)  # its thread would not beat
+    sender.hold(pruned, 1)
+    sender.hold(going_on, 1)
+    assert store.feeding.mark_judged({going_on: (1, 2)}, {pruned: (1, 2)}) == [pruned]
+    beaten = {t: store.reads.get_trial(t)["heartbeat_at"] for t in (pruned, going_on)}
+    started = time.monotonic()
+    sender.await_decision({pruned: 1, going_on: 1}, 2, timeout=10.0)
+    assert time.monotonic() - started < 5.0
+    assert sender.pruning(pruned) and not sender.should_stop(going_on)
+    assert {t: store.reads.get_trial(t)["heartbeat_at"] for t in beaten} == beaten
