@@ -24,7 +24,7 @@ def gunicorn_argv(
 
     `timeout` is how many seconds one request may run before gunicorn restarts its worker.
     ``SWEEPSTACK_BIND_HOST`` tells the app where it listens (with no tokens configured, a
-    loopback address leaves the dashboard open: `web.context.local_open`).
+    loopback address leaves the dashboard open: `web.local_open.local_open`).
     """
     argv = [
         sys.executable, "-m", "gunicorn", target,
@@ -49,7 +49,7 @@ def exec_server(argv: list[str], host: str, banner: str) -> None:
 
     from core.errors import ConfigError
     from core.settings import Settings
-    from web.context import local_open_note
+    from web.local_open import local_open_note
 
     click.echo(banner, err=True)
     try:

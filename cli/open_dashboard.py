@@ -22,7 +22,7 @@ from cli.local import dashboard_port, find_sweep, open_store, reached, with_data
 from cli.options import dashboard_port_option, data_option
 from cli.shared import program, read_settings
 from core.procs import free_port
-from web.context import local_open_note
+from web.local_open import local_open_note
 
 #: How long the dashboard may take to listen, and how often the hold checks on it.
 START_TIMEOUT = 60.0

@@ -217,7 +217,7 @@ def run(
         from core.store.store import Store
         from scheduler.enqueue import sender_app
         from scheduler.submit import submit_sweep
-        from web.context import local_open_note
+        from web.local_open import local_open_note
 
         if service is not None:
             service.wait(STORE_START_TIMEOUT)

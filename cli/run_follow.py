@@ -68,8 +68,8 @@ def follow(
     `run`, whose lease expires): it is called again every `LEASE_RETRY_SECONDS` while the
     sweep has trials left and no feeder here, so a resumed sweep is never left unfed (nor
     its counts unrepaired: `scheduler.feed`).
-    Reads the counts every `POLL_SECONDS` (one small read) and the best trial only when
-    the complete count changed.
+    Reads the counts every `POLL_SECONDS` (one small read; the feeder's step reads them
+    while there is one) and the best trial only when the complete count changed.
     """
     from scheduler.feed import judge_until
     from scheduler.submit import requeue_stale
@@ -77,7 +77,7 @@ def follow(
     metric = store.reads.get_sweep(sweep_id)["objective"]["metric"]
     last_requeue = time.monotonic()
     feeder = open_feeder() if open_feeder is not None else None
-    next_open = time.monotonic() + LEASE_RETRY_SECONDS
+    next_open = time.monotonic() + LEASE_RETRY_SECONDS  # the first try was just now
     complete = -1
     best = ""
     with Progress(
@@ -93,7 +93,16 @@ def follow(
     ) as progress:
         task = progress.add_task("trials", total=total, best="")
         while True:
-            counts = store.reads.counts(sweep_id)
+            if feeder is not None:
+                if not feeder.step():
+                    feeder = None  # finished, cancelled, or its lease lost
+            elif open_feeder is not None and time.monotonic() >= next_open:
+                next_open = time.monotonic() + LEASE_RETRY_SECONDS
+                feeder = open_feeder()
+            if feeder is not None and feeder.sweep is not None:
+                counts = feeder.sweep["counts"]  # as its step just read them
+            else:
+                counts = store.reads.counts(sweep_id)
             active = counts.get("queued", 0) + counts.get("running", 0)
             if counts.get("complete", 0) != complete:
                 complete = counts.get("complete", 0)
@@ -107,12 +116,6 @@ def follow(
             if active == 0:
                 return feeder
             procs.check()
-            if feeder is not None:
-                if not feeder.step():
-                    feeder = None  # finished, cancelled, or its lease lost
-            elif open_feeder is not None and time.monotonic() >= next_open:
-                next_open = time.monotonic() + LEASE_RETRY_SECONDS
-                feeder = open_feeder()
             if time.monotonic() - last_requeue > REQUEUE_EVERY_SECONDS:
                 requeue_stale(store, app, stale_after, max_attempts)
                 last_requeue = time.monotonic()

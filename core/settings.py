@@ -146,7 +146,7 @@ class Settings:
     auth_window_seconds: int = 60
     ratelimit_storage_url: str = "memory://"
     # The address the web server is bound to, set by the `sweepstack` launchers; with no
-    # tokens and a loopback address the dashboard is open (web.context.local_open).
+    # tokens and a loopback address the dashboard is open (web.local_open.local_open).
     bind_host: str | None = None
     # Torch threads per worker process; None: `sweepstack worker` (and `run`) give each of
     # its training processes cores / processes (`cli.worker.worker_commands`), and a

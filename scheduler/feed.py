@@ -56,6 +56,7 @@ unchanged (``counts_rev``) for `STALL_SECONDS` recounts them from the trials
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -69,7 +70,7 @@ from core.errors import NotFound, SweepstackError
 from core.settings import Settings
 from core.spec.search import decides, decision_epochs
 from core.spec.sweep import SweepSpec, load_spec
-from core.states import TrialState
+from core.states import TERMINAL_STATES, TrialState
 from core.store.records import flatten_params
 from core.store.store import Store
 from scheduler.enqueue import DecideAt, enqueue
@@ -95,9 +96,21 @@ MAX_STALL_SECONDS = 600.0
 JUDGE_SECONDS = 0.005
 #: The longest wait between two looks while no trial was found waiting (`judge_until`).
 JUDGE_MAX_SECONDS = 0.025
+#: A step renews the feeding lease once this share of it has passed since the last renewal
+#: (so it never lapses while the feeder steps, and a feeder that stalled renews, or learns
+#: that it lost the lease, before it acts).
+RENEW_SHARE = 0.25
+#: The longest a step goes without reading its trials in flight (`Feeder._tell_and_prune`)
+#: while the sweep's counts say none ended: counts that drifted are caught this soon.
+TELL_SECONDS = 1.0
+#: How often a step reads the rows of every running trial for the pruner, when workers wait
+#: for the decision at its epochs (`judge` decides those at once): for a trial that waited
+#: in vain once and no longer waits.
+STEP_PRUNE_SECONDS = 1.0
 
 _LIVE = (TrialState.QUEUED.value, TrialState.RUNNING.value)
 _RUNNING = TrialState.RUNNING.value
+_ENDED = tuple(state.value for state in TERMINAL_STATES)
 
 
 def owner_name() -> str:
@@ -161,6 +174,14 @@ class Feeder:
         self.done = False
         self.used_up = False  # an adaptive search's space gave no new point
         self.freed = False  # `judge` saw a trial in flight end (`judge_until` resets it)
+        #: The sweep document as the last step read it (`step`): its counts, for a caller
+        #: that shows them (`sweepstack run`) without reading them again.
+        self.sweep: dict[str, Any] | None = None
+        self._renewed = -math.inf  # when the lease was last taken or renewed (monotonic)
+        self._ended = -1  # the sweep's ended trials when the in-flight ones were last read
+        self._told_at = -math.inf
+        self._saw_end = False  # `judge` saw a trial end since the in-flight ones were read
+        self._step_prune_at = -math.inf
         self.stall_seconds = STALL_SECONDS
         self._rev: int | None = None  # counts_rev last seen, and when it last moved
         self._rev_at = time.monotonic()
@@ -192,10 +213,12 @@ class Feeder:
         """The feeder of a stored sweep, rebuilt from its trials; None if another holds
         its lease. Sends the trials stored but never sent."""
         seconds = kwargs.get("lease_seconds", LEASE_SECONDS)
+        asked = time.monotonic()
         if not store.feeding.take_lease(sweep_id, owner, seconds):
             return None
         doc = store.reads.get_sweep(sweep_id)
         feeder = cls(store, app, sweep_id, load_spec(doc["spec"]), owner=owner, **kwargs)
+        feeder._renewed = asked
         stored = store.feeding.feed_trials(sweep_id)
         feeder._rebuild(stored, doc.get("study_attrs") or {}, doc.get("sending") or [])
         return feeder
@@ -274,16 +297,16 @@ class Feeder:
         if self.done:
             return False
         try:
-            if not self.store.feeding.take_lease(self.sweep_id, self.owner, self.lease_seconds):
+            if not self._renew():
                 log.warning("sweep %s: lost the feeding lease; stopping", self.sweep_id)
                 return self._stop()
-            sweep = self.store.reads.get_sweep(self.sweep_id)
+            sweep = self.sweep = self.store.reads.get_sweep(self.sweep_id)
         except NotFound:
             return self._stop()
         if sweep.get("cancelled_at") is not None:
             return self._stop()
         if self.session is not None:
-            self._tell_and_prune()
+            self._tell_and_prune(sweep["counts"])
         counts, planned = sweep["counts"], int(sweep.get("planned") or 0)
         in_flight = counts["queued"] - planned + counts["running"]
         if in_flight > 0 and self._stalled(sweep.get("counts_rev", 0)):
@@ -295,6 +318,16 @@ class Feeder:
                 self.feed(min(wanted, planned), units)
         elif in_flight <= 0:
             return self._stop()
+        return True
+
+    def _renew(self) -> bool:
+        """Renew the feeding lease when `RENEW_SHARE` of it has passed; whether it is held."""
+        asked = time.monotonic()
+        if asked - self._renewed < RENEW_SHARE * self.lease_seconds:
+            return True
+        if not self.store.feeding.take_lease(self.sweep_id, self.owner, self.lease_seconds):
+            return False
+        self._renewed = asked
         return True
 
     def wanted(self, in_flight: int) -> tuple[int, int | None]:
@@ -399,9 +432,20 @@ class Feeder:
             watch=self.watch, decide_at=self.decide_at, units=units,
         )  # fmt: skip
 
-    def _tell_and_prune(self) -> None:
+    def _tell_and_prune(self, counts: dict[str, int]) -> None:
+        """Tell the search the trials in flight that ended, and (every `STEP_PRUNE_SECONDS`
+        when workers wait at the pruner's epochs, else every step) decide on the running
+        ones' new rows. The trials are read only when the sweep's `counts` say one ended,
+        `judge` saw one end, a decision is due, or `TELL_SECONDS` passed."""
         if not self._numbers:
             return
+        now = time.monotonic()
+        ended = sum(counts.get(state, 0) for state in _ENDED)
+        prune = self.spec.pruning.enabled and (self.decide_at is None or now >= self._step_prune_at)
+        if not (prune or self._saw_end or ended != self._ended
+                or now - self._told_at >= TELL_SECONDS):  # fmt: skip
+            return
+        self._ended, self._told_at, self._saw_end = ended, now, False
         docs = self.store.feeding.feed_trials(self.sweep_id, list(self._numbers))
         running: dict[str, tuple[int, int]] = {}
         for doc in docs:
@@ -414,7 +458,8 @@ class Feeder:
             del self._numbers[tid]
             self._epochs.pop(tid, None)
             self._requested.discard(tid)
-        if running and self.spec.pruning.enabled:
+        if running and prune:
+            self._step_prune_at = now + STEP_PRUNE_SECONDS
             self._prune(running)
 
     @property
@@ -433,6 +478,7 @@ class Feeder:
         awaiting = self.store.feeding.awaiting(list(self._numbers))
         if any(found is None for found in awaiting.values()):
             self.freed = True  # a trial ended: `judge_until` lets the caller step at once
+            self._saw_end = True  # and that step reads the trials in flight
         waiting = {
             tid: (self._numbers[tid], found[0]) for tid, found in awaiting.items()
             if found is not None and tid in self._numbers and decides(self.decide_at, found[1])

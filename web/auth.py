@@ -14,7 +14,7 @@ in ``flask.g``:
   ``SWEEPSTACK_SESSION_COOKIE_SECURE``), valid 12 hours. It holds a digest of the token,
   not the name, so removing a token from the configuration ends its sessions.
 - otherwise, with no tokens configured and the server bound to loopback
-  (`web.context.local_open`), a local admin; otherwise nobody.
+  (`web.local_open.local_open`), a local admin; otherwise nobody.
 
 The REST API takes bearer tokens only (`api.auth.require_token`), never the cookie, so a
 page elsewhere cannot make a browser send an API write. Every other state-changing
@@ -59,7 +59,8 @@ from flask_limiter.util import get_remote_address
 from limits import RateLimitItemPerSecond
 
 from core.settings import Settings, check_tokens
-from web.context import IDENTITY_KEY, Identity, error_response, local_open
+from web.context import IDENTITY_KEY, Identity, error_response
+from web.local_open import local_open
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ or the composition that mounts them. Every error either answers has the body
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,36 +63,6 @@ def context() -> AppContext:
 def identity() -> Identity | None:
     """The caller of this request, as `web.auth` found it; None when anonymous."""
     return g.get(IDENTITY_KEY)
-
-
-def is_loopback(host: str | None) -> bool:
-    """True for 127.0.0.0/8, ::1 and ``localhost``."""
-    if not host:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def local_open(settings: Settings) -> bool:
-    """True when the dashboard serves without a login: no tokens are configured and the
-    server is bound to a loopback address only (``SWEEPSTACK_BIND_HOST``, which the
-    ``sweepstack`` launchers set). The REST API always needs a bearer token."""
-    return not settings.api_tokens and is_loopback(settings.bind_host)
-
-
-def local_open_note(settings: Settings, host: str) -> str | None:
-    """The line a launcher prints on stderr when the dashboard it starts on `host` is
-    open to anyone on this machine, or None when it asks for a token."""
-    if settings.api_tokens or not is_loopback(host):
-        return None
-    return (
-        f"the dashboard on {host} is open without a login (no SWEEPSTACK_API_TOKENS set, "
-        "loopback only): anyone on this machine can read every sweep"
-    )
 
 
 def error_response(

@@ -306,3 +306,52 @@ def test_a_long_epoch_is_recounted_with_a_doubling_wait(stack: Stack) -> None:
     most = math.floor(math.log2(elapsed / 0.2 + 1))
     assert 1 <= recounts <= most, (revs, elapsed)
     assert stack.store.reads.counts(sweep_id)["running"] == 1  # a real running trial stays
+
+
+def test_a_step_renews_the_lease_a_quarter_through_it_and_a_stalled_one_learns_it_lost_it(
+    stack: Stack,
+) -> None:
+    from scheduler.feed import RENEW_SHARE
+
+    sweep_id, _ = submit_sweep(tpe_spec(trials=10, parallelism=2), stack.store, stack.app)
+    feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="one", lease_seconds=4)
+    assert feeder is not None
+    taken = stack.store.reads.get_sweep(sweep_id)["lease"]
+    assert feeder.step() is True
+    assert stack.store.reads.get_sweep(sweep_id)["lease"] == taken  # too soon to renew
+    feeder._renewed -= RENEW_SHARE * 4  # a quarter of the lease later
+    assert feeder.step() is True
+    renewed = stack.store.reads.get_sweep(sweep_id)["lease"]
+    assert renewed["owner"] == "one" and renewed["expires"] >= taken["expires"]
+    # A stall past the lease: another takes the sweep; the first step after it renews,
+    # finds the lease gone and stops before it feeds anything.
+    stack.store._state.clock = lambda: utcnow() + _later()
+    assert stack.store.feeding.take_lease(sweep_id, "two", 30) is True
+    feeder._renewed -= 10
+    assert feeder.step() is False
+    assert stack.store.reads.get_sweep(sweep_id)["lease"]["owner"] == "two"
+
+
+def test_a_step_reads_the_trials_in_flight_only_when_the_counts_say_one_ended(
+    stack: Stack,
+) -> None:
+    sweep_id, _ = submit_sweep(tpe_spec(trials=12, parallelism=3), stack.store, stack.app)
+    feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="x")
+    assert feeder is not None
+    reads: list[int] = []
+    read = stack.store.feeding.feed_trials
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        return read(*args, **kwargs)
+
+    stack.store.feeding.feed_trials = counted  # type: ignore[method-assign]
+    assert feeder.step() is True
+    assert len(reads) == 1  # the first step reads them
+    assert feeder.step() is True
+    assert len(reads) == 1  # nothing ended: no read
+    assert finish_some(stack, sweep_id, 2) == 2  # (reads them too)
+    before = len(reads)
+    assert feeder.step() is True
+    assert len(reads) == before + 1
+    assert in_flight(stack, sweep_id) == 3  # and the two told were replaced at once

@@ -75,7 +75,7 @@ def test_a_cancelled_sweep_wins_over_a_prune_request(store: Store) -> None:
     [
         ({"$x": (1, 2)}, None, "trial_id"),
         ({}, [("a", (1, 2))], "prune"),
-        ({}, {"{sweep}-0": (1, -1)}, "epoch"),
+        ({}, "a negative epoch for the trial", "epoch"),
     ],
 )
 def test_bad_decisions_name_the_field_and_write_nothing(
@@ -84,7 +84,8 @@ def test_bad_decisions_name_the_field_and_write_nothing(
     sweep_id, points = make_sweep(store)
     tid = trial_ids(sweep_id, points)[0]
     run(store, tid)
-    prune = {tid: v for v in prune.values()} if isinstance(prune, dict) else prune
+    if prune == "a negative epoch for the trial":
+        prune = {tid: (1, -1)}
     good = {tid: (1, 2)}
     with pytest.raises(InvalidQuery) as caught:
         store.feeding.mark_judged({**good, **verdicts}, prune)  # type: ignore[arg-type]
