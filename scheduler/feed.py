@@ -39,11 +39,12 @@ One feeder per sweep: the store's lease (`core.store.feeding`), renewed every st
 Decisions at the rung: a watched trial's message says at which epochs its worker waits for
 the pruner (``decide_at``, `core.spec.search.decision_epochs`: successive halving's rungs,
 or every epoch). Between two steps the scheduler calls `judge` every `JUDGE_SECONDS` while
-such a wait may be on (`judge_until`): it reads the running trials' new rows, asks Optuna's
-pruner, and requests the prunes and marks the other epochs judged, in one write
-(`Feeding.mark_judged`); the worker reads its decision at once and stops or trains on. A
-pruned trial so trains no epoch that Optuna's pruner, deciding in one process on the same
-reports, would not have let it (DESIGN.md).
+such a wait may be on (`judge_until`): it reads which trials wait and the epoch's metrics
+each waits at (its progress: at a successive-halving rung, or as the only new epoch, all the
+pruner needs; other rows are read), asks Optuna's pruner, and requests the prunes and marks
+the other epochs judged, in one write (`Feeding.mark_judged`); the worker reads its
+decision at once and stops or trains on. A pruned trial so trains no epoch that Optuna's
+pruner, deciding in one process on the same reports, would not have let it (DESIGN.md).
 
 Counts that stopped moving: a process killed between a trial's write and its sweep's
 counter write leaves the counts one off (`core.store.store`), e.g. a trial counted running
@@ -72,6 +73,7 @@ from core.spec.search import decides, decision_epochs
 from core.spec.sweep import SweepSpec, load_spec
 from core.states import TERMINAL_STATES, TrialState
 from core.store.records import flatten_params
+from core.store.roles import Awaiting
 from core.store.store import Store
 from scheduler.enqueue import DecideAt, enqueue
 from scheduler.expand import TrialPoint, expand
@@ -471,29 +473,55 @@ class Feeder:
         """Decide pruning for the trials in flight that reported a decision epoch not judged
         yet: what a scheduler calls between two steps, often, so that a trial waiting at a
         pruner's epoch gets its decision at once (module docstring). One small read when
-        none waits (`Feeding.awaiting`); the rows are read only for those that do. Whether
-        a trial was waiting."""
+        none waits (`Feeding.awaiting`); rows are read only for those that do, and only
+        where their progress is not enough (`_progress_suffices`). Whether a trial was
+        waiting."""
         if not self.judging:
             return False
         awaiting = self.store.feeding.awaiting(list(self._numbers))
         if any(found is None for found in awaiting.values()):
             self.freed = True  # a trial ended: `judge_until` lets the caller step at once
             self._saw_end = True  # and that step reads the trials in flight
-        waiting = {
-            tid: (self._numbers[tid], found[0]) for tid, found in awaiting.items()
-            if found is not None and tid in self._numbers and decides(self.decide_at, found[1])
+        found = {
+            tid: seen for tid, seen in awaiting.items()
+            if seen is not None and tid in self._numbers and decides(self.decide_at, seen.epoch)
         }  # fmt: skip
-        if waiting:
-            self._prune(waiting)
-        return bool(waiting)
+        if found:
+            waiting = {tid: (self._numbers[tid], seen.attempt) for tid, seen in found.items()}
+            shown = {
+                tid: {seen.epoch: seen.metrics} for tid, seen in found.items()
+                if self._progress_suffices(tid, seen)
+            }  # fmt: skip
+            self._prune(waiting, shown)
+        return bool(found)
 
-    def _prune(self, running: dict[str, tuple[int, int]]) -> None:
+    def _progress_suffices(self, tid: str, seen: Awaiting) -> bool:
+        """Whether the epoch a trial awaits a decision at, as its progress shows it, is all
+        the pruner needs of its new rows: where it judges a trial on its value at a rung
+        alone (successive halving and Hyperband: `decide_at` lists their rungs), or where
+        that epoch is the only one not read yet. The decision then needs no read of the
+        rows, and need not wait for the worker to write them."""
+        if isinstance(self.decide_at, list):
+            return True
+        attempt, last = self._epochs.get(tid, (seen.attempt, 0))
+        return attempt == seen.attempt and last == seen.epoch - 1
+
+    def _prune(
+        self,
+        running: dict[str, tuple[int, int]],
+        shown: dict[str, dict[int, dict[str, Any]]] | None = None,
+    ) -> None:
+        """Decide on the new rows of the `running` trials (id -> (number, attempt)): those
+        `shown` (id -> {epoch: metrics}, from their progress), the others read."""
         attempts = {tid: attempt for tid, (_, attempt) in running.items()}
-        after = {
-            tid: last for tid, (attempt, last) in self._epochs.items()
-            if attempts.get(tid) == attempt
-        }  # fmt: skip
-        rows = self.store.feeding.epoch_rows(attempts, after)
+        rows = dict(shown or {})
+        unread = {tid: attempt for tid, attempt in attempts.items() if tid not in rows}
+        if unread:
+            after = {
+                tid: last for tid, (attempt, last) in self._epochs.items()
+                if unread.get(tid) == attempt
+            }  # fmt: skip
+            rows.update(self.store.feeding.epoch_rows(unread, after))
         for tid, epochs in rows.items():
             if epochs:
                 self._epochs[tid] = (attempts[tid], max(epochs))

@@ -28,7 +28,7 @@ from core.states import TrialState
 from core.store.admin import marked_prunes, prune_updates
 from core.store.query import check_attempt, check_id, check_seconds
 from core.store.records import JUDGED_FIELDS, TrialPointLike, trial_document, verdict
-from core.store.roles import Feeding
+from core.store.roles import Awaiting, Feeding
 from core.store.state import StoreState, available
 
 __all__ = ["FEED_FIELDS", "MongoFeeding"]
@@ -219,21 +219,22 @@ class MongoFeeding(Feeding):
         return out
 
     @available
-    def awaiting(self, ids: Sequence[str]) -> dict[str, tuple[int, int] | None]:
+    def awaiting(self, ids: Sequence[str]) -> dict[str, Awaiting | None]:
         for trial_id in ids:
             check_id("trial_id", trial_id)
         if not ids:
             return {}
-        fields = {**JUDGED_FIELDS, "progress.epoch": 1}
-        out: dict[str, tuple[int, int] | None] = {}
+        fields = {**JUDGED_FIELDS, "progress": 1}
+        out: dict[str, Awaiting | None] = {}
         for doc in self._s.trials.find({"_id": {"$in": list(ids)}}, fields):
             if doc.get("state") not in (_QUEUED, _RUNNING):
                 out[doc["_id"]] = None
                 continue
             attempt = doc.get("attempt")
-            epoch = (doc.get("progress") or {}).get("epoch")
+            progress = doc.get("progress") or {}
+            epoch = progress.get("epoch")
             if isinstance(epoch, int) and verdict(doc, attempt).epoch < epoch:
-                out[doc["_id"]] = (attempt, epoch)
+                out[doc["_id"]] = Awaiting(attempt, epoch, progress.get("metrics") or {})
         return out
 
     @available

@@ -35,7 +35,7 @@ from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.sweep import SweepSpec
@@ -44,6 +44,7 @@ from core.store.records import JUDGED_ALL, TrialPointLike, Verdict
 
 __all__ = [
     "JUDGED_ALL",
+    "Awaiting",
     "EpochRow",
     "Feeding",
     "Finish",
@@ -52,6 +53,15 @@ __all__ = [
     "TrialLifecycle",
     "Verdict",
 ]
+
+
+class Awaiting(NamedTuple):
+    """A running attempt's latest reported epoch, not judged yet, and that epoch's metrics
+    (`Feeding.awaiting`)."""
+
+    attempt: int
+    epoch: int
+    metrics: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -399,13 +409,14 @@ class Feeding(Protocol):
         metrics of each epoch past ``after[id]`` (-1: every epoch). For the pruning decision."""
 
     @abstractmethod
-    def awaiting(self, ids: Sequence[str]) -> dict[str, tuple[int, int] | None]:
+    def awaiting(self, ids: Sequence[str]) -> dict[str, Awaiting | None]:
         """Which of these trials may wait for a decision: for each one running whose latest
-        reported epoch (its ``progress``) its attempt has not had judged yet, (attempt,
-        that epoch); for each one that ended (neither queued nor running), None. One small
-        read by id, what a scheduler asks often between two steps
+        reported epoch (its ``progress``) its attempt has not had judged yet, an `Awaiting`
+        (attempt, that epoch and its metrics); for each one that ended (neither queued nor
+        running), None. One small read by id, what a scheduler asks often between two steps
         (`scheduler.feed.Feeder.judge`) before it reads any row, and which tells it that a
-        place in the window freed."""
+        place in the window freed. A worker writes the progress before the epoch's rows
+        (`TrialLifecycle.report_many`): the metrics here may be ahead of them."""
 
     @abstractmethod
     def mark_judged(

@@ -355,3 +355,52 @@ def test_a_step_reads_the_trials_in_flight_only_when_the_counts_say_one_ended(
     assert feeder.step() is True
     assert len(reads) == before + 1
     assert in_flight(stack, sweep_id) == 3  # and the two told were replaced at once
+
+
+def pruned_spec(pruning: str) -> Any:
+    return load_spec(
+        f"name: pruned-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"
+        "model: {hidden_units: {int: [4, 64]}}\n"
+        "training: {epochs: 9, lr: {loguniform: [0.0001, 0.1]}}\n"
+        "objective: {metric: val_accuracy, direction: max}\n"
+        "search: {algorithm: tpe, trials: 6, parallelism: 6, seed: 3}\n"
+        f"pruning: {pruning}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("pruning", "reads"),
+    [
+        # At a successive-halving rung the value there is all the pruner judges on.
+        ("{algorithm: asha, min_resource: 3, reduction_factor: 3}", 0),
+        # A pruner judging after any epoch on every value: epochs 1-2 were never read.
+        ("{algorithm: median, n_startup_trials: 0}", 1),
+    ],
+)
+def test_a_decision_reads_the_rows_only_where_the_progress_is_not_all_the_pruner_needs(
+    stack: Stack, pruning: str, reads: int
+) -> None:
+    from tests.core import report
+
+    sweep_id, _ = submit_sweep(pruned_spec(pruning), stack.store, stack.app)
+    feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="j")
+    assert feeder is not None and feeder.step() is True
+    ids = [d["_id"] for d in stack.store.feeding.feed_trials(sweep_id)]
+    for value, tid in enumerate(ids[:3]):
+        claimed = stack.store.lifecycle.claim(tid, WORKER, stale_after=60)
+        assert claimed is not None
+        for epoch in (1, 2, 3):
+            report(stack.store, tid, 1, epoch, {"val_accuracy": 0.1 * value + 0.01 * epoch})
+    counted: list[int] = []
+    rows = stack.store.feeding.epoch_rows
+
+    def epoch_rows(*args: Any, **kwargs: Any) -> Any:
+        counted.append(1)
+        return rows(*args, **kwargs)
+
+    stack.store.feeding.epoch_rows = epoch_rows  # type: ignore[method-assign]
+    assert feeder.judge() is True
+    assert len(counted) == reads
+    verdicts = stack.store.lifecycle.judged(dict.fromkeys(ids[:3], 1))
+    assert all(v.answer == "prune" or v.epoch == 3 for v in verdicts.values())
+    assert stack.store.feeding.awaiting(ids[:3]) == {}  # every one judged

@@ -14,6 +14,7 @@ import pytest
 from core.errors import InvalidQuery
 from core.states import Heartbeat, TrialState
 from core.store.records import JUDGED_ALL, Verdict
+from core.store.roles import Awaiting
 from core.store.store import Store
 from tests.core import FakeClock, finish, make_sweep, report, run, trial_ids
 
@@ -26,11 +27,17 @@ def test_awaiting_names_the_reported_epochs_not_judged_and_the_ended(store: Stor
     report(store, reported, 1, 2, {"val_accuracy": 0.5})
     assert finish(store, ended, 1, TrialState.COMPLETE, result={"objective": 0.5})
     ids = [reported, silent, ended, queued]
-    assert store.feeding.awaiting(ids) == {reported: (1, 2), ended: None}
+    assert store.feeding.awaiting(ids) == {
+        reported: Awaiting(1, 2, {"val_accuracy": 0.5}),
+        ended: None,
+    }
     assert store.feeding.mark_judged({reported: (1, 2)}) == []
     assert store.feeding.awaiting(ids) == {ended: None}  # judged: no longer awaiting
     report(store, reported, 1, 3, {"val_accuracy": 0.6})
-    assert store.feeding.awaiting(ids) == {reported: (1, 3), ended: None}
+    assert store.feeding.awaiting(ids) == {
+        reported: Awaiting(1, 3, {"val_accuracy": 0.6}),
+        ended: None,
+    }
 
 
 def test_one_write_records_go_on_and_prune_and_judged_tells_each_worker(
