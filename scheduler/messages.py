@@ -7,8 +7,9 @@ Compatible trials go as fused groups (`scheduler.grouping`, `execution.fuse`): o
 `execution.time_limit` (what they would take one after another, at most the largest limit
 a trial may have), and one `workers.run_trial` message per trial trained alone, except
 that cheap lone trials share a ``sequential`` `workers.run_group` message, a few at a time
-(`scheduler.chunks`). Messages go most expensive first (`scheduler.order`), so the sweep
-does not end on one large net.
+(`scheduler.chunks`), and that a lone net that would gain by fusing goes as a fused group
+of one (`scheduler.grouping.fused_alone`). Messages go most expensive first
+(`scheduler.order`), so the sweep does not end on one large net.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from core.spec.config import MAX_TIME_LIMIT, ExecutionConfig
 from scheduler.chunks import chunk_units
 from scheduler.enqueue import DecideAt, Outgoing, carry, carry_group
 from scheduler.expand import TrialPoint
-from scheduler.grouping import DEFAULT_WORKERS, group_trials
+from scheduler.grouping import DEFAULT_WORKERS, fused_alone, group_trials
 from scheduler.order import group_cost, order_by_cost, trial_cost
 
 DEFAULT_TIME_LIMIT: float = ExecutionConfig.model_fields["time_limit"].default
@@ -64,7 +65,7 @@ def _costed(
         ids = [f"{sweep_id}-{key}" for key in group]
         # A chunk trains its trials one after another; a fused group shares their steps.
         costs.append(sum(map(trial_cost, configs)) if sequential else group_cost(configs))
-        if len(ids) == 1:
+        if len(ids) == 1 and (sequential or not fused_alone(configs[0])):
             out.append((ids[0], limits[0], carry(configs[0], watch=watch, decide_at=decide_at)))
         else:
             limit = min(sum(limits), float(MAX_TIME_LIMIT))

@@ -322,3 +322,30 @@ def test_an_adaptive_group_is_as_large_as_fusing_gains() -> None:
     assert grouping.fused_size(_config({"execution.fuse": "off"}), 8) == 1
     assert grouping.fused_size(_config({"execution.fuse": 4}), 8) == 4  # taken as it is
     assert grouping.fused_size(_config({"training.epochs": 0}), 8) == 1
+
+
+@pytest.mark.parametrize(
+    ("sections", "fused"),
+    [
+        ({"model": {"hidden_units": 32}}, True),  # a small net on a CPU: a group of one
+        ({"model": {"hidden_units": 1024}}, False),  # compute-bound: trains alone
+        ({"model": {"hidden_units": 32}, "execution": {"fuse": "off"}}, False),
+        ({"model": {"hidden_units": 32}, "execution": {"parallel": {"world_size": 2}}}, False),
+    ],
+)
+def test_a_lone_small_net_goes_as_a_fused_group_of_one(
+    sections: dict[str, Any], fused: bool
+) -> None:
+    from scheduler.expand import TrialPoint
+
+    base = config(
+        execution={"fuse": "auto", "device": "cpu"},
+        **{k: v for k, v in sections.items() if k != "execution"},
+    )
+    base["execution"].update(sections.get("execution", {}))
+    point = TrialPoint(index=0, id="a", params={}, seed=0, config=base)
+    (sent,) = messages("s1", [point], workers=2)
+    assert isinstance(sent[0], list) is fused
+    assert sent[0] == (["s1-a"] if fused else "s1-a")
+    if fused:
+        assert sent[2]["configs"] == [base] and "sequential" not in sent[2]
