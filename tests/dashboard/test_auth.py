@@ -38,7 +38,7 @@ from tests.dashboard.conftest import (
     small_sweep_spec,
 )
 from tests.services import free_port, wait_listening
-from web.context import local_open_note
+from web.local_open import local_open_note
 
 #: Routes that need no login (they carry no data): the files pages load.
 OPEN_ENDPOINTS = {"dashboard.static", "dashboard.plotly_js"}
