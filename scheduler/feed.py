@@ -105,9 +105,9 @@ RENEW_SHARE = 0.25
 #: The longest a step goes without reading its trials in flight (`Feeder._tell_and_prune`)
 #: while the sweep's counts say none ended: counts that drifted are caught this soon.
 TELL_SECONDS = 1.0
-#: How often a step reads the rows of every running trial for the pruner, when workers wait
-#: for the decision at its epochs (`judge` decides those at once): for a trial that waited
-#: in vain once and no longer waits.
+#: How often a step reads the rows of every running trial for the pruner (`judge` decides
+#: at once where workers wait for it): for a trial that waited in vain once and no longer
+#: waits.
 STEP_PRUNE_SECONDS = 1.0
 
 _LIVE = (TrialState.QUEUED.value, TrialState.RUNNING.value)
@@ -435,15 +435,15 @@ class Feeder:
         )  # fmt: skip
 
     def _tell_and_prune(self, counts: dict[str, int]) -> None:
-        """Tell the search the trials in flight that ended, and (every `STEP_PRUNE_SECONDS`
-        when workers wait at the pruner's epochs, else every step) decide on the running
-        ones' new rows. The trials are read only when the sweep's `counts` say one ended,
+        """Tell the search the trials in flight that ended, and every `STEP_PRUNE_SECONDS`
+        decide on the running ones' new rows (workers wait at the pruner's epochs, where
+        `judge` decides at once). The trials are read only when the sweep's `counts` say one ended,
         `judge` saw one end, a decision is due, or `TELL_SECONDS` passed."""
         if not self._numbers:
             return
         now = time.monotonic()
         ended = sum(counts.get(state, 0) for state in _ENDED)
-        prune = self.spec.pruning.enabled and (self.decide_at is None or now >= self._step_prune_at)
+        prune = self.spec.pruning.enabled and now >= self._step_prune_at
         if not (prune or self._saw_end or ended != self._ended
                 or now - self._told_at >= TELL_SECONDS):  # fmt: skip
             return

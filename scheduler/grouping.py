@@ -347,12 +347,12 @@ def fused_size(config: Mapping[str, Any], cap: int) -> int:
 def fused_alone(config: Mapping[str, Any]) -> bool:
     """Whether a trial left alone still trains on the fused path, as a group of one: a net
     that may fuse, sized by the cost model (``fuse: auto`` on a CPU), whose layers all fall
-    in the smallest width bucket. There it trains as fast as alone, to the same result
+    in the smallest width bucket. There it trains as fast as alone and to the same result
     (measured on digits: 2 x 32 units, 0.0044 s an epoch fused, 0.0049 alone, metrics equal
     to 1e-6; wider nets were slower fused, 2 x 256 by 14 %, or rounded differently, 4 x 1024,
-    so they stay on the plain loop), and its worker process, if it has
-    trained only fused groups so far, need not pay torch.optim's first use (its lazy import
-    of torch._dynamo: 0.9 s of CPU, once per process, for a net that trains in 0.1 s)."""
+    so they stay on the plain loop), and a worker process that has trained only fused groups
+    so far need not pay torch.optim's first use (its lazy import of torch._dynamo: 0.9 s of
+    CPU, once per process, for a net that trains in 0.1 s)."""
     if group_limit(config) <= 1 or not costed(config):
         return False
     return max(widths(config), default=0) <= bucket(1)

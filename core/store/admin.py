@@ -308,20 +308,16 @@ class MongoSweepAdmin(SweepAdmin):
             raise InvalidQuery(
                 "requests", f"must map trial ids to (attempt, epoch), got {requests!r}"
             )
-        now = self._s.call_time()
-        checked, ops = prune_updates(requests, now)
-        if not ops:
-            return []
-        done = self._s.trials.bulk_write(ops, ordered=False)
-        marked = marked_prunes(self._s, checked, now, done.modified_count, len(ops))
-        log.info("prune requested for %d of %d trial(s)", len(marked), len(checked))
-        return marked
+        return write_prunes(self._s, requests)
 
 
-def prune_updates(
-    requests: Mapping[str, tuple[int, int]], now: Any
-) -> tuple[dict[str, tuple[int, int]], list[UpdateOne]]:
-    """The checked prune requests (`request_prune`'s) and their writes, stamped `now`."""
+def write_prunes(
+    state: StoreState, requests: Mapping[str, tuple[int, int]], others: Sequence[UpdateOne] = ()
+) -> list[str]:
+    """Write the prune requests (`request_prune`'s, checked first) with `others` (other
+    updates of the trials collection: `Feeding.mark_judged`'s verdicts) in one bulk write;
+    the ids this call marked."""
+    now = state.call_time()
     checked = {t: _prune_request(t, r) for t, r in requests.items()}
     ops = [
         UpdateOne(
@@ -330,31 +326,25 @@ def prune_updates(
         )
         for trial_id, (attempt, epoch) in checked.items()
     ]
-    return checked, ops
-
-
-def marked_prunes(
-    state: StoreState,
-    checked: Mapping[str, tuple[int, int]],
-    now: Any,
-    modified: int,
-    writes: int,
-) -> list[str]:
-    """The ids of `checked` whose prune request (stamped `now`) a bulk write made, given
-    that it modified `modified` of its `writes` documents (the requests among them): all
-    when every update took, none when none did, else read back (rare: some were finished,
-    lost or asked already)."""
-    if modified == writes:
-        return list(checked)
-    if modified == 0:
+    if not ops and not others:
         return []
-    docs = state.docs(checked, {"prune_requested": 1})
-    return [
-        t
-        for t, (attempt, _) in checked.items()
-        if (docs.get(t, {}).get("prune_requested") or {}).get("at") == now
-        and docs[t]["prune_requested"].get("attempt") == attempt
-    ]
+    done = state.trials.bulk_write([*others, *ops], ordered=False)
+    if not ops:
+        return []
+    if done.modified_count == len(others) + len(ops):
+        marked = list(checked)
+    elif done.modified_count == 0:
+        marked = []
+    else:  # rare: some were finished, lost or asked already; which did this call mark?
+        docs = state.docs(checked, {"prune_requested": 1})
+        marked = [
+            t
+            for t, (attempt, _) in checked.items()
+            if (docs.get(t, {}).get("prune_requested") or {}).get("at") == now
+            and docs[t]["prune_requested"].get("attempt") == attempt
+        ]
+    log.info("prune requested for %d of %d trial(s)", len(marked), len(checked))
+    return marked
 
 
 def _prune_request(trial_id: Any, request: Any) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from pymongo.errors import BulkWriteError
 from core.errors import InvalidQuery
 from core.spec.sweep import SweepSpec
 from core.states import TrialState
-from core.store.admin import marked_prunes, prune_updates
+from core.store.admin import write_prunes
 from core.store.query import check_attempt, check_id, check_seconds
 from core.store.records import JUDGED_FIELDS, TrialPointLike, trial_document, verdict
 from core.store.roles import Awaiting, Feeding
@@ -255,16 +255,7 @@ class MongoFeeding(Feeding):
                 {"_id": trial_id, "state": _RUNNING, "attempt": attempt},
                 {"$set": {"judged": {"attempt": attempt, "epoch": epoch}}},
             ))  # fmt: skip
-        now = self._s.call_time()
-        checked, prunes = prune_updates(prune or {}, now)
-        if not ops and not prunes:
-            return []
-        done = self._s.trials.bulk_write([*ops, *prunes], ordered=False)
-        if not prunes:
-            return []
-        marked = marked_prunes(self._s, checked, now, done.modified_count, len(ops) + len(prunes))
-        log.info("prune requested for %d of %d trial(s)", len(marked), len(checked))
-        return marked
+        return write_prunes(self._s, prune or {}, ops)
 
     def epoch_rows(
         self, attempts: Mapping[str, int], after: Mapping[str, int]

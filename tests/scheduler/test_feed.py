@@ -66,6 +66,19 @@ def finish_some(stack: Stack, sweep_id: str, k: int) -> int:
     return done
 
 
+def counting(target: Any, name: str) -> list[int]:
+    """Count the calls of `target.name` from now on (one item each); it still runs."""
+    calls: list[int] = []
+    method = getattr(target, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return method(*args, **kwargs)
+
+    setattr(target, name, counted)
+    return calls
+
+
 def asked_points(stack: Stack, sweep_id: str) -> list[str]:
     docs = sorted(stack.store.feeding.feed_trials(sweep_id), key=lambda d: d["index"])
     return [repr(sorted(flatten_params(d["params"]).items())) for d in docs]
@@ -338,14 +351,7 @@ def test_a_step_reads_the_trials_in_flight_only_when_the_counts_say_one_ended(
     sweep_id, _ = submit_sweep(tpe_spec(trials=12, parallelism=3), stack.store, stack.app)
     feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="x")
     assert feeder is not None
-    reads: list[int] = []
-    read = stack.store.feeding.feed_trials
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        reads.append(1)
-        return read(*args, **kwargs)
-
-    stack.store.feeding.feed_trials = counted  # type: ignore[method-assign]
+    reads = counting(stack.store.feeding, "feed_trials")
     assert feeder.step() is True
     assert len(reads) == 1  # the first step reads them
     assert feeder.step() is True
@@ -391,14 +397,7 @@ def test_a_decision_reads_the_rows_only_where_the_progress_is_not_all_the_pruner
         assert claimed is not None
         for epoch in (1, 2, 3):
             report(stack.store, tid, 1, epoch, {"val_accuracy": 0.1 * value + 0.01 * epoch})
-    counted: list[int] = []
-    rows = stack.store.feeding.epoch_rows
-
-    def epoch_rows(*args: Any, **kwargs: Any) -> Any:
-        counted.append(1)
-        return rows(*args, **kwargs)
-
-    stack.store.feeding.epoch_rows = epoch_rows  # type: ignore[method-assign]
+    counted = counting(stack.store.feeding, "epoch_rows")
     assert feeder.judge() is True
     assert len(counted) == reads
     verdicts = stack.store.lifecycle.judged(dict.fromkeys(ids[:3], 1))
