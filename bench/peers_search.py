@@ -132,10 +132,11 @@ def optuna_search_worker(spec_path: str, journal: str, study_name: str) -> None:
 
     from core.errors import TrainingError
     from core.spec.config import TrialConfig
+    from core.spec.pruners import make_pruner
     from core.spec.search import pruning_direction
     from core.spec.space import Fixed
     from core.spec.sweep import load_spec_file
-    from scheduler.samplers import make_pruner, max_epochs, param
+    from scheduler.samplers import max_epochs, param
     from scheduler.search_session import suggest
     from workers.training import objective_value, train
 

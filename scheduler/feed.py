@@ -45,6 +45,10 @@ pruner needs; other rows are read), asks Optuna's pruner, and requests the prune
 the other epochs judged, in one write (`Feeding.mark_judged`); the worker reads its
 decision at once and stops or trains on. A pruned trial so trains no epoch that Optuna's
 pruner, deciding in one process on the same reports, would not have let it (DESIGN.md).
+A pruner that judges a trial on its own reports and the complete trials' alone (median,
+percentile, threshold, patient: `core.spec.search.IN_WORKER`) is run by the worker itself
+(`workers.pruning`): the scheduler then decides nothing and reads a pruned trial's rows only
+to tell the search of it (`_report_pruned`).
 
 Counts that stopped moving: a process killed between a trial's write and its sweep's
 counter write leaves the counts one off (`core.store.store`), e.g. a trial counted running
@@ -69,7 +73,7 @@ from celery import Celery
 
 from core.errors import NotFound, SweepstackError
 from core.settings import Settings
-from core.spec.search import decides, decision_epochs
+from core.spec.search import IN_WORKER, decides, decision_epochs
 from core.spec.sweep import SweepSpec, load_spec
 from core.states import TERMINAL_STATES, TrialState
 from core.store.records import flatten_params
@@ -159,8 +163,10 @@ class Feeder:
         self.store, self.app, self.sweep_id, self.spec = store, app, sweep_id, spec
         self.owner, self.workers, self.lease_seconds = owner, workers, lease_seconds
         self.watch = spec.pruning.enabled
-        # Where a watched trial's worker waits for the pruner's decision (module docstring).
+        # Where a watched trial's worker waits for the pruner's decision (module docstring),
+        # or decides itself (`in_worker`).
         self.decide_at = decision_epochs(spec.pruning, spec.planned_epochs())
+        self.in_worker = self.decide_at == IN_WORKER
         self.window = parallelism(spec, workers) if needs_session(spec) else big_window
         self.session: Any = None
         self._points: list[TrialPoint] | None = None  # grid/random: the expansion, by cost
@@ -443,12 +449,14 @@ class Feeder:
             return
         now = time.monotonic()
         ended = sum(counts.get(state, 0) for state in _ENDED)
-        prune = self.spec.pruning.enabled and now >= self._step_prune_at
+        prune = self.spec.pruning.enabled and not self.in_worker and now >= self._step_prune_at
         if not (prune or self._saw_end or ended != self._ended
                 or now - self._told_at >= TELL_SECONDS):  # fmt: skip
             return
         self._ended, self._told_at, self._saw_end = ended, now, False
         docs = self.store.feeding.feed_trials(self.sweep_id, list(self._numbers))
+        if self.in_worker:
+            self._report_pruned(docs)
         running: dict[str, tuple[int, int]] = {}
         for doc in docs:
             tid, number = doc["_id"], self._numbers[doc["_id"]]
@@ -464,10 +472,28 @@ class Feeder:
             self._step_prune_at = now + STEP_PRUNE_SECONDS
             self._prune(running)
 
+    def _report_pruned(self, docs: list[dict[str, Any]]) -> None:
+        """Report to the search the rows of the trials the workers' own pruner stopped
+        (`IN_WORKER`: the scheduler judged none of them, so it has none of their reports),
+        before they are told pruned: Optuna takes a pruned trial's last report as its
+        value, and TPE learns from it."""
+        pruned = {
+            d["_id"]: d.get("attempt", 0) for d in docs
+            if d["state"] == TrialState.PRUNED.value and d["_id"] in self._numbers
+        }  # fmt: skip
+        if not pruned:
+            return
+        metric = self.spec.pruning.metric or self.spec.objective.metric
+        for tid, rows in self.store.feeding.epoch_rows(pruned, {}).items():
+            for epoch in sorted(rows):
+                if pruned_value(rows[epoch], metric):
+                    self.session.report(self._numbers[tid], epoch, float(rows[epoch][metric]))
+
     @property
     def judging(self) -> bool:
-        """Whether some trial in flight may be waiting for a decision now (`judge`)."""
-        return self.decide_at is not None and bool(self._numbers) and not self.done
+        """Whether `judge` has something to look at now: a search's trials in flight, which
+        may wait for the scheduler's decision, and whose end frees a place."""
+        return self.session is not None and bool(self._numbers) and not self.done
 
     def judge(self) -> bool:
         """Decide pruning for the trials in flight that reported a decision epoch not judged
@@ -475,8 +501,15 @@ class Feeder:
         pruner's epoch gets its decision at once (module docstring). One small read when
         none waits (`Feeding.awaiting`); rows are read only for those that do, and only
         where their progress is not enough (`_progress_suffices`). Whether a trial was
-        waiting."""
+        waiting. Where the scheduler decides nothing (no pruner, or the workers run it:
+        `in_worker`), one read of the sweep's counts says whether a trial ended
+        (`freed`)."""
         if not self.judging:
+            return False
+        if self.decide_at is None or self.in_worker:
+            counts = self.store.reads.counts(self.sweep_id)
+            if sum(counts.get(state, 0) for state in _ENDED) != self._ended:
+                self.freed = self._saw_end = True
             return False
         awaiting = self.store.feeding.awaiting(list(self._numbers))
         if any(found is None for found in awaiting.values()):

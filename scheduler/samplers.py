@@ -1,6 +1,8 @@
 """Optuna's pieces for a sweep spec: each dimension as an Optuna distribution, the sampler of
-`search.algorithm` (seeded per trial, so that a rebuilt study replays), and the pruner of
-`pruning.algorithm`. `scheduler.search_session.SearchSession` puts them together.
+`search.algorithm` (seeded per trial, so that a rebuilt study replays), and the most epochs a
+trial trains (Hyperband's resource). `scheduler.search_session.SearchSession` puts them
+together with the pruner of `pruning.algorithm` (`core.spec.pruners.make_pruner`, which the
+workers use too).
 
 Seeding: each trial's sampler is built afresh with a seed drawn from (``search.seed``, trial
 number). Optuna's samplers otherwise keep one generator that every ask advances, so a study
@@ -28,7 +30,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from core.errors import Problem, SpecError
-from core.spec.search import Pruning, Search, check_search, option_problems
+from core.spec.search import Search, check_search
 from core.spec.space import Categorical, Dimension, Fixed, IntRange, Uniform
 from core.spec.sweep import SweepSpec
 
@@ -210,46 +212,3 @@ def max_epochs(spec: SweepSpec) -> int:
     (`core.spec.spec.SweepSpec.planned_epochs`; for a Caffe net, its first trial's
     evaluations)."""
     return int(spec.planned_epochs())
-
-
-def make_pruner(
-    pruning: Pruning, *, flip: bool = False, epochs: int | None = None
-) -> optuna.pruners.BasePruner:
-    """Optuna's pruner for the spec's `pruning` section.
-
-    `flip`: the pruned metric is reported negated (it improves the other way than the
-    objective), so threshold bounds are negated and swapped. `epochs`: Hyperband's
-    `max_resource` when the spec leaves it out (the trials' own epoch count, known up front,
-    rather than Optuna's `auto`, which waits for a finished trial).
-    """
-    problems = option_problems(Search(), pruning)
-    if problems:
-        raise SpecError(problems)
-    pruners = optuna.pruners
-    opts = pruning.pruner_options()
-    algorithm = pruning.algorithm
-    if algorithm == "none":
-        return pruners.NopPruner()
-    if algorithm == "median":
-        return pruners.MedianPruner(**opts)
-    if algorithm == "percentile":
-        return pruners.PercentilePruner(**opts)
-    if algorithm == "asha":
-        return pruners.SuccessiveHalvingPruner(**opts)
-    if algorithm == "hyperband":
-        if opts.get("max_resource", "auto") == "auto" and epochs is not None:
-            opts["max_resource"] = epochs
-        return pruners.HyperbandPruner(**opts)
-    if algorithm == "threshold":
-        if flip:
-            low, high = opts.pop("lower", None), opts.pop("upper", None)
-            if high is not None:
-                opts["lower"] = -high
-            if low is not None:
-                opts["upper"] = -low
-        return pruners.ThresholdPruner(**opts)
-    inner = pruning.wrapped
-    wrapped = make_pruner(inner, flip=flip, epochs=epochs) if inner is not None else None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return pruners.PatientPruner(wrapped, **opts)

@@ -54,12 +54,13 @@ from optuna.distributions import (
 )
 from optuna.trial import TrialState, create_trial
 
+from core.spec.pruners import make_pruner
 from core.spec.search import Pruning, Search, pruning_direction
 from core.spec.space import Fixed
 from core.spec.sweep import SweepSpec
 from core.states import TrialState as State
 from scheduler.expand import TrialPoint, _grid, _lookup, _ordered, canonical, trial_id
-from scheduler.samplers import make_pruner, make_sampler, max_epochs, param, random_sampler
+from scheduler.samplers import make_sampler, max_epochs, param, random_sampler
 
 logger = logging.getLogger(__name__)
 

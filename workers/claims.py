@@ -12,7 +12,9 @@
   epoch end at which its pruner may decide (`asks_at`: every epoch, or successive
   halving's rungs; `HeartbeatSender.check`, one more write), so it stops within one epoch
   of the request, whatever the heartbeat interval. Between two rungs nothing can ask it to
-  stop early, so it writes and asks as an unwatched trial does.
+  stop early, so it writes and asks as an unwatched trial does. A trial whose pruner the
+  worker runs itself (``decide_at: "in-worker"``, `workers.pruning`) asks nobody: it
+  writes as an unwatched trial, and its own pruner's verdict is noted with `prune_now`.
 - **Epoch rows** (`EpochRows`) are written in batches: the first at once (so a live page
   shows the trial moving), then at most every `ROWS_EVERY` seconds, and whenever the
   runner asks (`take`) — at the end of a trial, whatever ends it, and at every epoch at
@@ -35,7 +37,7 @@ from typing import Any, ClassVar, TypeVar
 
 from core.errors import NotFound, StoreUnavailable
 from core.settings import DEFAULT_MAX_ATTEMPTS
-from core.spec.search import EVERY_EPOCH, decides
+from core.spec.search import EVERY_EPOCH, IN_WORKER, decides
 from core.states import Heartbeat, TrialState
 from core.store.records import sweep_of
 from core.store.roles import EpochRow, TrialLifecycle
@@ -54,10 +56,11 @@ DECISION_POLL_SECONDS = 0.005
 
 def decide_at_of(value: Any) -> frozenset[int] | str | None:
     """The epochs at which a message's trials wait for the pruner's decision, read from its
-    ``decide_at`` (`core.spec.search.decision_epochs`: a list of epochs, or `EVERY_EPOCH`);
-    None for anything else. `core.spec.search.decides` asks it."""
-    if value == EVERY_EPOCH:
-        return EVERY_EPOCH
+    ``decide_at`` (`core.spec.search.decision_epochs`: a list of epochs, `EVERY_EPOCH`, or
+    `IN_WORKER`: the worker decides itself, `workers.pruning`); None for anything else.
+    `core.spec.search.decides` asks it."""
+    if value in (EVERY_EPOCH, IN_WORKER):
+        return str(value)
     if isinstance(value, list) and all(
         isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in value
     ):
@@ -67,8 +70,11 @@ def decide_at_of(value: Any) -> frozenset[int] | str | None:
 
 def asks_at(watch: bool, decide_at: frozenset[int] | str | None, epoch: int) -> bool:
     """Whether a trial's end of `epoch` writes its rows at once and asks the store for a
-    prune request (module docstring): watched, and the pruner may decide there (any epoch
-    for a message without ``decide_at``)."""
+    prune request (module docstring): watched, and the scheduler's pruner may decide there
+    (any epoch for a message without ``decide_at``). Never for `IN_WORKER`: the worker's
+    own pruner decides (`workers.pruning`), and the rows go in batches."""
+    if decide_at == IN_WORKER:
+        return False
     return watch and (decide_at is None or decides(decide_at, epoch))
 
 
@@ -246,6 +252,13 @@ class HeartbeatSender(threading.Thread):
     def pruning(self, trial_id: str) -> bool:
         """Whether the scheduler asked the trial's attempt to stop early (it holds its claim)."""
         return trial_id in self._pruning
+
+    def prune_now(self, trial_id: str) -> None:
+        """Note that this process's own pruner stopped the trial (`workers.pruning`): it
+        ends ``pruned``, as after a prune request."""
+        with self._lock:
+            if trial_id in self._held:
+                self._pruning.add(trial_id)
 
     def should_stop(self, trial_id: str) -> bool:
         """Whether the trial's training should end now: lost, stopping or pruning."""

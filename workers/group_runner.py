@@ -20,7 +20,9 @@ single-trial runner (`workers.runner`) keeps:
   (one heartbeat for the trials still training, or the wait for the decision); training waits
   for that answer, so a pruned member leaves the group before the next epoch and ends
   ``pruned`` (`workers.runner.settle`), the others go on, and the fused model computes
-  for the others only from then on.
+  for the others only from then on. Where the worker runs the pruner itself
+  (``decide_at: "in-worker"``, `workers.pruning`), each epoch end asks it about every
+  member instead, with one look at the complete trials, and writes nothing for it.
 - **Report and finish.** Epoch rows are kept and written in batches for the whole group
   (`EpochRows`: the first at once, then at most every 2 s); the trials that end at the
   same point of training (all of them, usually, at the last epoch; a diverged model
@@ -60,10 +62,11 @@ from pydantic import ValidationError
 
 from core.errors import StoreUnavailable, TrainingError
 from core.spec.config import TrialConfig
-from core.spec.search import decides
+from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
 from core.store.roles import EpochRow, Finish, TrialLifecycle
 from workers.claims import EpochRows, HeartbeatSender, asks_at, claim_trials, with_retry
+from workers.pruning import TrialReports, sweep_pruner
 from workers.runner import (
     RunnerOptions,
     failure_reason,
@@ -152,6 +155,7 @@ class _Run:
         self.group_size = len(trial_ids)
         self.outcomes: dict[str, str] = {}
         self.fused = 0
+        self.own: dict[str, TrialReports] = {}  # trial id -> its reports to this pruner
 
     def objective(self, sweep_id: str) -> dict[str, str]:
         return sweep_objective(self.lifecycle, sweep_id, self.budget)
@@ -159,6 +163,8 @@ class _Run:
     def report(self, doc: dict[str, Any], epoch: int, row: dict[str, float]) -> None:
         """Keep an epoch's row; first write the finishes of trials that ended before it."""
         self.flush_finishes()
+        if doc["_id"] in self.own:
+            self.own[doc["_id"]].add(epoch, row)
         if asks_at(self.watch, self.decide_at, epoch):
             self.rows.keep(doc["_id"], doc["attempt"], epoch, row)
             return
@@ -166,10 +172,27 @@ class _Run:
         if due:
             self.writer.submit(self._write_rows, due)
 
+    def judge_here(self, sweep_id: str) -> None:
+        """Run the sweep's pruner in this worker for each trial (`workers.pruning`), when
+        the message says so (``decide_at: "in-worker"``): at each epoch end, not by asking."""
+        if not (self.watch and self.decide_at == IN_WORKER):
+            return
+        pruner = with_retry(sweep_pruner, self.lifecycle, sweep_id,
+                            self.objective(sweep_id), budget=self.budget)  # fmt: skip
+        self.own = {t: TrialReports(pruner) for t in self.attempts}
+
     def epoch_end(self, epoch: int) -> None:
         """A watched group's epoch end: its rows, then a check for prune requests of the
         trials still training (at a pruner's epoch, the wait for its decision), written in
-        order; training waits for the answer."""
+        order; training waits for the answer. With the worker's own pruner, its verdict
+        for each trial that reported the epoch (the complete trials looked up once)."""
+        if self.own:
+            judged = [t for t in self.own if t not in self.outcomes]
+            if judged:
+                next(iter(self.own.values())).pruner.refresh()
+            for trial_id in judged:
+                if self.own[trial_id].judge(refresh=False):
+                    self.beats.prune_now(trial_id)
         if not asks_at(self.watch, self.decide_at, epoch):
             return
         self.writer.submit(self._write_rows, self.rows.take())
@@ -352,6 +375,7 @@ def execute_group(
     run.writer.start()
     members: list[tuple[dict[str, Any], TrialConfig]] = []
     try:
+        run.judge_here(docs[0]["sweep_id"])
         for doc in docs:
             try:
                 members.append((doc, TrialConfig.model_validate(doc["config"])))

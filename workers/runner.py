@@ -10,7 +10,9 @@ successive halving's rungs; `workers.claims.asks_at`) the trial's rows are then 
 once and it waits, bounded, until the scheduler has judged that epoch; right after, one
 heartbeat asks whether the scheduler requested a prune (`SweepAdmin.request_prune`), so
 the decision applies at the epoch it was made for, as Optuna's in-process pruner's would.
-Between two rungs it writes its rows and asks as an unwatched trial does.
+Between two rungs it writes its rows and asks as an unwatched trial does. Where the
+message says ``decide_at: "in-worker"`` (median, percentile, threshold, patient) the
+worker runs the pruner itself after every epoch (`workers.pruning`) and asks nobody.
 Without ``watch`` a request is still honoured, at the heartbeat
 thread's next beat. A trial stopped so ends ``pruned`` (`settle`): its rows kept,
 ``pruned_epoch`` the last epoch it trained, ``result.objective`` the objective metric's
@@ -52,10 +54,11 @@ from core.errors import NotFound, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.config import TrialConfig
 from core.spec.kinds import kind_of
-from core.spec.search import decides
+from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
 from core.store.roles import EpochRow, Finish, TrialLifecycle
 from workers.claims import EpochRows, HeartbeatSender, asks_at, claim_trials, with_retry
+from workers.pruning import TrialReports, sweep_pruner
 
 if TYPE_CHECKING:
     from workers.training import TrainResult
@@ -277,6 +280,10 @@ def execute_trial(
     attempt = doc["attempt"]
     if objective is None:
         objective = sweep_objective(lifecycle, doc["sweep_id"], budget)
+    own = None  # the pruner this worker runs itself (`workers.pruning`)
+    if watch and decide_at == IN_WORKER:
+        pruner = with_retry(sweep_pruner, lifecycle, doc["sweep_id"], objective, budget=budget)
+        own = TrialReports(pruner)
     beats = HeartbeatSender.of_process(lifecycle, options.heartbeat_seconds)
     beats.hold(trial_id, attempt)
     rows = EpochRows()
@@ -286,6 +293,12 @@ def execute_trial(
             with_retry(lifecycle.report_many, batch, budget=budget)
 
     def on_epoch(epoch: int, metrics: dict[str, Any]) -> None:
+        if own is not None:
+            write_rows(rows.add(trial_id, attempt, epoch, metrics) or [])
+            own.add(epoch, metrics)
+            if own.judge():
+                beats.prune_now(trial_id)
+            return
         if not asks_at(watch, decide_at, epoch):
             write_rows(rows.add(trial_id, attempt, epoch, metrics) or [])
             return

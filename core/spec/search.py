@@ -20,7 +20,8 @@ Optuna's own default (the `None` of these models).
 per-epoch values of ``pruning.metric`` (the objective's metric when left out). A step is an
 epoch: the epochs trained so far.
 
-This module is pure data and rules; it never imports Optuna (core must not).
+This module is pure data and rules; it never imports Optuna: `core.spec.pruners` builds
+Optuna's pruner from a `pruning` section, for the scheduler and for the workers alike.
 """
 
 from __future__ import annotations
@@ -357,21 +358,48 @@ def check_search(
     return problems
 
 
-#: What `decision_epochs` answers for a pruner that may decide after any epoch.
+#: What `decision_epochs` answers for a pruner that may decide after any epoch and that the
+#: scheduler runs (ASHA with ``min_resource: auto``).
 EVERY_EPOCH = "every"
+#: What `decision_epochs` answers for a pruner that judges a trial on its own reports and on
+#: the complete trials' only (`judged_in_worker`): it may decide after any epoch, and the
+#: worker that trains the trial runs it there, the moment the epoch ends
+#: (`workers.pruning`), with no round trip to the scheduler.
+IN_WORKER = "in-worker"
+#: Optuna's pruners whose decision needs only the trial's own reports and the complete
+#: trials' (``PercentilePruner`` reads ``study.get_trials(states=(COMPLETE,))``); successive
+#: halving and Hyperband compare a trial with the running and pruned ones at its rung too.
+_OWN_AND_COMPLETE = ("median", "percentile", "threshold")
+
+
+def judged_in_worker(pruning: Pruning) -> bool:
+    """Whether the spec's pruner decides on a trial's own reports and the complete trials'
+    alone (median, percentile, threshold, and patient around one of those or around
+    nothing), so that the worker training the trial can run it (`IN_WORKER`)."""
+    if pruning.algorithm in _OWN_AND_COMPLETE:
+        return True
+    if pruning.algorithm != "patient":
+        return False
+    inner = pruning.wrapped
+    return inner is None or inner.algorithm == "none" or judged_in_worker(inner)
 
 
 def decides(epochs: Collection[int] | str | None, epoch: int) -> bool:
     """Whether the pruner may decide after `epoch`, given what `decision_epochs` answered
     (the scheduler's list, or the set a worker read from its message)."""
-    return epochs == EVERY_EPOCH or (not isinstance(epochs, str | None) and epoch in epochs)
+    return epochs in (EVERY_EPOCH, IN_WORKER) or (
+        not isinstance(epochs, str | None) and epoch in epochs
+    )
 
 
 def decision_epochs(pruning: Pruning, max_epochs: int) -> list[int] | str | None:
-    """The epochs after which the spec's pruner may stop a trial, for a worker that waits for
-    the decision there (`workers.runner`): None when nothing prunes; `EVERY_EPOCH` for a
-    pruner that may decide after any epoch (median, percentile, threshold, patient, and ASHA
-    with ``min_resource: auto``, whose rungs depend on the trials); else the rung epochs.
+    """The epochs after which the spec's pruner may stop a trial, and who decides there:
+    None when nothing prunes; `IN_WORKER` for a pruner the worker runs itself
+    (`judged_in_worker`: median, percentile, threshold, patient around those), after every
+    epoch; `EVERY_EPOCH` for one the scheduler runs after every epoch (ASHA with
+    ``min_resource: auto``, whose rungs depend on the trials; patient around ASHA or
+    Hyperband); else the rung epochs, where a worker waits for the scheduler's decision
+    (`workers.claims`).
 
     With a report at every epoch, Optuna's successive halving judges a trial when it first
     reaches a rung, ``min_resource * reduction_factor ** (min_early_stopping_rate + k)``;
@@ -381,6 +409,8 @@ def decision_epochs(pruning: Pruning, max_epochs: int) -> list[int] | str | None
     algorithm = pruning.algorithm
     if algorithm == "none":
         return None
+    if judged_in_worker(pruning):
+        return IN_WORKER
     if algorithm not in ("asha", "hyperband"):
         return EVERY_EPOCH
     opts = pruning.pruner_options()

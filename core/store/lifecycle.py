@@ -31,7 +31,7 @@ writes one trial.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -52,11 +52,12 @@ from core.store.records import (
     JUDGED_FIELDS,
     RESERVED_TRIAL_FIELDS,
     Verdict,
+    finite_number,
     history_entry,
     sweep_of,
     verdict,
 )
-from core.store.roles import EpochRow, Finish, TrialLifecycle
+from core.store.roles import CompleteCurves, EpochRow, Finish, TrialLifecycle
 from core.store.state import StoreState, available
 
 __all__ = ["PRUNE_ATTEMPT", "MongoTrialLifecycle", "not_pruned", "poison_reason"]
@@ -67,6 +68,7 @@ _QUEUED = TrialState.QUEUED.value
 _RUNNING = TrialState.RUNNING.value
 _FAILED = TrialState.FAILED.value
 _CANCELLED = TrialState.CANCELLED.value
+_COMPLETE = TrialState.COMPLETE.value
 _STATES = frozenset(s.value for s in TrialState)
 # What a finish accepts: a finish state, or cancelled after a stop request.
 _FINISHES = frozenset(s.value for s in FINISH_STATES) | {_CANCELLED}
@@ -514,6 +516,55 @@ class MongoTrialLifecycle(TrialLifecycle):
     def objective(self, sweep_id: str) -> dict[str, str]:
         metric, direction = self._s.objective(sweep_id)
         return {"metric": metric, "direction": direction}
+
+    @available
+    def pruning(self, sweep_id: str) -> dict[str, Any]:
+        check_id("sweep_id", sweep_id)
+        doc = self._s.sweeps.find_one({"_id": sweep_id}, {"spec.pruning": 1})
+        if doc is None:
+            raise NotFound("sweep", sweep_id)
+        section = (doc.get("spec") or {}).get("pruning")
+        return dict(section) if isinstance(section, Mapping) else {}
+
+    @available
+    def complete_curves(
+        self, sweep_id: str, metric: str, known: Collection[str], since: datetime | None
+    ) -> CompleteCurves:
+        check_id("sweep_id", sweep_id)
+        if not isinstance(metric, str) or not metric:
+            raise InvalidQuery("metric", f"must be a metric name, got {metric!r}")
+        if since is not None and not isinstance(since, datetime):
+            raise InvalidQuery("since", f"must be a datetime or None, got {since!r}")
+        doc = self._s.sweeps.find_one({"_id": sweep_id}, {"counts.complete": 1})
+        if doc is None:
+            raise NotFound("sweep", sweep_id)
+        if int((doc.get("counts") or {}).get(_COMPLETE, 0)) == len(known):
+            return CompleteCurves({}, since)
+        # From before the read: a trial that completes after it has a later updated_at;
+        # the change lag covers the clocks of other hosts (`Reads.changed_rows`).
+        next_since = self._s.clock() - self._s.change_lag
+        query: dict[str, Any] = {"state": _COMPLETE, "sweep_id": sweep_id}
+        if since is not None:  # the change-feed index: only the trials written since
+            query = {"sweep_id": sweep_id, "updated_at": {"$gte": since}}
+        fields = {"state": 1, "attempt": 1, "objective": 1}
+        found = {
+            d["_id"]: d for d in self._s.trials.find(query, fields)
+            if d.get("state") == _COMPLETE and d["_id"] not in known
+        }  # fmt: skip
+        curves: dict[str, tuple[float | None, dict[int, float]]] = {
+            tid: (finite_number(d.get("objective")), {}) for tid, d in found.items()
+        }
+        if found:
+            rows = self._s.metrics.find(
+                {"trial_id": {"$in": sorted(found)}},
+                {"trial_id": 1, "attempt": 1, "epoch": 1, "metrics": 1, "_id": 0},
+            )
+            for row in rows:
+                tid = row["trial_id"]
+                value = finite_number((row.get("metrics") or {}).get(metric))
+                if row.get("attempt") == found[tid].get("attempt") and value is not None:
+                    curves[tid][1][int(row["epoch"])] = value
+        return CompleteCurves(curves, next_since)
 
 
 # -- what a worker sends, checked before anything is written ---------------------------

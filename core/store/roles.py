@@ -32,7 +32,7 @@ What every method of every role holds to:
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
@@ -45,6 +45,7 @@ from core.store.records import JUDGED_ALL, TrialPointLike, Verdict
 __all__ = [
     "JUDGED_ALL",
     "Awaiting",
+    "CompleteCurves",
     "EpochRow",
     "Feeding",
     "Finish",
@@ -53,6 +54,14 @@ __all__ = [
     "TrialLifecycle",
     "Verdict",
 ]
+
+
+class CompleteCurves(NamedTuple):
+    """Complete trials a worker's pruner has not seen yet (`TrialLifecycle.complete_curves`):
+    by trial id, (objective, {epoch: value}); and where the next call may start reading."""
+
+    curves: dict[str, tuple[float | None, dict[int, float]]]
+    since: datetime | None
 
 
 class Awaiting(NamedTuple):
@@ -95,7 +104,8 @@ class TrialLifecycle(Protocol):
     the careful way for the rest), sends `heartbeat_many` for the attempts it holds, writes
     their epochs with `report_many` and ends them with `finish_many`. Only the attempt
     that holds the claim can change a trial; a stale attempt's write is a no-op. It also
-    reads the little a worker needs: a `trial` as it stands and a sweep's `objective`.
+    reads the little a worker needs: a `trial` as it stands, a sweep's `objective`, and for
+    a pruner it runs itself the sweep's `pruning` section and its `complete_curves`.
     """
 
     @abstractmethod
@@ -188,6 +198,26 @@ class TrialLifecycle(Protocol):
     @abstractmethod
     def objective(self, sweep_id: str) -> dict[str, str]:
         """The sweep's objective, ``{metric, direction}``; `NotFound` for an unknown sweep."""
+
+    @abstractmethod
+    def pruning(self, sweep_id: str) -> dict[str, Any]:
+        """The sweep's ``pruning`` section as its spec gives it (``{}`` when it has none):
+        what a worker builds the sweep's pruner from (`workers.pruning`); `NotFound` for an
+        unknown sweep."""
+
+    @abstractmethod
+    def complete_curves(
+        self, sweep_id: str, metric: str, known: Collection[str], since: datetime | None
+    ) -> CompleteCurves:
+        """The sweep's complete trials not in `known`, each with its objective and the values
+        of `metric` its final attempt reported, by epoch (finite values only): what a
+        worker's pruner judges a running trial against (`workers.pruning`).
+
+        One small read of the sweep's counts while they count exactly ``len(known)``
+        complete trials; else the trials changed since `since` (every complete one when
+        None) and their rows. Pass the answer's `CompleteCurves.since` to the next call.
+        A trial's rows are all written before it is complete (`finish_many` comes last), so
+        a curve read here is whole."""
 
 
 class SweepAdmin(Protocol):

@@ -379,8 +379,9 @@ def pruned_spec(pruning: str) -> Any:
     [
         # At a successive-halving rung the value there is all the pruner judges on.
         ("{algorithm: asha, min_resource: 3, reduction_factor: 3}", 0),
-        # A pruner judging after any epoch on every value: epochs 1-2 were never read.
-        ("{algorithm: median, n_startup_trials: 0}", 1),
+        # A pruner the scheduler runs after any epoch (successive halving whose rungs wait
+        # for the trials: min_resource auto) judges every value: epochs 1-2 were never read.
+        ("{algorithm: asha, reduction_factor: 3}", 1),
     ],
 )
 def test_a_decision_reads_the_rows_only_where_the_progress_is_not_all_the_pruner_needs(
