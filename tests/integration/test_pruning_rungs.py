@@ -6,8 +6,11 @@ What a user relies on (DESIGN.md): a pruning decision applies at the epoch it wa
 A watched trial waits at each rung for the scheduler's verdict (`workers.claims`), so every
 pruned trial stopped exactly at a rung, with its rows up to that rung stored once and none
 after; for plain trials, for members of fused groups, for chunked trials and for
-data-parallel trials. One
-stack (queue, database, a worker of two processes) serves the module.
+data-parallel trials. A pruner that judges a trial on its own reports and the complete
+trials' alone (median here) is run by the worker itself after every epoch
+(`workers.pruning`): the scheduler marks and requests nothing, and every pruned trial's
+rows still end at the epoch it was pruned at. One stack (queue, database, a worker of two
+processes) serves the module.
 """
 
 from __future__ import annotations
@@ -49,14 +52,19 @@ def stack(
         stack.close()
 
 
-def _spec(model: str, execution: str) -> str:
+ASHA = "{algorithm: asha, min_resource: 2, reduction_factor: 3}"
+#: A pruner the worker runs itself (`core.spec.search.IN_WORKER`).
+MEDIAN = "{algorithm: median, n_startup_trials: 2}"
+
+
+def _spec(model: str, execution: str, pruning: str = ASHA) -> str:
     return (
         f"name: rungs-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"
         "objective: {metric: val_accuracy, direction: max}\n"
         f"model: {model}\n"
         f"training: {{optimizer: sgd, epochs: 7, batch_size: 64, {GRID}}}\n"
         f"execution: {execution}\n"
-        "pruning: {algorithm: asha, min_resource: 2, reduction_factor: 3}\n"
+        f"pruning: {pruning}\n"
     )
 
 
@@ -134,3 +142,44 @@ def test_chunked_trials_are_pruned_at_their_rung(stack: Stack) -> None:
     chunked = [d for d in docs if d.get("group_size", 1) > 1 and d.get("fused") == 1]
     assert chunked, "no trial trained in a chunk"
     assert any(d["state"] == "pruned" for d in chunked)
+
+
+def _check_pruned_by_the_worker(stack: Stack, sweep_id: str) -> list[dict[str, Any]]:
+    """Every pruned trial stopped at the epoch its worker's pruner decided (its rows end
+    there), and the scheduler judged nothing (no verdict, no prune request stored)."""
+    counts = stack.wait_finished(sweep_id, timeout=300)
+    docs = list(stack.store.db["trials"].find({"sweep_id": sweep_id}))
+    assert counts.get("failed", 0) == 0, stack.logs()
+    pruned = [d for d in docs if d["state"] == "pruned"]
+    assert pruned, f"nothing was pruned: {counts}"
+    for d in pruned:
+        assert _epochs(stack, d["_id"]) == list(range(1, d["pruned_epoch"] + 1)), d["_id"]
+        assert d["pruned_epoch"] < 7
+    for d in docs:
+        assert "judged" not in d and "prune_requested" not in d, d["_id"]
+        if d["state"] == "complete":
+            assert _epochs(stack, d["_id"]) == list(range(1, 8))
+    return docs
+
+
+def test_plain_trials_are_pruned_by_their_workers_pruner(stack: Stack) -> None:
+    model = "{hidden_layers: 2, hidden_units: 64}"
+    sweep_id, _ = stack.submit(_spec(model, "{device: cpu, fuse: off}", MEDIAN))
+    docs = _check_pruned_by_the_worker(stack, sweep_id)
+    assert not any(d.get("fused") for d in docs)
+
+
+def test_fused_members_are_pruned_by_their_workers_pruner(stack: Stack) -> None:
+    model = "{hidden_layers: 1, hidden_units: 16}"
+    sweep_id, _ = stack.submit(_spec(model, "{device: cpu, fuse: 6}", MEDIAN))
+    docs = _check_pruned_by_the_worker(stack, sweep_id)
+    assert any(d.get("fused", 1) > 1 and d["state"] == "pruned" for d in docs), (
+        "no fused member was pruned"
+    )
+
+
+def test_data_parallel_trials_are_pruned_by_their_workers_pruner(stack: Stack) -> None:
+    model = "{hidden_layers: 1, hidden_units: 32}"
+    execution = "{device: cpu, fuse: off, parallel: {world_size: 2, strategy: allreduce}}"
+    sweep_id, _ = stack.submit(_spec(model, execution, MEDIAN))
+    _check_pruned_by_the_worker(stack, sweep_id)
