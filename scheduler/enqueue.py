@@ -57,8 +57,8 @@ CONFIRM_TIMEOUT = 30.0
 WRITE_BYTES = 256 * 1024
 
 
-#: The epochs at which a watched trial waits for the pruner's decision: a list, "every", or
-#: None (it does not wait).
+#: The epochs at which a watched trial waits for the pruner's decision: a list, "every",
+#: "in-worker" (its worker decides itself, `workers.pruning`), or None (it does not wait).
 DecideAt: TypeAlias = list[int] | str | None
 
 #: One message for `enqueue`: (trial id or group's ids, time limit[, keyword arguments]).
