@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from sklearn import datasets as sk_datasets
 
 from core.errors import TrainingError
+from tests import loaded_after
 from workers.training.bundled import FILES, load_bundled
 
 LOADERS = {
@@ -39,15 +37,9 @@ def test_unknown_name_is_a_training_error() -> None:
 
 def test_loading_digits_imports_neither_sklearn_nor_pandas() -> None:
     code = (
-        "import sys\n"
         "from core.spec.config import DatasetConfig\n"
         "from workers.training.datasets import load_dataset\n"
         "data = load_dataset(DatasetConfig(name='digits'))\n"
         "assert data.n_train + data.n_val == 1797\n"
-        "heavy = ('sklearn', 'pandas', 'scipy')\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
-    assert out.strip() == "[]"
+    assert loaded_after(code, ["sklearn", "pandas", "scipy"]) == []
