@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "dashboard": "cli.dashboard_server:dashboard",
     "ls": "cli.results:ls",
     "export": "cli.results:export",
+    "delete": "cli.results:delete",
     "open": "cli.open_dashboard:open_command",
     "report": "cli.report:report",
 }

@@ -1,4 +1,4 @@
-"""CLI commands that read results: ls, status, export.
+"""CLI commands on the results a store keeps: ls, status, export, delete.
 
 Each takes its store from `cli.local.open_store`: ``SWEEPSTACK_MONGO_URL`` when set,
 else the data folder of `sweepstack run` (``--data``), whose store is started for the
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -23,6 +24,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from cli.failures import print_failures, sweep_failures
 from cli.local import NoResults, find_sweep, open_store, reached, with_data_dir
 from cli.options import data_option
 from cli.shared import program, read_settings
@@ -41,9 +43,14 @@ STATE_COLOURS = {
 }
 
 
-def _best_text(best: dict[str, Any] | None, objective: dict[str, str]) -> str:
+def _best_text(
+    best: dict[str, Any] | None, objective: dict[str, str], counts: dict[str, int]
+) -> str:
     if not best:
-        return "no complete trial yet"
+        if counts.get("queued", 0) + counts.get("running", 0):
+            return "no complete trial yet"
+        return "no trial completed" + (": the failed trials' reasons follow"
+                                       if counts.get("failed") else "")  # fmt: skip
     value = best.get("objective")
     flat = flatten_params(best.get("params"))
     params = ", ".join(f"{k.split('.', 1)[-1]}={v}" for k, v in flat.items())
@@ -62,7 +69,7 @@ def _status_view(
     table.add_row(*(str(counts.get(s.value, 0)) for s in TrialState))
     bar = ProgressBar(total=total, completed=done, width=60)
     line = Text(f" {done}/{total} finished ({100 * done / total:.0f}%)")
-    return Group(table, bar, line, Text(_best_text(best, sweep["objective"])))
+    return Group(table, bar, line, Text(_best_text(best, sweep["objective"], counts)))
 
 
 @click.command()
@@ -82,7 +89,8 @@ def _status_view(
 def status(
     sweep_id: str, data_dir: str | None, watch: bool, interval: float, as_json: bool
 ) -> None:
-    """Counts by state, progress and the best trial so far of a sweep."""
+    """Counts by state, progress and the best trial so far of a sweep, and why its failed
+    trials failed (their reasons grouped, most frequent first)."""
     store = open_store(with_data_dir(read_settings(), data_dir))
     sweep = find_sweep(store, sweep_id)
     found = reached()
@@ -109,17 +117,39 @@ def status(
         while watch and not finished(counts):
             time.sleep(interval)
             counts, best = snapshot()
-        click.echo(json.dumps({"sweep_id": sweep_id, "counts": counts, "best": best}, default=str))
+        failures = sweep_failures(store, sweep_id)[0] if counts.get("failed") else []
+        click.echo(json.dumps({"sweep_id": sweep_id, "counts": counts, "best": best,
+                               "failures": failures}, default=str))  # fmt: skip
         return
     console = Console()
     if not watch:
         console.print(_status_view(sweep, counts, best))
+        print_failures(console, store, sweep_id, counts)
         return
     with Live(_status_view(sweep, counts, best), console=console, refresh_per_second=4) as live:
         while not finished(counts):
             time.sleep(interval)
             counts, best = snapshot()
             live.update(_status_view(sweep, counts, best))
+    print_failures(console, store, sweep_id, counts)
+
+
+#: `ls`'s status of a data folder's sweep with trials left that no live run feeds.
+STOPPED = "stopped"
+
+
+def _status(doc: dict[str, Any]) -> str:
+    """The sweep's status (`core.store.records.sweep_status`); in a data folder, a sweep
+    with trials left is `STOPPED` unless the live `sweepstack run` holding the folder runs
+    it: its run ended before it did (Ctrl-C, a kill), and only ``run --resume`` goes on."""
+    status = sweep_status(doc)
+    found = reached()
+    if found is None or status not in ("running", "queued"):
+        return status
+    holder = found.holder
+    if holder is not None and holder.command == "run" and holder.sweep in (None, doc["_id"]):
+        return status
+    return STOPPED
 
 
 def _sweep_entry(store: Store, doc: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +161,7 @@ def _sweep_entry(store: Store, doc: dict[str, Any]) -> dict[str, Any]:
             "sweep_id": doc["_id"],
             "name": doc.get("name"),
             "created_at": doc.get("created_at"),
-            "status": sweep_status(doc),
+            "status": _status(doc),
             "trials": sum(doc["counts"].values()),
             "counts": doc["counts"],
             "objective": objective,
@@ -220,6 +250,14 @@ def ls(data_dir: str | None, limit: int, as_json: bool, quiet: bool) -> None:
     console.print(_ls_table(docs, entries, f"sweeps in {where}"))
     if more:
         console.print("… and older ones; use --limit (at most 1000)")
+    stopped = [e["sweep_id"] for e in entries if e["status"] == STOPPED]
+    if stopped:
+        data = f" --data {found.folder}" if data_dir else ""
+        console.print(
+            f"stopped: its run ended before the sweep did; `{program()} run --resume "
+            f"{stopped[0]}{data}` finishes it",
+            style="dim", highlight=False, markup=False, soft_wrap=True,
+        )  # fmt: skip
     if found is not None and found.holder is not None:
         console.print(f"served by {found.holder.describe()}", style="dim")
 
@@ -242,27 +280,83 @@ def ls(data_dir: str | None, limit: int, as_json: bool, quiet: bool) -> None:
     type=click.Path(dir_okay=False, writable=True),
     help="Write to this file [default: standard output; parquet needs a file].",
 )
-def export(sweep_id: str, data_dir: str | None, fmt: str, out_path: str | None) -> None:
+@click.option(
+    "--epochs",
+    is_flag=True,
+    help="One row per epoch of each trial (its final attempt's curve) instead of per trial.",
+)
+def export(
+    sweep_id: str, data_dir: str | None, fmt: str, out_path: str | None, epochs: bool
+) -> None:
     """Every trial of a sweep, one row each: id, state, objective, params, final metrics,
-    epochs, seconds, parameter count, device, error (the API's export, the same rows)."""
+    epochs, seconds, parameter count, device, error (the API's export, the same rows).
+    With --epochs, one row per epoch of each trial instead: its curve."""
     if fmt == "parquet" and not out_path:
         raise click.UsageError("--format parquet writes a binary file: give it with -o FILE")
     store = open_store(with_data_dir(read_settings(), data_dir))
     sweep = find_sweep(store, sweep_id)
     trials = sum(sweep["counts"].values()) - int(sweep.get("planned") or 0)
-    if fmt == "parquet":
-        written = exporting.write_parquet(store.reads, sweep, str(out_path))
-        click.echo(f"wrote {written:,} trials of sweep {sweep_id} to {out_path}", err=True)
-        return
+    what = "epoch rows" if epochs else "trials"
     reads = store.reads
-    chunks = exporting.csv_text(reads, sweep) if fmt == "csv" else exporting.jsonl(reads, sweep_id)
+    if fmt == "parquet":
+        write = exporting.write_epochs_parquet if epochs else exporting.write_parquet
+        written = write(reads, sweep, str(out_path))
+        click.echo(f"wrote {written:,} {what} of sweep {sweep_id} to {out_path}", err=True)
+        return
+    if epochs:
+        chunks = (exporting.epochs_csv(reads, sweep) if fmt == "csv"
+                  else exporting.epochs_jsonl(reads, sweep_id))  # fmt: skip
+    else:
+        chunks = exporting.csv_text(reads, sweep) if fmt == "csv" else exporting.jsonl(
+            reads, sweep_id)  # fmt: skip
     if out_path is None:
         for chunk in chunks:
             click.echo(chunk, nl=False)
         return
     path = Path(out_path)
+    written = 0
     with path.open("w", encoding="utf-8", newline="") as handle:
         for chunk in chunks:
             handle.write(chunk)
-    click.echo(f"wrote {trials:,} trials of sweep {sweep_id} to {path}", err=True)
+            written += chunk.count("\n")
+    count = max(0, written - (fmt == "csv")) if epochs else trials
+    click.echo(f"wrote {count:,} {what} of sweep {sweep_id} to {path}", err=True)
 
+
+
+@click.command("delete")
+@click.argument("sweep_id")
+@data_option
+@click.option("--yes", "-y", is_flag=True, help="Delete without asking (needed with no terminal).")
+def delete(sweep_id: str, data_dir: str | None, yes: bool) -> None:
+    """Delete a sweep: its trials, their epoch rows and its summaries, for good.
+
+    A sweep still running is refused: stop its run (Ctrl-C), or cancel it through the API
+    and wait for its trials to stop. A sweep of a data folder whose run ended before it did
+    (`ls` says stopped) has its unfinished trials cancelled first: nothing trains them.
+    """
+    store = open_store(with_data_dir(read_settings(), data_dir))
+    sweep = find_sweep(store, sweep_id)
+    status = _status(sweep)
+    if status in ("running", "queued"):
+        left = sweep["counts"]["queued"] + sweep["counts"]["running"]
+        raise click.ClickException(
+            f"sweep {sweep_id} is {status} ({left:,} trials left): stop its run, or cancel it "
+            "(POST /api/v1/sweeps/SWEEP/cancel) and wait for its trials to stop, then delete it"
+        )
+    trials = sum(sweep["counts"].values()) - int(sweep.get("planned") or 0)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError("give --yes to delete without a terminal to confirm on")
+        click.confirm(f"delete sweep {sweep_id} ({sweep.get('name')}, {trials:,} trials)?",
+                      abort=True)  # fmt: skip
+    if status == STOPPED:
+        # Its trials left were never going to end: no worker holds them. Cancelled, they
+        # may be deleted (the store refuses a sweep with trials queued or running).
+        store.admin.requeue_stale(0.0, sweep_id=sweep_id, count_lost=False)
+        store.admin.cancel_sweep(sweep_id)
+    removed = store.admin.delete_sweep(sweep_id)
+    click.echo(
+        f"deleted sweep {sweep_id}: {removed['trials']:,} trials, "
+        f"{removed['metrics']:,} epoch rows"
+    )

@@ -41,7 +41,7 @@ from cli.embedded_broker import ORDERED_TRANSPORT
 from cli.local import dashboard_port, with_data_dir
 from cli.options import dashboard_port_option, data_option, workers_option
 from cli.run_follow import follow, results_note, top_table
-from cli.shared import EXIT_PROBLEM, fail_spec, load_spec, program, skip_teardown
+from cli.shared import EXIT_NO_RESULT, EXIT_PROBLEM, fail_spec, load_spec, program, skip_teardown
 from core.broker import EMBEDDED_BROKER_URL
 from core.errors import NotFound, SpecError, SweepstackError
 from core.settings import Settings
@@ -184,6 +184,7 @@ def run(
 
     signal.signal(signal.SIGTERM, on_signal)
     store: Store | None = None
+    sweep_id: str | None = None  # once stored: what a Ctrl-C tells the user to resume
     ended = False  # every trial of the sweep ended: no worker has anything to finish
     try:
         # Everything starts at once; only the store is waited for, before the sweep is
@@ -283,6 +284,8 @@ def run(
         skip_teardown()  # everything is closed in `_stop`, before the command returns
         if feeder is not None:
             feeder.close()  # another scheduler may take the sweep at once (a retry's trials)
+        from cli.failures import print_failures, sweep_failures  # imports the analysis
+
         counts = store.reads.counts(sweep_id)
         best = store.reads.best(sweep_id, 1)
         if as_json:
@@ -292,6 +295,7 @@ def run(
                         "sweep_id": sweep_id,
                         "counts": counts,
                         "best": best[0] if best else None,
+                        "failures": sweep_failures(store, sweep_id)[0],
                         "store": mongo_url,
                         "data_dir": str(settings.data_dir),
                         "dashboard": dashboard,
@@ -301,7 +305,9 @@ def run(
             )
         else:
             width = max(120, shutil.get_terminal_size((160, 24)).columns)
-            Console(width=width).print(top_table(store, sweep))
+            if best:
+                Console(width=width).print(top_table(store, sweep))
+            print_failures(err, store, sweep_id, counts)
         results_note(err, sweep_id, settings.data_dir if service else None, default_folder)
         if hold and board and sys.stdin.isatty():
             board.wait()
@@ -312,8 +318,22 @@ def run(
                     time.sleep(1)
             except KeyboardInterrupt:
                 err.print("stopping")
+        if not counts.get("complete", 0):
+            err.print(
+                f"error: no trial of sweep {sweep_id} completed"
+                + ("; the reasons are above" if counts.get("failed", 0) else ""),
+                highlight=False,
+            )
+            sys.exit(EXIT_NO_RESULT)
     except KeyboardInterrupt:
         err.print("interrupted: stopping workers, dashboard and store")
+        if sweep_id is not None:
+            data = "" if settings.data_dir == default_folder else f" --data {settings.data_dir}"
+            err.print(
+                f"the sweep is kept: `{program()} run --resume {sweep_id}{data}` finishes it "
+                "(its complete trials are kept)",
+                highlight=False, markup=False, soft_wrap=True,
+            )  # fmt: skip
         sys.exit(130)
     except (SweepstackError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc

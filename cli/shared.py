@@ -2,7 +2,9 @@
 settings, and how the running command names itself in hints.
 
 Exit codes: 0 success; `EXIT_PROBLEM` (2) a spec or usage problem, one line per problem on
-stderr, each naming its path and rule; 1 anything else (`cli.main.run`). Settings come from
+stderr, each naming its path and rule; `EXIT_NO_RESULT` (1) a sweep that `run` ran to its end
+with no trial complete (the failures' reasons printed above); 1 anything else
+(`cli.main.run`). Settings come from
 the environment here, at the entry point, and are passed down (DESIGN.md); bad ones are a
 usage error.
 
@@ -26,6 +28,8 @@ from core.spec.sweep import SweepSpec, load_spec_file
 
 #: The exit code of a spec or usage problem (click's own usage errors exit 2 as well).
 EXIT_PROBLEM = 2
+#: The exit code of `sweepstack run` when its sweep ended with no complete trial.
+EXIT_NO_RESULT = 1
 
 
 def fail_spec(exc: SpecError) -> NoReturn:

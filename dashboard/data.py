@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -310,22 +309,6 @@ def pruned_trials(rows: Iterable[Mapping[str, Any]], n: int = 50) -> list[Mappin
     """The `n` most recently finished pruned trials, newest first."""
     pruned = [r for r in rows if r["state"] == PRUNED]
     return heapq.nlargest(n, pruned, key=lambda r: (r["finished_at"] or 0, r["index"]))
-
-
-def failure_reasons(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Failed trials grouped by the first line of their error, most frequent first."""
-    counts: Counter[str] = Counter()
-    example: dict[str, int] = {}
-    for row in rows:
-        if row["state"] != FAILED:
-            continue
-        reason = row["error"] or "(no reason recorded)"
-        counts[reason] += 1
-        example.setdefault(reason, row["index"])
-    return [
-        {"reason": reason, "n": n, "example": example[reason]}
-        for reason, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    ]
 
 
 def public_row(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from core.analysis.failures import failure_reasons
 from core.errors import NotFound
 from core.spec.search_settings import describe, pruning_settings, search_settings
 from core.store.roles import Reads
@@ -146,7 +147,7 @@ def aggregate_functions(sweep: Mapping[str, Any]) -> dict[str, Callable[[Prepare
         ),
         "timing": lambda p: timing_figures(timing_rows(p.done)),
         "top": lambda p: [data.public_row(r) for r in p.ranked[:TOP_N]],
-        "reasons": lambda p: data.failure_reasons(p.rows),
+        "reasons": lambda p: failure_reasons(p.rows),
         "activity": lambda p: data.activity(p.rows),
         "failed": lambda p: [data.public_row(r) for r in data.failed_trials(p.rows, FAILED_N)],
     }

@@ -11,10 +11,12 @@ Plain functions over a sweep's finished trials (numpy, no store writes, no Optun
 - `figures`: that value drawn as Plotly figure dictionaries (the dashboard's panel and
   the HTML report draw the same ones); `layout`: the one Plotly layout they and the
   dashboard's own figures start from;
-- `sweep`: one sweep's analysis read from the store and kept per version of the sweep.
+- `sweep`: one sweep's analysis read from the store and kept per version of the sweep;
+- `failures`: failed trials grouped by their reason (the dashboard, `run` and `status`).
 
-**Where importance comes from.** Importance is Optuna's (fANOVA and PED-ANOVA), and only
-``scheduler`` may import Optuna, while the dashboard may import only ``core``. So the
+**Where importance comes from.** Importance is Optuna's (fANOVA and PED-ANOVA); Optuna stays
+out of the analysis (the scheduler imports it, and below it only the spec's pruner and the
+workers' own pruning), while the dashboard may import only ``core``. So the
 analysis takes importance as a function (`report.Importance`) that the entry points hand
 in: ``sweepstack report`` and the API pass `scheduler.importance.param_importances`
 themselves, and the web composition (`cli.app.create_app`, which may import every

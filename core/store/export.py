@@ -1,4 +1,5 @@
-"""A sweep's trials as CSV or JSON Lines, one row per trial, produced while it streams.
+"""A sweep's trials as CSV or JSON Lines, one row per trial, produced while it streams; or
+one row per epoch (`epoch_rows`, ``sweepstack export --epochs``).
 
 Each row has the trial's id, index, state, attempt, seed and objective, its parameters
 (one column per parameter path of the spec, empty where a conditional one is off), its
@@ -15,6 +16,11 @@ dashboard's downloads and ``sweepstack export``.
 Given `indexes` (a caller's selection, such as the dashboard's filtered table), only the
 trials at those indexes are written, read a window of `PAGE` indexes at a time
 (`core.store.roles.Reads.trials_at`).
+
+Per epoch: one row per epoch of each trial's final attempt, with the trial's id, index,
+state, attempt and parameters, and that epoch's metrics (all it reported; in CSV and
+Parquet one column each, named from the first `PAGE` rows). Trials are read a page at a
+time with their rows (`core.store.roles.Reads.epoch_rows`).
 """
 
 from __future__ import annotations
@@ -208,3 +214,104 @@ def write_parquet(reads: Reads, sweep: dict[str, Any], path: str) -> int:
     table = pa.table({name: _arrow_column(vals) for name, vals in zip(names, values, strict=True)})
     pq.write_table(table, path)
     return count
+
+
+# -- one row per epoch ------------------------------------------------------------------
+
+#: The leading columns of a per-epoch row: the trial, the attempt its rows are of, the epoch.
+EPOCH_HEAD = ("id", "index", "state", "attempt", "epoch")
+
+
+def _epoch_pages(reads: Reads, sweep_id: str) -> Iterator[list[dict[str, Any]]]:
+    """Each page of trials, in index order, with ``rows``: its final attempt's epoch rows,
+    by epoch (one read of the metrics per page)."""
+    cursor = None
+    while True:
+        docs, cursor = reads.trials(sweep_id, limit=PAGE, cursor=cursor)
+        attempts = {d["_id"]: int(d.get("attempt") or 0) for d in docs}
+        curves = reads.epoch_rows(attempts) if attempts else {}
+        for doc in docs:
+            doc["rows"] = curves.get(doc["_id"], {})
+        yield docs
+        if cursor is None:
+            return
+
+
+def epoch_rows(reads: Reads, sweep_id: str) -> Iterator[dict[str, Any]]:
+    """The sweep's per-epoch rows (JSON Lines form): one per epoch of each trial's final
+    attempt, with the trial's id, index, state, attempt and parameters, and that epoch's
+    metrics (every one the trial reported: a Caffe net's evaluation, a training function's
+    own)."""
+    for docs in _epoch_pages(reads, sweep_id):
+        for doc in docs:
+            params = flatten_params(doc.get("params"))
+            for epoch in sorted(doc["rows"]):
+                metrics = {k: v for k, v in doc["rows"][epoch].items() if k != "epoch"}
+                yield plain({"id": doc["_id"], "index": doc.get("index"),
+                             "state": doc.get("state"), "attempt": doc.get("attempt"),
+                             "epoch": epoch, "params": params, "metrics": metrics})  # fmt: skip
+
+
+def epochs_jsonl(reads: Reads, sweep_id: str) -> Iterator[str]:
+    """The per-epoch export as JSON Lines."""
+    try:
+        for data in epoch_rows(reads, sweep_id):
+            yield json.dumps(data, allow_nan=False) + "\n"
+    except SweepstackError as exc:
+        log.error("per-epoch export of sweep %s stopped: %s", sweep_id, exc)
+
+
+def _epoch_columns(
+    sweep: dict[str, Any], rows: list[dict[str, Any]]
+) -> tuple[list[str], list[str]]:
+    """The parameter columns and the metric columns (the usual metrics first, then the
+    others the first rows have, sorted) of a per-epoch table."""
+    columns = _columns(sweep, {"params": rows[0]["params"]} if rows else None)
+    seen = {k for data in rows for k in data["metrics"]}
+    metrics = [m for m in METRICS if m in seen] + sorted(seen - set(METRICS))
+    return columns, metrics
+
+
+def _epoch_cells(data: dict[str, Any], columns: list[str], metrics: list[str]) -> list[Any]:
+    cells = [data[name] for name in EPOCH_HEAD]
+    cells += [data["params"].get(path) for path in columns]
+    return cells + [data["metrics"].get(metric) for metric in metrics]
+
+
+def epochs_csv(reads: Reads, sweep: dict[str, Any]) -> Iterator[str]:
+    """The per-epoch export as CSV: the header (its metric columns from the first page's
+    rows), then one row per epoch."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    rows = epoch_rows(reads, sweep["_id"])
+    try:
+        first = list(itertools.islice(rows, PAGE))
+        columns, metrics = _epoch_columns(sweep, first)
+        writer.writerow([*EPOCH_HEAD, *columns, *metrics])
+        for n, data in enumerate(itertools.chain(first, rows)):
+            writer.writerow([_cell(c) for c in _epoch_cells(data, columns, metrics)])
+            if n % 500 == 0:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+    except SweepstackError as exc:
+        log.error("per-epoch export of sweep %s stopped: %s", sweep["_id"], exc)
+    yield buffer.getvalue()
+
+
+def write_epochs_parquet(reads: Reads, sweep: dict[str, Any], path: str) -> int:
+    """The per-epoch export as a Parquet file at `path` (the CSV's columns, typed); the rows
+    written. Built in memory, as `write_parquet`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = list(epoch_rows(reads, sweep["_id"]))
+    columns, metrics = _epoch_columns(sweep, rows)
+    names = [*EPOCH_HEAD, *columns, *metrics]
+    values: list[list[Any]] = [[] for _ in names]
+    for data in rows:
+        for column, value in zip(values, _epoch_cells(data, columns, metrics), strict=True):
+            column.append(value)
+    table = pa.table({name: _arrow_column(vals) for name, vals in zip(names, values, strict=True)})
+    pq.write_table(table, path)
+    return len(rows)

@@ -260,15 +260,4 @@ class MongoFeeding(Feeding):
     def epoch_rows(
         self, attempts: Mapping[str, int], after: Mapping[str, int]
     ) -> dict[str, dict[int, dict[str, Any]]]:
-        if not attempts:
-            return {}
-        out: dict[str, dict[int, dict[str, Any]]] = {tid: {} for tid in attempts}
-        rows = self._s.metrics.find(
-            {"trial_id": {"$in": list(attempts)}}, {"trial_id": 1, "attempt": 1, "epoch": 1,
-                                                    "metrics": 1, "_id": 0}
-        )  # fmt: skip
-        for row in rows:
-            tid = row["trial_id"]
-            if row["attempt"] == attempts[tid] and row["epoch"] > after.get(tid, -1):
-                out[tid][row["epoch"]] = row.get("metrics") or {}
-        return out
+        return self._s.epoch_rows(attempts, after)

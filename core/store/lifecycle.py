@@ -551,19 +551,12 @@ class MongoTrialLifecycle(TrialLifecycle):
             d["_id"]: d for d in self._s.trials.find(query, fields)
             if d.get("state") == _COMPLETE and d["_id"] not in known
         }  # fmt: skip
-        curves: dict[str, tuple[float | None, dict[int, float]]] = {
-            tid: (finite_number(d.get("objective")), {}) for tid, d in found.items()
-        }
-        if found:
-            rows = self._s.metrics.find(
-                {"trial_id": {"$in": sorted(found)}},
-                {"trial_id": 1, "attempt": 1, "epoch": 1, "metrics": 1, "_id": 0},
-            )
-            for row in rows:
-                tid = row["trial_id"]
-                value = finite_number((row.get("metrics") or {}).get(metric))
-                if row.get("attempt") == found[tid].get("attempt") and value is not None:
-                    curves[tid][1][int(row["epoch"])] = value
+        rows = self._s.epoch_rows({tid: d.get("attempt", 0) for tid, d in found.items()})
+        curves: dict[str, tuple[float | None, dict[int, float]]] = {}
+        for tid, doc in found.items():
+            values = {e: finite_number(m.get(metric)) for e, m in rows[tid].items()}
+            curve = {e: float(v) for e, v in values.items() if v is not None}
+            curves[tid] = (finite_number(doc.get("objective")), curve)
         return CompleteCurves(curves, next_since)
 
 

@@ -23,6 +23,7 @@ from core.store import summaries
 from core.store.pages import fetch, index_page, ordered
 from core.store.query import (
     Position,
+    check_attempt,
     check_id,
     check_limit,
     check_name,
@@ -234,6 +235,13 @@ class MongoReads(Reads):
             ).sort([("attempt", 1), ("epoch", 1)])
             doc["metrics"] = list(rows)
         return doc
+
+    @available
+    def epoch_rows(self, attempts: Mapping[str, int]) -> dict[str, dict[int, dict[str, Any]]]:
+        for trial_id, attempt in attempts.items():
+            check_id("trial_id", trial_id)
+            check_attempt(attempt)
+        return self._s.epoch_rows(attempts)
 
     @available
     def metrics_after(

@@ -583,6 +583,11 @@ class Reads(Protocol):
         """
 
     @abstractmethod
+    def epoch_rows(self, attempts: Mapping[str, int]) -> dict[str, dict[int, dict[str, Any]]]:
+        """The epochs' metrics of these attempts (trial id -> attempt), by trial and epoch, in
+        one read: many trials' curves at once (the per-epoch export, `core.store.export`)."""
+
+    @abstractmethod
     def metrics_after(
         self, trial_id: str, attempt: int = 0, epoch: int = -1
     ) -> list[dict[str, Any]]:

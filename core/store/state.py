@@ -97,6 +97,25 @@ class StoreState:
         doc["counts"] = full_counts(doc.get("counts"))
         return doc
 
+    def epoch_rows(
+        self, attempts: Mapping[str, int], after: Mapping[str, int] | None = None
+    ) -> dict[str, dict[int, dict[str, Any]]]:
+        """The metrics of each attempt's epochs (trial id -> attempt), those after
+        ``after[trial id]`` only where given, by trial and epoch (one read)."""
+        if not attempts:
+            return {}
+        after = after or {}
+        out: dict[str, dict[int, dict[str, Any]]] = {tid: {} for tid in attempts}
+        rows = self.metrics.find(
+            {"trial_id": {"$in": list(attempts)}}, {"trial_id": 1, "attempt": 1, "epoch": 1,
+                                                    "metrics": 1, "_id": 0}
+        )  # fmt: skip
+        for row in rows:
+            tid = row["trial_id"]
+            if row["attempt"] == attempts[tid] and row["epoch"] > after.get(tid, -1):
+                out[tid][row["epoch"]] = row.get("metrics") or {}
+        return out
+
     def cancelled(self, sweep_id: str) -> bool:
         """Whether the sweep was cancelled (False for one the store does not have)."""
         doc = self.sweeps.find_one({"_id": sweep_id}, {"cancelled_at": 1})

@@ -13,7 +13,7 @@
     since: 0, versions: {}, sweep: null, params: [], param: null, mode: "best",
     limits: {}, plotted: new Set(), par: null, curves: [], top: [],
     failed: [], failedSeen: new Set(), summary: null, history: null, historyFigs: null,
-    recent: [],
+    recent: [], reasons: [],
     historyAxis: "trials",
   };
   const $ = (id) => document.getElementById(id);
@@ -51,6 +51,7 @@
     $("summary").replaceChildren(...cards);
     $("pruned-panel").hidden = !prunes(sweep, counts);
     SS.progressBar(counts, summary.total, $("progress"));
+    renderFailuresFirst();
   }
 
   // The pruned card is shown only where pruning happens: a pruner, or pruned trials.
@@ -149,12 +150,29 @@
     await plot("fig-size", timing.params);
   }
 
+  function reasonItems(reasons) {
+    return reasons.slice(0, 8).map((r) =>
+      SS.el("li", {}, SS.el("span", { class: "n", text: "×" + SS.grouped(r.n) }), r.reason));
+  }
+
   function renderReasons(reasons) {
+    S.reasons = reasons;
     const total = reasons.reduce((n, r) => n + r.n, 0);
     $("failed-count").textContent = total ? "(" + SS.grouped(total) + ")" : "";
-    $("reasons").replaceChildren(...(reasons.length ? reasons.slice(0, 8).map((r) =>
-      SS.el("li", {}, SS.el("span", { class: "n", text: "×" + SS.grouped(r.n) }),
-        r.reason)) : [SS.el("li", { class: "empty", text: "No failed trials." })]));
+    $("reasons").replaceChildren(...(reasons.length ? reasonItems(reasons)
+      : [SS.el("li", { class: "empty", text: "No failed trials." })]));
+    renderFailuresFirst();
+  }
+
+  // While nothing completed and some trials failed, their reasons come first.
+  function renderFailuresFirst() {
+    const counts = S.summary ? S.summary.counts : {};
+    const failed = counts.failed || 0;
+    const show = failed > 0 && !(counts.complete || 0) && S.reasons.length > 0;
+    $("failures-first").hidden = !show;
+    if (!show) return;
+    $("failures-first-count").textContent = SS.grouped(failed);
+    $("failures-first-reasons").replaceChildren(...reasonItems(S.reasons));
   }
 
   function addFailed(rows) {

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from core.analysis.failures import failure_reasons
 from core.spec.sweep import load_spec
 from core.states import TrialState
 from core.store.store import Store
@@ -147,7 +148,7 @@ def test_top_failed_and_reasons(scenario: Sweep) -> None:
     assert [r["index"] for r in param_axes.prepare(rows, "maximize").ranked[:3]] == [7, 6, 4]
     assert [r["index"] for r in param_axes.prepare(rows, "minimize").ranked[:2]] == [10, 8]
     assert [r["index"] for r in data.failed_trials(rows)] == [13, 12, 11]
-    assert data.failure_reasons(rows) == [
+    assert failure_reasons(rows) == [
         {"reason": "NaN loss at epoch 2", "n": 2, "example": 11},
         {"reason": "out of memory", "n": 1, "example": 12},
     ]
