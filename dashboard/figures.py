@@ -197,18 +197,19 @@ def _pruned_trace(row: Mapping[str, Any], epochs: Sequence[int], values: Sequenc
 
 
 def curves_figure(traces: Sequence[Mapping[str, Any]], metric: str, k: int,
-                  pruned: int = 0) -> dict[str, Any]:
+                  pruned: int = 0, step: str = "epoch") -> dict[str, Any]:
     """Learning curves (per-epoch objective metric) of the top `k` trials, and of the
-    `pruned` most recently pruned ones when the sweep prunes (`curve_trace`)."""
+    `pruned` most recently pruned ones when the sweep prunes (`curve_trace`); `step` names
+    the x axis (`core.spec.kind.TrialKind.step`: a Caffe net reports per evaluation)."""
     epochs = max((x for t in traces for x in t["x"]), default=0)
     title = f"Learning curves of the top {k} trials"
     if pruned:
         title += f" and the last {pruned} pruned"
-    layout = base_layout(title, "epoch", metric,
+    layout = base_layout(title, step, metric,
                      legend={"title": {"text": "trial (objective)"}},
                      xaxis={"tick0": 0, "dtick": max(1, math.ceil(epochs / 10))})
     if not traces:
-        empty_note(layout, "no per-epoch metrics yet")
+        empty_note(layout, f"no per-{step} metrics yet")
     return {"data": list(traces), "layout": layout}
 
 
@@ -223,15 +224,16 @@ def _epoch_axis(total: int | None) -> dict[str, Any]:
 
 
 def epoch_figures(series: Mapping[str, Any], total: int | None = None,
-                  stopped: int | None = None) -> dict[str, dict[str, Any]]:
+                  stopped: int | None = None, step: str = "epoch") -> dict[str, dict[str, Any]]:
     """A trial's per-epoch curves: losses, other validation metrics, seconds per epoch.
 
     `total` is the planned number of epochs (``training.epochs``), for the epoch axis;
-    `stopped` the epoch a pruned trial stopped at, marked by a dashed line on each.
+    `stopped` the epoch a pruned trial stopped at, marked by a dashed line on each; `step`
+    what a row is (`core.spec.kind.TrialKind.step`: a Caffe net's ``evaluation``).
     """
     epochs = series["epochs"]
     groups = {"loss": series["losses"], "metrics": series["metrics"]}
-    titles = {"loss": ("Loss per epoch", "loss"), "metrics": ("Metrics per epoch", "value")}
+    titles = {"loss": (f"Loss per {step}", "loss"), "metrics": (f"Metrics per {step}", "value")}
     out: dict[str, dict[str, Any]] = {}
     for key, names in groups.items():
         traces = [
@@ -240,12 +242,12 @@ def epoch_figures(series: Mapping[str, Any], total: int | None = None,
              "line": {"color": PALETTE[i % len(PALETTE)], "width": 2}}
             for i, name in enumerate(names)
         ]
-        layout = base_layout(titles[key][0], "epoch", titles[key][1], xaxis=_epoch_axis(total),
+        layout = base_layout(titles[key][0], step, titles[key][1], xaxis=_epoch_axis(total),
                          showlegend=True)
         if not epochs:
-            empty_note(layout, "no epochs reported yet")
+            empty_note(layout, f"no {step}s reported yet")
         out[key] = {"data": traces, "layout": layout}
-    out["seconds"] = _seconds_figure(series, total)
+    out["seconds"] = _seconds_figure(series, total, step)
     if stopped is not None:
         for fig in out.values():
             _mark_stop(fig["layout"], stopped)
@@ -264,17 +266,18 @@ def _mark_stop(layout: dict[str, Any], epoch: int) -> None:
          "font": {"size": 11, "color": colour}})
 
 
-def _seconds_figure(series: Mapping[str, Any], total: int | None) -> dict[str, Any]:
+def _seconds_figure(series: Mapping[str, Any], total: int | None, step: str = "epoch"
+                    ) -> dict[str, Any]:
     """Seconds per epoch; a data-parallel trial's bars are split into computing,
     communicating (waiting for other ranks included) and the rest (evaluation)."""
     epochs, values = list(series["epochs"]), series["values"]
     seconds = list(values.get("epoch_seconds") or [])
     compute, comm = values.get("compute_seconds"), values.get("comm_seconds")
     split = bool(compute and comm and len(compute) == len(comm) == len(seconds))
-    layout = base_layout("Time per epoch", "epoch", "seconds", showlegend=split,
+    layout = base_layout(f"Time per {step}", step, "seconds", showlegend=split,
                          xaxis=_epoch_axis(total), margin={"t": 36, "b": 48})
     if not epochs:
-        empty_note(layout, "no epochs reported yet")
+        empty_note(layout, f"no {step}s reported yet")
     if not split:
         return {"data": [{"type": "bar", "name": "epoch_seconds", "x": epochs, "y": seconds,
                           "marker": {"color": STATE_COLOURS["running"]}}], "layout": layout}

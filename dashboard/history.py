@@ -140,10 +140,13 @@ def _subtitle(layout: dict[str, Any], text: str) -> None:
     layout["margin"] = {**layout["margin"], "t": 64}
 
 
-def history_figures(history: Mapping[str, Any], metric: str) -> dict[str, dict[str, Any]]:
+def history_figures(
+    history: Mapping[str, Any], metric: str, step: str = "epoch"
+) -> dict[str, dict[str, Any]]:
     """``{"trials", "time", "epochs"}``: figures of the best `metric` so far against trials
     finished, against the time since the first start, and against epochs trained, from
-    `best_history`."""
+    `best_history` (`step`: what a reported row is, ``epoch`` or a Caffe net's
+    ``evaluation``: `core.spec.kind.TrialKind.step`)."""
     trials = _figure(history, "trials", metric, f"Best {metric} vs trials finished",
                      "trials finished")
     pruned = history["pruned"]
@@ -153,11 +156,11 @@ def history_figures(history: Mapping[str, Any], metric: str) -> dict[str, dict[s
     time = _figure(history, "seconds", metric, f"Best {metric} vs time",
                    f"time since the first trial started ({unit})", size)
     _subtitle(time["layout"], f"{counted}, in {history['seconds'] / size:,.3g} {unit}")
-    epochs = _figure(history, "epochs", metric, f"Best {metric} vs epochs trained",
-                     "epochs trained")
+    epochs = _figure(history, "epochs", metric, f"Best {metric} vs {step}s trained",
+                     f"{step}s trained")
     planned = history["planned_epochs"]
     share = f" ({100 * history['epochs'] / planned:.0f} %)" if planned else ""
-    _subtitle(epochs["layout"], f"{history['epochs']:,} epochs trained of {planned:,} "
+    _subtitle(epochs["layout"], f"{history['epochs']:,} {step}s trained of {planned:,} "
               f"planned{share}; pruned trials count what they trained")
     totals = {k: history[k] for k in ("trials", "epochs", "planned_epochs", "pruned")}
     for figure in (trials, time, epochs):

@@ -24,6 +24,7 @@ from typing import Any
 
 from core.analysis.failures import failure_reasons
 from core.errors import NotFound
+from core.spec.kinds import kind_of
 from core.spec.search_settings import describe, pruning_settings, search_settings
 from core.store.roles import Reads
 from dashboard import data, figures, param_axes, parcoords
@@ -92,6 +93,7 @@ def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
     header's one-line summary of them), as pages show them."""
     metric, direction = _objective(sweep)
     search, pruning = search_settings(sweep), pruning_settings(sweep)
+    kind = kind_of(sweep.get("spec") or {})
     return {
         "id": sweep["_id"],
         "name": sweep.get("name"),
@@ -107,6 +109,11 @@ def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
         "search": search,
         "pruning": pruning,
         "settings_text": describe(search, pruning, sweep.get("trial_count", 0)),
+        # What its trials are: what a reported row is called, and whether they have the
+        # depth and width that the width and depth panels draw.
+        "kind": kind.name,
+        "step": kind.step,
+        "shapes": kind.shapes,
     }
 
 
@@ -139,8 +146,9 @@ def aggregate_functions(sweep: Mapping[str, Any]) -> dict[str, Callable[[Prepare
     snapshot decides (all but the scatter and parallel coordinates, which depend on the
     page's choices, and the curves, read from the store)."""
     metric, _ = _objective(sweep)
+    step = kind_of(sweep.get("spec") or {}).step
     return {
-        "history": lambda p: history_figures(best_history(p.rows, p.direction), metric),
+        "history": lambda p: history_figures(best_history(p.rows, p.direction), metric, step),
         "pruned": lambda p: [data.public_row(r) for r in data.pruned_trials(p.rows, PRUNED_N)],
         "width": lambda p: figures.width_figure(
             data.objective_by_width(p.done, p.direction, p.params), metric
@@ -202,7 +210,7 @@ def sweep_payload(
             "parallel": _parallel(table, mode),
             "curves": figures.curves_figure(
                 _curves(state, reads, [*top[:CURVES_K], *pruned[:shown]], metric), metric,
-                CURVES_K, shown,
+                CURVES_K, shown, kind_of(sweep.get("spec") or {}).step,
             ),
             "history": values["history"][1],
         },
@@ -317,7 +325,8 @@ def trial_payload(reads: Reads, trial_id: str, now: datetime, *, owner: str | No
         "trial": trial_detail(doc, sweep, now),
         "series": series,
         "figures": figures.epoch_figures(series, planned if isinstance(planned, int) else None,
-                                         data.pruned_stop(doc)),
+                                         data.pruned_stop(doc),
+                                         kind_of(doc.get("config") or {}).step),
     }
 
 

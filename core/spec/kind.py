@@ -94,6 +94,12 @@ class TrialKind(abc.ABC):
     #: built-in section (the API counts their dimensions before the spec is read,
     #: `api.submission`).
     parameter_roots: ClassVar[tuple[str, ...]] = ()
+    #: What one reported row of a trial is, as pages and exports name it: an ``epoch``, or
+    #: for a Caffe net an ``evaluation`` (its test pass every ``test_interval`` iterations).
+    step: ClassVar[str] = "epoch"
+    #: Whether its trials have a depth and a width (``model.hidden_layers``,
+    #: ``model.hidden_units``): what the dashboard's width and depth panels draw.
+    shapes: ClassVar[bool] = False
 
     @abc.abstractmethod
     def claims(self, document: Mapping[str, Any]) -> bool:

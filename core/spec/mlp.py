@@ -43,6 +43,7 @@ class MlpKind(TrialKind):
 
     name = "mlp"
     trainer = "mlp"
+    shapes = True
     config_model = TrialConfig
     fuses = True
     chunks = True

@@ -43,6 +43,14 @@ def test_a_caffe_sweep_shows_its_fields_as_axes_and_its_layers(
     page, console = open_drawn(context, f"{base_url}/sweeps/{sweep_id}")
     labels = [d["label"] for d in figure(page, "fig-parallel")["layout"]["meta"]["dims"]]
     assert labels == ["layers.ip1.num_output", "solver_params.base_lr", "val_accuracy"]
+    # A Caffe net has no depth and width of the built-in network: no panels for them; its
+    # rows are evaluations (every test_interval iterations), and the axes say so.
+    expect(page.locator("#width-panel")).to_be_hidden()
+    expect(page.locator("#depth-panel")).to_be_hidden()
+    assert figure(page, "fig-curves")["layout"]["xaxis"]["title"]["text"] == "evaluation"
+    history = figure(page, "fig-history-epochs")["layout"]
+    assert history["xaxis"]["title"]["text"] == "evaluations trained"
+    expect(page.locator("#fig-scatter")).to_be_visible()  # its own parameters, with the axes
     shoot(page, "sweep-caffe")
     assert console.errors() == []
     page.close()
@@ -57,6 +65,7 @@ def test_a_caffe_sweep_shows_its_fields_as_axes_and_its_layers(
     loss = page.locator("#layers tbody tr").nth(8).locator("td").all_inner_texts()
     assert loss[4] == "scalar"
     assert [t["name"] for t in figure(page, "fig-metrics")["data"]] == ["val_accuracy"]
+    assert figure(page, "fig-metrics")["layout"]["title"]["text"] == "Metrics per evaluation"
     config = page.locator("#config")
     expect(config.locator("summary")).to_have_count(2)  # net_text, solver_text
     assert "resize" in config.inner_text()

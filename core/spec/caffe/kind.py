@@ -30,6 +30,7 @@ class CaffeKind(TrialKind):
 
     name = "caffe"
     trainer = "caffe"
+    step = "evaluation"
     config_model = CaffeTrialConfig
     image_folders = True
     parameter_roots = ("caffe.layers", "caffe.solver_params")
