@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from core.errors import Problem, SpecError
 from core.spec.caffe.image_folder import ImageFolderError, scan_folder
 from core.spec.caffe.net import PHASES, build_graph, check_shared
+from core.spec.caffe.prototxt import Message
 from core.spec.caffe.solver import parse_solver
 from core.spec.caffe.targets import Target
 from core.spec.fields import leaf_defaults
 from core.spec.space import Dimension, Fixed, IntRange, Uniform
-
-if TYPE_CHECKING:
-    from core.spec.caffe.prototxt import Message
 
 #: The most distinct nets (and solvers) one expansion builds; the rest are built by workers.
 MAX_CHECKED = 500
@@ -91,22 +89,36 @@ def _problems(exc: SpecError, when: str) -> list[Problem]:
     return [Problem(p.path, p.message + suffix) for p in exc.problems]
 
 
+def solver_states(solver: Message | None) -> dict[str, Message | None]:
+    """The solver's ``train_state`` and ``test_state`` by phase, as far as they are messages
+    (`core.spec.caffe.solver.parse_solver` reports the rest)."""
+    states: dict[str, Message | None] = {}
+    for phase, name in zip(PHASES, ("train_state", "test_state"), strict=True):
+        item = solver.get(name) if solver is not None else None
+        states[phase] = item if isinstance(item, Message) else None
+    return states
+
+
 def check_messages(
     spec: CaffeNets,
     net: Message | None,
     solver: Message | None,
     when: str = "",
     shape: tuple[tuple[int, ...], int | None] | None = None,
+    states: Message | None = None,
 ) -> list[Problem]:
-    """The problems of building `net` (both phases) and parsing `solver`; `shape` is the
-    data set's (sample shape, classes) where the caller read it (a folder), else
-    `input_shape`'s."""
+    """The problems of building `net` (both phases, with the train_state and test_state of
+    `states`, by default `solver`) and parsing `solver`; `shape` is the data set's (sample
+    shape, classes) where the caller read it (a folder), else `input_shape`'s."""
     problems: list[Problem] = []
     shape = shape if shape is not None else input_shape(spec)
+    chosen = solver_states(states if states is not None else solver)
     if net is not None and shape is not None:
         try:
-            train, test = (build_graph(net, phase, shape[0], shape[1], spec.net_source)
-                           for phase in PHASES)  # fmt: skip
+            train, test = (
+                build_graph(net, phase, shape[0], shape[1], spec.net_source, chosen[phase])
+                for phase in PHASES
+            )
             check_shared(train, test)
         except SpecError as exc:  # the other phase mostly fails the same way: one is enough
             problems.extend(_problems(exc, when))
@@ -151,9 +163,10 @@ def first_param_count(spec: CaffeNets) -> int | None:
     shape = input_shape(spec)
     if shape is None:
         return None
-    net, _ = spec.messages(first_params(spec))
+    net, solver = spec.messages(first_params(spec))
+    state = solver_states(solver)["TRAIN"]
     try:
-        return build_graph(net, "TRAIN", shape[0], shape[1], source=spec.net_source).param_count
+        return build_graph(net, "TRAIN", shape[0], shape[1], spec.net_source, state).param_count
     except SpecError:
         return None
 
@@ -181,6 +194,7 @@ def check_points(spec: CaffeNets, points: list[dict[str, Any]]) -> None:
                 net if kind == "layer" else None,
                 solver if kind == "solver" else None,
                 _show(mine),
+                states=solver,
             )
             problems.extend(p for p in found if p not in problems)
             if len(problems) >= MAX_PROBLEMS:
@@ -207,5 +221,6 @@ def folder_problems(spec: CaffeNets, value: str, real: Path, datasets: Path) -> 
         scan = scan_folder(real, value, spec.resize)
     except ImageFolderError as err:
         return [Problem("dataset.path", f"{err} ({where})")]
-    net, _ = spec.messages(first_params(spec))
-    return check_messages(spec, net, None, f"dataset.path={value}", (scan.shape, len(scan.classes)))
+    net, solver = spec.messages(first_params(spec))
+    shape = (scan.shape, len(scan.classes))
+    return check_messages(spec, net, None, f"dataset.path={value}", shape, states=solver)

@@ -138,8 +138,11 @@ _CONV = "convolution_param { num_output: 2 kernel_size: 3 %s }"
             "top 'data' cannot be computed in place: the layer changes its shape",
         ),
         (
-            layer("r", "ReLU") + layer("r", "TanH", tops=("t",)),
-            "layer 'r' (TanH): a second layer of this name; rename one",
+            layer("c", "InnerProduct", "inner_product_param { num_output: 2 }")
+            + layer("c", "InnerProduct", "inner_product_param { num_output: 2 }", ("c",), ("d",)),
+            "layer 'c' (InnerProduct): a second layer of this name with learnable blobs in the "
+            "TRAIN net (after the InnerProduct layer); layers of one name share their blobs "
+            "across phases, so rename one",
         ),
         (layer(None, "ReLU", tops=("r",)), "a layer has no name"),
         (
