@@ -83,3 +83,10 @@ class CaffeKind(TrialKind):
         from core.spec.caffe.checks import folder_problems
 
         return folder_problems(cast("CaffeSpec", spec), value, real, datasets)
+
+    def file_problems(self, spec: SweepSpec, value: str, real: Path) -> list[Problem]:
+        """An .npz file's ``X`` shape, and the first trial's net built on it and its
+        evaluations against the file's rows (`core.spec.caffe.checks.npz_problems`)."""
+        from core.spec.caffe.checks import npz_problems
+
+        return npz_problems(cast("CaffeSpec", spec), value, real)
