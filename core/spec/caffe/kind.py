@@ -56,7 +56,10 @@ class CaffeKind(TrialKind):
 
     def limit_problems(self, spec: SweepSpec, settings: Settings) -> list[Problem]:
         """The net's and the solver's texts against ``SWEEPSTACK_MAX_PROTOTXT_BYTES`` each,
-        and the first trial's net against ``SWEEPSTACK_MAX_MODEL_PARAMETERS``."""
+        the first trial's net against ``SWEEPSTACK_MAX_MODEL_PARAMETERS``, and a mean file,
+        refused with its channel means (`core.spec.caffe.mean_file`)."""
+        from core.spec.caffe.mean_file import mean_file_problems
+
         caffe = cast("CaffeSpec", spec)  # what `load_spec` gives
         problems = []
         texts = (("caffe.net_text", caffe.net_text), ("caffe.solver_text", caffe.solver_text))
@@ -67,6 +70,8 @@ class CaffeKind(TrialKind):
                     over(key, "its UTF-8 bytes", size, settings.max_prototxt_bytes,
                          "SWEEPSTACK_MAX_PROTOTXT_BYTES")
                 )  # fmt: skip
+        net, _ = caffe.messages({})
+        problems += mean_file_problems(net, settings.datasets_dir)
         count = caffe.first_param_count()
         if count is not None and count > settings.max_model_parameters:
             problems.append(

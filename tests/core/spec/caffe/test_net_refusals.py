@@ -251,10 +251,6 @@ _SHAPE = "input_param { shape { dim: 2 dim: 1 dim: %s dim: %s } }"
             "crop_size 10 is larger than the data set's 8x8 images",
         ),
         (
-            layer("d", "Data", 'transform_param { mean_file: "m.binaryproto" } ' + _BATCH, ()),
-            "mean_file is not supported: mean files are not read; give mean_value",
-        ),
-        (
             layer("d", "Data", "transform_param { mean_value: 1 mean_value: 2 } " + _BATCH, ()),
             "transform_param.mean_value has 2 values; give one, or one per channel (1)",
         ),
