@@ -63,12 +63,19 @@ def load_spec(spec_path: str, *, local_files: bool = False) -> SweepSpec:
     ``dataset.path`` must also name a file on this host."""
     limits = read_settings()
     try:
-        spec = load_spec_file(spec_path)
-        problems = spec_limit_problems(spec, limits)
+        try:
+            spec, problems = load_spec_file(spec_path), []
+        except SpecError as exc:
+            # A spec whose own rules failed but that could be built still meets the checks
+            # below, so that one run lists every problem.
+            if not isinstance(exc.spec, SweepSpec):
+                raise
+            spec, problems = exc.spec, list(exc.problems)
+        problems += spec_limit_problems(spec, limits)
         if local_files:
             problems += dataset_file_problems(spec, limits)
         if problems:
-            raise SpecError(problems)
+            raise SpecError(list(dict.fromkeys(problems)))
         return spec
     except SpecError as exc:
         fail_spec(exc)

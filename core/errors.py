@@ -26,10 +26,16 @@ class Problem:
 
 
 class SpecError(SweepstackError):
-    """A sweep spec broke one or more rules; `problems` lists every one of them."""
+    """A sweep spec broke one or more rules; `problems` lists every one of them.
 
-    def __init__(self, problems: list[Problem]) -> None:
+    `spec` is the spec as far as it could still be built (or None), so that a caller's own
+    later checks (the server's limits, this host's files) report their problems in the same
+    run instead of the next one.
+    """
+
+    def __init__(self, problems: list[Problem], spec: object | None = None) -> None:
         self.problems = list(problems)
+        self.spec = spec
         super().__init__("\n".join(str(p) for p in self.problems))
 
 

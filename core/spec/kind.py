@@ -135,5 +135,11 @@ class TrialKind(abc.ABC):
         `image_folders` is true, by the commands whose workers read this host's files."""
         return []
 
+    def file_problems(self, spec: SweepSpec, value: str, real: Path) -> list[Problem]:
+        """What is wrong with the file ``dataset.path`` names (`value`, at `real`) as the
+        spec's data set, read cheaply (headers, not data), by the commands whose workers
+        read this host's files; none by default."""
+        return []
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"

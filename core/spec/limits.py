@@ -9,8 +9,9 @@ anything is stored:
   to it, or absolute inside it, symlinks followed (`confine`); the worker checks again with
   its own folder before it opens the file; `validate` and `run`, whose workers read this
   host's files, also check that it names a file (`dataset_file_problems`), or for a Caffe
-  net a folder of images by class (`core.spec.caffe.image_folder`), whose first net is built on
-  its images' shape;
+  net a folder of images by class (`core.spec.caffe.image_folder`); a Caffe net's first net
+  is built on the folder's or the .npz file's image shape (read from headers) and its
+  evaluations checked against the validation split;
 - ``execution.parallel.world_size`` at most ``SWEEPSTACK_MAX_WORLD_SIZE`` processes;
 - the built-in network's parameters, estimated before training from the widest and deepest
   model the spec allows and its data's features and classes, at most
@@ -89,9 +90,10 @@ def _dataset_paths(spec: SweepSpec, root: Path, problems: list[Problem]) -> None
 
 
 def dataset_file_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
-    """Each ``dataset.path`` that names no file in this host's datasets folder, and each
+    """Each ``dataset.path`` that names no file in this host's datasets folder, each
     folder of a Caffe spec that is no data set of images by class (`core.spec.caffe.image_folder`:
-    its classes, files, counts and sizes, and the first trial's net on its images).
+    its classes, files, counts and sizes, and the first trial's net on its images), and what
+    the spec's kind finds wrong with a file from its headers (`TrialKind.file_problems`).
 
     For the commands whose workers read the files of this host (`sweepstack validate`,
     `sweepstack run`); the API and `submit` leave the check to the workers, whose folder
@@ -109,7 +111,9 @@ def dataset_file_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
             continue
         if images and PurePath(value).suffix.lower() != ".npz":
             problems += kind.folder_problems(spec, value, real, settings.datasets_dir)
-        elif not real.is_file():
+        elif real.is_file():
+            problems += kind.file_problems(spec, value, real)
+        else:
             what = "is a folder, not a file" if real.is_dir() else "names no file"
             problems.append(
                 Problem(

@@ -185,7 +185,7 @@ layer { name: "accuracy" type: "Accuracy" bottom: "ip1" bottom: "label" top: "ac
 layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip1" bottom: "label" top: "loss" }
 """
 FOLDER_SOLVER = """base_lr: 0.1\nmomentum: 0.9\nlr_policy: "fixed"\nmax_iter: 60
-test_interval: 30\ntest_iter: 2\nrandom_seed: 1\n"""
+test_interval: 30\ntest_iter: 1\nrandom_seed: 1\n"""
 
 
 def _patterns(folder: Path) -> None:
@@ -213,7 +213,7 @@ def test_a_net_learns_from_a_folder_of_pngs_by_class(
     spec_file.write_text(
         f"name: patterns-{uuid.uuid4().hex[:6]}\n"
         "caffe: {net: net.prototxt, solver: solver.prototxt}\n"
-        "dataset: {path: patterns, validation_fraction: 0.25}\n"
+        "dataset: {path: patterns, validation_fraction: 0.3}\n"  # 18 held out >= 1 x 16
     )
     spec = load_spec(spec_file)
     settings = dataclasses.replace(cstack.settings, datasets_dir=datasets)

@@ -143,7 +143,8 @@ def trial_work(net_text: str, solver_text: str, shape: tuple[int, ...]) -> Trial
     try:
         net = _parsed(net_text)
         for phase in ("TRAIN", "TEST") if evaluations else ("TRAIN",):
-            graphs[phase] = build_graph(net, phase, shape, None)
+            state = solver.train_state if phase == "TRAIN" else solver.test_state
+            graphs[phase] = build_graph(net, phase, shape, None, solver_state=state)
     except (PrototxtError, SpecError):
         return TrialWork(0, 0, steps, 0, 1, steps)
     train = graphs["TRAIN"]

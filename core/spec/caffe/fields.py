@@ -97,7 +97,8 @@ SCHEMAS: dict[str, dict[str, FieldSpec]] = {
         "mirror": _f("bool", False),
         "crop_size": _f("uint", 0),
         "mean_value": _rep("float"),
-        "mean_file": _f("str", refused="mean files are not read; give mean_value per channel"),
+        # refused with the file's channel means (`core.spec.caffe.mean_file`), at the limits
+        "mean_file": _f("str"),
         "force_color": _f("bool", False, refused="images keep their own channels"),
         "force_gray": _f("bool", False, refused="images keep their own channels"),
     },

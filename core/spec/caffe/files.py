@@ -14,12 +14,12 @@ from core.errors import Problem, SpecError
 from core.spec.caffe.prototxt import Message, PrototxtError, parse
 
 
-def _read(path: Path, key: str) -> str:
+def _read(path: Path, key: str, hint: str = "") -> str:
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise SpecError([Problem(f"caffe.{key}", f"{path}: cannot read: {why}")]) from exc
+        raise SpecError([Problem(f"caffe.{key}", f"{path}: cannot read: {why}{hint}")]) from exc
 
 
 def read_caffe_files(data: dict[str, Any], spec_path: Path) -> dict[str, Any]:
@@ -40,16 +40,24 @@ def read_caffe_files(data: dict[str, Any], spec_path: Path) -> dict[str, Any]:
         solver_file = here / raw["solver"]
         caffe["solver_text"] = _read(solver_file, "solver")
     net_file = here / raw["net"] if isinstance(raw.get("net"), str) else None
+    hint = ""
     if net_file is None and solver_file is not None:
         solver = _parse_text(caffe["solver_text"], str(solver_file), "caffe.solver")
-        named = solver.get("net", solver.get("train_net"))
+        field = "net" if solver.has("net") else "train_net"
+        named = solver.get(field)
         if isinstance(named, str):
             net_file = solver_file.parent / named
+            # Caffe's own solvers name their net from Caffe's root ("examples/mnist/...").
+            hint = (
+                f" (the solver's {field}: {named!r}, read relative to the solver file); "
+                "give the net's file as caffe.net: in the spec, relative to the spec file "
+                f"(it overrides the solver's {field}:)"
+            )
     if solver_file is not None:
         caffe["solver_source"] = str(solver_file)
     if net_file is not None:
         caffe["net_source"] = str(net_file)
-        caffe["net_text"] = _read(net_file, "net")
+        caffe["net_text"] = _read(net_file, "net", hint)
         _parse_text(caffe["net_text"], str(net_file), "caffe.net")
     if solver_file is not None:
         _parse_text(caffe["solver_text"], str(solver_file), "caffe.solver")

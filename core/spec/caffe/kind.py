@@ -57,7 +57,10 @@ class CaffeKind(TrialKind):
 
     def limit_problems(self, spec: SweepSpec, settings: Settings) -> list[Problem]:
         """The net's and the solver's texts against ``SWEEPSTACK_MAX_PROTOTXT_BYTES`` each,
-        and the first trial's net against ``SWEEPSTACK_MAX_MODEL_PARAMETERS``."""
+        the first trial's net against ``SWEEPSTACK_MAX_MODEL_PARAMETERS``, and a mean file,
+        refused with its channel means (`core.spec.caffe.mean_file`)."""
+        from core.spec.caffe.mean_file import mean_file_problems
+
         caffe = cast("CaffeSpec", spec)  # what `load_spec` gives
         problems = []
         texts = (("caffe.net_text", caffe.net_text), ("caffe.solver_text", caffe.solver_text))
@@ -68,6 +71,8 @@ class CaffeKind(TrialKind):
                     over(key, "its UTF-8 bytes", size, settings.max_prototxt_bytes,
                          "SWEEPSTACK_MAX_PROTOTXT_BYTES")
                 )  # fmt: skip
+        net, _ = caffe.messages({})
+        problems += mean_file_problems(net, settings.datasets_dir)
         count = caffe.first_param_count()
         if count is not None and count > settings.max_model_parameters:
             problems.append(
@@ -84,3 +89,10 @@ class CaffeKind(TrialKind):
         from core.spec.caffe.checks import folder_problems
 
         return folder_problems(cast("CaffeSpec", spec), value, real, datasets)
+
+    def file_problems(self, spec: SweepSpec, value: str, real: Path) -> list[Problem]:
+        """An .npz file's ``X`` shape, and the first trial's net built on it and its
+        evaluations against the file's rows (`core.spec.caffe.checks.npz_problems`)."""
+        from core.spec.caffe.checks import npz_problems
+
+        return npz_problems(cast("CaffeSpec", spec), value, real)

@@ -177,7 +177,6 @@ def _field_problems(layer: Message, kind: str) -> list[str]:
 def _check_fields(layers: list[Message], source: str) -> None:
     """Every field problem of every kept layer at once (the sweep's author fixes them all)."""
     problems: list[Problem] = []
-    names: set[str] = set()
     for layer in layers:
         name, kind = layer.get("name"), layer.get("type")
         where = _where(layer, source)
@@ -188,9 +187,6 @@ def _check_fields(layers: list[Message], source: str) -> None:
             problems.append(Problem(PATH, f"{_head(name, '?')}no type; give its type{where}"))
             continue
         head = _head(name, kind)
-        if name in names:
-            problems.append(Problem(PATH, f"{head}a second layer of this name; rename one{where}"))
-        names.add(name)
         if kind not in LAYER_TYPES:
             why = f" ({REFUSED_TYPES[kind]})" if kind in REFUSED_TYPES else ""
             supported = ", ".join(LAYER_TYPES)
@@ -234,16 +230,18 @@ def build_graph(
     input_shape: tuple[int, ...],
     num_classes: int | None,
     source: str = "net",
+    solver_state: Message | None = None,
 ) -> NetGraph:
     """The layer graph of `net` for `phase` fed samples of `input_shape` (C, H, W or D,).
 
     `num_classes` (None for regression) checks that classifier scores have enough classes;
-    `source` names the file in errors. Raises `SpecError` naming the layer, its type and
-    what to change.
+    `source` names the file in errors; `solver_state` is the solver's ``train_state`` or
+    ``test_state`` for this phase (`core.spec.caffe.phases`). Raises `SpecError` naming the
+    layer, its type and what to change.
     """
     if phase not in PHASES:
         raise _fail(f"phase must be TRAIN or TEST, not {phase!r}")
-    messages = layers_for_phase(net, phase)
+    messages = layers_for_phase(net, phase, solver_state)
     _check_fields(messages, source)
     shapes: dict[str, Shape] = {}
     producer: dict[str, str] = {}
@@ -305,8 +303,31 @@ def build_graph(
             f"the {phase} net has no data layer; add one of Data, ImageData, MemoryData, "
             "HDF5Data or Input (the spec's dataset feeds it)"
         )
+    _check_holders(defs, phase, source)
     total = sum(d.param_count for d in defs)
     return NetGraph(str(net.get("name", "")), phase, tuple(defs), data, shapes, total)
+
+
+def _holds(layer: LayerDef) -> bool:
+    return bool(layer.param_shapes or layer.stat_shapes)
+
+
+def _check_holders(defs: list[LayerDef], phase: str, source: str) -> None:
+    """Layer names may repeat, as Caffe's do (two ``loss`` layers); but blobs are shared
+    between the phases by layer name, so two layers of one name holding blobs in one phase
+    would make that sharing ambiguous (Caffe shares the TEST net's first of them)."""
+    holders: dict[str, LayerDef] = {}
+    for layer in defs:
+        if not _holds(layer):
+            continue
+        first = holders.setdefault(layer.name, layer)
+        if first is not layer:
+            where = _where(layer.message, source)
+            raise _fail(
+                f"{_head(layer.name, layer.type)}a second layer of this name with learnable "
+                f"blobs in the {phase} net (after the {first.type} layer); layers of one name "
+                f"share their blobs across phases, so rename one{where}"
+            )
 
 
 def _layer_def(layer: _Layer, ctx: Ctx, shaped: Shaped) -> LayerDef:
@@ -348,7 +369,7 @@ def _layer_def(layer: _Layer, ctx: Ctx, shaped: Shaped) -> LayerDef:
 def check_shared(train: NetGraph, test: NetGraph) -> None:
     """Refuse a TEST layer that shares a TRAIN layer's name but not its blobs' shapes."""
     problems = []
-    by_name = {layer.name: layer for layer in train.layers}
+    by_name = {layer.name: layer for layer in train.layers if _holds(layer)}
     for layer in test.layers:
         other = by_name.get(layer.name)
         if other is None or not (layer.param_shapes or layer.stat_shapes):

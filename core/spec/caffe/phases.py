@@ -3,9 +3,11 @@
 A layer with ``include`` rules is kept when one of them is met; otherwise it is kept unless
 an ``exclude`` rule is met. A rule is met when its ``phase`` (if any) is the net's phase,
 the net's level lies within ``min_level``/``max_level``, every ``stage`` is one of the net's
-stages and no ``not_stage`` is; the net's level and stages come from its ``state`` message
-(level 0 and no stage without one), its phase from the caller. A net-level ``input:``
-(with ``input_shape`` or ``input_dim``, Caffe's deploy form) becomes an Input layer first.
+stages and no ``not_stage`` is. The net's level and stages are its ``state`` message merged
+with the solver's ``train_state`` (TRAIN) or ``test_state`` (TEST), as Caffe's solver
+merges them: the solver's level wins when it gives one, the stages are both lists (level 0
+and no stage without either); the phase is the caller's. A net-level ``input:`` (with
+``input_shape`` or ``input_dim``, Caffe's deploy form) becomes an Input layer first.
 """
 
 from __future__ import annotations
@@ -95,8 +97,24 @@ def _rule_problems(layers: list[Message]) -> list[str]:
     return out
 
 
-def layers_for_phase(net: Message, phase: str) -> list[Message]:
-    """The layer messages `phase` keeps, in order; refuses fields a NetParameter lacks."""
+def net_state(net: Message, solver_state: Message | None = None) -> tuple[int, frozenset[str]]:
+    """The (level, stages) a net is built with: its ``state`` merged with the solver's
+    ``train_state``/``test_state`` (`solver_state`), as protobuf's MergeFrom does."""
+    level, stages = 0, []
+    for state in (net.get("state"), solver_state):
+        if isinstance(state, Message):
+            if state.has("level"):
+                level = int(state.get("level"))  # type: ignore[arg-type]
+            stages += [str(s) for s in state.getall("stage")]
+    return level, frozenset(stages)
+
+
+def layers_for_phase(
+    net: Message, phase: str, solver_state: Message | None = None
+) -> list[Message]:
+    """The layer messages `phase` keeps, in order, under the net's state merged with
+    `solver_state` (the solver's ``train_state`` or ``test_state``); refuses fields a
+    NetParameter lacks."""
     problems: list[str] = []
     for name in net.names():
         if name == "layers":
@@ -113,12 +131,7 @@ def layers_for_phase(net: Message, phase: str) -> list[Message]:
     problems.extend(_rule_problems(layers))
     if problems:
         raise SpecError([Problem(PATH, p) for p in problems])
-    level = int(state.get("level", 0)) if isinstance(state, Message) else 0  # type: ignore[arg-type]
-    stages = (
-        frozenset(str(s) for s in state.getall("stage"))
-        if isinstance(state, Message)
-        else frozenset()
-    )
+    level, stages = net_state(net, solver_state)
     head = _net_input_layer(net)
     kept = [head] if head is not None else []
     kept += [m for m in layers if included(m, phase, level, stages)]

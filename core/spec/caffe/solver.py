@@ -26,9 +26,11 @@ Ignored on purpose (they steer Caffe's process, not the training): ``display``,
 ``snapshot_diff``, ``snapshot_format``, ``snapshot_after_train``, ``solver_mode`` and
 ``device_id`` (the platform places the trial), ``debug_info``, ``layer_wise_reduce``,
 ``test_compute_loss`` (test losses are always reported); ``average_loss`` is kept, for a
-loop that smooths its train loss as Caffe's display does. Refused: ``weights`` (no file is
-read on a worker), ``train_state``/``test_state`` (no NetState stages or levels), more than
-one test net or ``test_iter``, and any field Caffe does not have.
+loop that smooths its train loss as Caffe's display does. ``train_state`` and ``test_state``
+(a NetState: ``level``, ``stage``) select the layers of the TRAIN and the TEST net with the
+net's own ``state`` (`core.spec.caffe.phases`). Refused: ``weights`` (no file is read on a
+worker), more than one test net (``test_iter``, ``test_state``, ``test_net``), a state whose
+``phase`` is the other net's, and any field Caffe does not have.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 
 from core.errors import SpecError
 from core.spec.caffe.field_reader import FieldReader
+from core.spec.caffe.fields import check
 from core.spec.caffe.prototxt import Message
 
 SOLVER_TYPES = ("SGD", "Nesterov", "AdaGrad", "RMSProp", "AdaDelta", "Adam")
@@ -113,10 +116,6 @@ _FIELDS: dict[str, tuple[str, bool]] = {
 _REFUSED = {
     "weights": "loading pretrained weights is not supported (a worker reads no model "
     "files); remove it",
-    "train_state": "NetState stages and levels are not supported; remove it and select "
-    "layers by phase (include { phase: TRAIN })",
-    "test_state": "NetState stages and levels are not supported; remove it and select "
-    "layers by phase (include { phase: TEST })",
 }
 
 
@@ -157,6 +156,9 @@ class SolverConfig:
     net_param: Message | None = None
     train_net_param: Message | None = None
     test_net_param: Message | None = None
+    #: the NetState messages the TRAIN and TEST nets are built with (None: the net's own).
+    train_state: Message | None = None
+    test_state: Message | None = None
     source: str = "solver"
 
     def hyperparameters(self) -> dict[str, object]:
@@ -251,9 +253,15 @@ def parse_solver(msg: Message, source: str = "solver") -> SolverConfig:
         ("test_iter", test_iter),
         ("test_net", msg.getall("test_net")),
         ("test_net_param", msg.getall("test_net_param")),
+        ("test_state", msg.getall("test_state")),
     ):
         if len(items) > 1:
-            reader.fail(name, f"is written {len(items)} times; one test net is supported")
+            reader.fail(
+                name,
+                f"is written {len(items)} times; one test net is supported: keep the "
+                "test_state and test_iter of the one to report",
+            )
+    _read_states(reader, values)
     if test_iter:
         values["test_iter"] = test_iter[0]
     if msg.has("test_net"):
@@ -272,6 +280,27 @@ def parse_solver(msg: Message, source: str = "solver") -> SolverConfig:
     if reader.problems:
         raise SpecError(reader.problems)
     return SolverConfig(**values)  # type: ignore[arg-type]
+
+
+def _read_states(reader: FieldReader, values: dict[str, object]) -> None:
+    """``train_state`` and ``test_state``: NetState messages, each of its own net's phase."""
+    for name, phase in (("train_state", "TRAIN"), ("test_state", "TEST")):
+        item = reader.msg.get(name)
+        if item is None or reader.failed(name):
+            continue
+        if not isinstance(item, Message):
+            reader.fail(name, f"must be a message {{ stage: ... }}, got {item!r}")
+            continue
+        problems = check(item, "NetState", name)
+        if item.has("phase") and str(item.get("phase")) != phase:
+            problems.append(
+                f"{name}.phase is {item.get('phase')}, but {name} builds the {phase} net; "
+                "remove the phase"
+            )
+        if problems:
+            reader.fail(name, "; ".join(problems))
+        else:
+            values[name] = item
 
 
 def _check_rules(reader: FieldReader, values: dict[str, object]) -> None:

@@ -37,8 +37,8 @@ from typing import Any
 from pydantic import BaseModel, PrivateAttr, TypeAdapter, ValidationError
 
 from core.errors import Problem, SpecError
-from core.spec.caffe.checks import check_first, check_points, first_param_count, first_params
-from core.spec.caffe.prototxt import Message, dumps, parse
+from core.spec.caffe.checks import check_points, first_param_count, first_params, first_problems
+from core.spec.caffe.prototxt import Message, PrototxtError, dumps, parse
 from core.spec.caffe.section import parse_caffe
 from core.spec.caffe.solver import parse_solver
 from core.spec.caffe.targets import Target, apply
@@ -260,19 +260,45 @@ def load_caffe_spec(data: dict[str, Any]) -> CaffeSpec:
     if "search" in parts or "search" not in data:
         problems.extend(check_search(space, parts.get("search", Search()), parts.get("pruning")))
     if problems:
-        raise SpecError(list(dict.fromkeys(problems)))
+        # The net and the solver are still built where the caffe section could be read, so
+        # one run lists every problem of the spec, not the first section's.
+        partial = _partial(data, space, caffe)
+        if partial is not None:
+            problems += first_problems(partial)
+        raise SpecError(list(dict.fromkeys(problems)), spec=partial)
     try:
-        spec = CaffeSpec(
-            space=space,
-            document=data,
-            net_text=caffe["net_text"],
-            solver_text=caffe["solver_text"],
-            **{k: caffe[k] for k in ("net_source", "solver_source") if k in caffe},
-            resize=caffe.get("resize"),
-            targets=caffe["targets"],
-            **parts,
-        )
+        spec = _build(data, space, caffe, parts)
     except ValidationError as exc:
         raise SpecError(problems_from(exc, "")) from exc
-    check_first(spec)
+    found = first_problems(spec)
+    if found:
+        raise SpecError(found, spec=spec)
     return spec
+
+
+def _build(
+    data: dict[str, Any], space: dict[str, Dimension], caffe: dict[str, Any], parts: dict
+) -> CaffeSpec:
+    return CaffeSpec(
+        space=space,
+        document=data,
+        net_text=caffe["net_text"],
+        solver_text=caffe["solver_text"],
+        **{k: caffe[k] for k in ("net_source", "solver_source") if k in caffe},
+        resize=caffe.get("resize"),
+        targets=caffe["targets"],
+        **parts,
+    )
+
+
+def _partial(
+    data: dict[str, Any], space: dict[str, Dimension], caffe: dict[str, Any]
+) -> CaffeSpec | None:
+    """The spec without its broken sections (objective, search ... at their defaults), to
+    build its net on; None when the caffe section itself could not be read."""
+    if not all(k in caffe for k in ("net_text", "solver_text", "targets")):
+        return None
+    try:
+        return _build(data, space, caffe, {"name": str(data.get("name", "partial"))})
+    except (ValidationError, PrototxtError, SpecError):
+        return None

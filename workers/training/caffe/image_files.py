@@ -18,6 +18,7 @@ from PIL import Image
 
 from core.errors import TrainingError
 from core.spec.caffe.image_folder import ImageFolderError, scan_folder
+from core.spec.caffe.npz import npz_shape
 
 _Limits = tuple[int, int, int]
 
@@ -118,20 +119,3 @@ def read_npz(
             f"({x.shape[0]}), got shape {y.shape}"
         )
     return x.reshape(full).astype(np.float64), y
-
-
-def npz_shape(path: Path, key: str) -> tuple[int, ...] | None:
-    """The shape of array `key` in an .npz, read from its header (nothing decoded), or None."""
-    with zipfile.ZipFile(path) as archive:
-        name = f"{key}.npy"
-        if name not in archive.namelist():
-            return None
-        with archive.open(name) as handle:
-            version = np.lib.format.read_magic(handle)
-            read = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            shape, _, _ = read(handle)
-    return tuple(shape)

@@ -129,9 +129,11 @@ class CaffeTrainer:
         shape, classes = self.images.shape, self.images.n_classes
         self.testing = solver.test_interval > 0 and solver.test_iter > 0
         try:
-            self.train_graph = build_graph(net, "TRAIN", shape, classes, source)
+            self.train_graph = build_graph(net, "TRAIN", shape, classes, source, solver.train_state)
             self.test_graph = (
-                build_graph(net, "TEST", shape, classes, source) if self.testing else None
+                build_graph(net, "TEST", shape, classes, source, solver.test_state)
+                if self.testing
+                else None
             )
             if self.test_graph is not None:
                 check_shared(self.train_graph, self.test_graph)

@@ -138,8 +138,11 @@ _CONV = "convolution_param { num_output: 2 kernel_size: 3 %s }"
             "top 'data' cannot be computed in place: the layer changes its shape",
         ),
         (
-            layer("r", "ReLU") + layer("r", "TanH", tops=("t",)),
-            "layer 'r' (TanH): a second layer of this name; rename one",
+            layer("c", "InnerProduct", "inner_product_param { num_output: 2 }")
+            + layer("c", "InnerProduct", "inner_product_param { num_output: 2 }", ("c",), ("d",)),
+            "layer 'c' (InnerProduct): a second layer of this name with learnable blobs in the "
+            "TRAIN net (after the InnerProduct layer); layers of one name share their blobs "
+            "across phases, so rename one",
         ),
         (layer(None, "ReLU", tops=("r",)), "a layer has no name"),
         (
@@ -246,10 +249,6 @@ _SHAPE = "input_param { shape { dim: 2 dim: 1 dim: %s dim: %s } }"
         (
             layer("d", "Data", "transform_param { crop_size: 10 } " + _BATCH, ()),
             "crop_size 10 is larger than the data set's 8x8 images",
-        ),
-        (
-            layer("d", "Data", 'transform_param { mean_file: "m.binaryproto" } ' + _BATCH, ()),
-            "mean_file is not supported: mean files are not read; give mean_value",
         ),
         (
             layer("d", "Data", "transform_param { mean_value: 1 mean_value: 2 } " + _BATCH, ()),

@@ -415,3 +415,19 @@ def test_adaptive_search_and_pruning_take_caffe_dimensions() -> None:
     sent = messages("s", expand(grid, with_config=True), watch=True)
     assert [len(ids) for ids, _, _ in sent if isinstance(ids, list)] == []  # one trial each
     assert all(kw["watch"] for _, _, kw in sent)
+
+
+def test_a_solver_net_that_cannot_be_read_says_caffe_net_overrides_it(tmp_path: Path) -> None:
+    """Caffe's own solvers name their net from Caffe's root (``examples/mnist/...``)."""
+    (tmp_path / "solver.prototxt").write_text('net: "examples/mnist/net.prototxt"\n' + SOLVER)
+    (tmp_path / "mine.prototxt").write_text(NET)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: s\ncaffe: {solver: solver.prototxt}\ndataset: {name: digits}\n")
+    result = CliRunner().invoke(main, ["validate", str(spec)])
+    assert result.exit_code == 2
+    assert "examples/mnist/net.prototxt: cannot read: No such file or directory" in result.output
+    assert "give the net's file as caffe.net: in the spec" in result.output
+    assert "it overrides the solver's net:" in result.output
+    spec.write_text("name: s\ncaffe: {solver: solver.prototxt, net: mine.prototxt}\n"
+                    "dataset: {name: digits}\n")  # fmt: skip
+    assert CliRunner().invoke(main, ["validate", str(spec)]).exit_code == 0
