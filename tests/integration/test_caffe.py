@@ -227,3 +227,75 @@ def test_a_net_learns_from_a_folder_of_pngs_by_class(
     assert doc["config"]["dataset"]["path"] == "patterns"
     assert doc["param_count"] == (4 * 9 + 4) + (4 * 6 * 6 * 3 + 3)
     assert len(doc["dataset_fingerprint"]) == 64
+
+
+#: A net built as Caffe's CIFAR-10 "quick" example is (3 conv / pool / relu stages on 32 x 32
+#: colour images, then two inner products), narrower, written with the constructs Caffe's
+#: own files use: its two data layers share one name (by phase), TEST takes a stage the
+#: solver's test_state selects, and the mean is the per-channel `mean_value` that
+#: `validate` offers for a `mean_file`.
+CIFAR_QUICK = """name: "CIFAR10_quick_like"
+layer { name: "cifar" type: "Data" top: "data" top: "label" include { phase: TRAIN }
+  transform_param { mean_value: 100 mean_value: 110 mean_value: 120 scale: 0.01 }
+  data_param { source: "examples/cifar10/cifar10_train_lmdb" batch_size: 20 } }
+layer { name: "cifar" type: "Data" top: "data" top: "label"
+  include { phase: TEST stage: "test-on-test" }
+  transform_param { mean_value: 100 mean_value: 110 mean_value: 120 scale: 0.01 }
+  data_param { source: "examples/cifar10/cifar10_test_lmdb" batch_size: 20 } }
+layer { name: "conv1" type: "Convolution" bottom: "data" top: "conv1"
+  convolution_param { num_output: 8 pad: 2 kernel_size: 5
+    weight_filler { type: "gaussian" std: 0.01 } } }
+layer { name: "pool1" type: "Pooling" bottom: "conv1" top: "pool1"
+  pooling_param { pool: MAX kernel_size: 3 stride: 2 } }
+layer { name: "relu1" type: "ReLU" bottom: "pool1" top: "pool1" }
+layer { name: "conv2" type: "Convolution" bottom: "pool1" top: "conv2"
+  convolution_param { num_output: 8 pad: 2 kernel_size: 5
+    weight_filler { type: "gaussian" std: 0.01 } } }
+layer { name: "relu2" type: "ReLU" bottom: "conv2" top: "conv2" }
+layer { name: "pool2" type: "Pooling" bottom: "conv2" top: "pool2"
+  pooling_param { pool: AVE kernel_size: 3 stride: 2 } }
+layer { name: "conv3" type: "Convolution" bottom: "pool2" top: "conv3"
+  convolution_param { num_output: 16 pad: 2 kernel_size: 5
+    weight_filler { type: "gaussian" std: 0.01 } } }
+layer { name: "relu3" type: "ReLU" bottom: "conv3" top: "conv3" }
+layer { name: "pool3" type: "Pooling" bottom: "conv3" top: "pool3"
+  pooling_param { pool: AVE kernel_size: 3 stride: 2 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "pool3" top: "ip1"
+  inner_product_param { num_output: 16 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+  inner_product_param { num_output: 10 weight_filler { type: "gaussian" std: 0.1 } } }
+layer { name: "accuracy" type: "Accuracy" bottom: "ip2" bottom: "label" top: "accuracy"
+  include { phase: TEST } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" }
+"""
+CIFAR_SOLVER = """base_lr: 0.001\nmomentum: 0.9\nweight_decay: 0.004\nlr_policy: "fixed"
+max_iter: 20\ntest_interval: 10\ntest_iter: 2\nrandom_seed: 1
+test_state { stage: "test-on-test" }\n"""
+
+
+def test_a_cifar10_quick_like_net_with_caffes_constructs_validates_and_trains(
+    cstack: Stack, datasets: Path, tmp_path: Path
+) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    labels = np.arange(200) % 10
+    images = rng.integers(80, 140, size=(200, 3, 32, 32)) + labels[:, None, None, None] * 3
+    np.savez(datasets / "cifar-like.npz", X=images.astype(np.uint8), y=labels)
+    (tmp_path / "net.prototxt").write_text(CIFAR_QUICK)
+    (tmp_path / "solver.prototxt").write_text(CIFAR_SOLVER)
+    spec_file = tmp_path / "cifar.yaml"
+    spec_file.write_text(
+        f"name: cifar-{uuid.uuid4().hex[:6]}\n"
+        "caffe: {net: net.prototxt, solver: solver.prototxt}\n"
+        "dataset: {path: cifar-like.npz, validation_fraction: 0.25}\n"  # 50 held out >= 2 x 20
+    )
+    spec = load_spec(spec_file)
+    settings = dataclasses.replace(cstack.settings, datasets_dir=datasets)
+    assert dataset_file_problems(spec, settings) == []  # what `sweepstack validate` checks
+    sweep_id, _ = submit_sweep(spec, cstack.store, cstack.app, owner="alice")
+    assert cstack.wait_finished(sweep_id, timeout=120)["complete"] == 1, cstack.logs()
+    (doc,) = _trials(cstack, sweep_id)
+    rows = _rows(doc)
+    assert [r["iteration"] for r in rows] == [10, 20]
+    assert all(np.isfinite(r["train_loss"]) and 0 <= r["val_accuracy"] <= 1 for r in rows)
