@@ -32,7 +32,7 @@ import itertools
 import json
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -133,27 +133,40 @@ def jsonl(reads: Reads, sweep_id: str, indexes: Sequence[int] | None = None
         log.error("export of sweep %s stopped: %s", sweep_id, exc)
 
 
-def csv_text(reads: Reads, sweep: dict[str, Any], indexes: Sequence[int] | None = None
-             ) -> Iterator[str]:
-    """The export as CSV, the header first (of the trials at `indexes` only, when given)."""
+def _csv_stream(
+    table: Callable[[], tuple[list[str], Iterator[list[Any]]]], what: str
+) -> Iterator[str]:
+    """CSV text of the header and rows `table` gives (it reads as it is iterated), in
+    chunks of 200 rows; a store error ends it early, logged with `what` (the status line of
+    a streamed response has gone already)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    docs = _pages(reads, sweep["_id"], indexes)
     try:
-        first = next(docs, None)
-        columns = _columns(sweep, first)
-        writer.writerow([*HEAD, *columns, *METRICS, *TAIL])
-        for doc in [first] if first is not None else []:
-            _write(writer, doc, columns)
-        for n, doc in enumerate(docs):
-            _write(writer, doc, columns)
+        header, rows = table()
+        writer.writerow(header)
+        for n, cells in enumerate(rows):
+            writer.writerow([_cell(c) for c in cells])
             if n % 200 == 0:
                 yield buffer.getvalue()
                 buffer.seek(0)
                 buffer.truncate()
     except SweepstackError as exc:
-        log.error("export of sweep %s stopped: %s", sweep["_id"], exc)
+        log.error("%s stopped: %s", what, exc)
     yield buffer.getvalue()
+
+
+def csv_text(reads: Reads, sweep: dict[str, Any], indexes: Sequence[int] | None = None
+             ) -> Iterator[str]:
+    """The export as CSV, the header first (of the trials at `indexes` only, when given)."""
+
+    def table() -> tuple[list[str], Iterator[list[Any]]]:
+        docs = _pages(reads, sweep["_id"], indexes)
+        first = next(docs, None)
+        columns = _columns(sweep, first)
+        chained = itertools.chain([first] if first is not None else [], docs)
+        return [*HEAD, *columns, *METRICS, *TAIL], (_cells(d, columns) for d in chained)
+
+    return _csv_stream(table, f"export of sweep {sweep['_id']}")
 
 
 def _columns(sweep: dict[str, Any], first: dict[str, Any] | None) -> list[str]:
@@ -173,10 +186,6 @@ def _cells(doc: dict[str, Any], columns: list[str]) -> list[Any]:
     cells += [data["final"].get(metric) for metric in METRICS]
     cells += [data[name] for name in TAIL]
     return cells
-
-
-def _write(writer: Any, doc: dict[str, Any], columns: list[str]) -> None:
-    writer.writerow([_cell(c) for c in _cells(doc, columns)])
 
 
 def _arrow_column(values: list[Any]) -> Any:
@@ -281,22 +290,15 @@ def _epoch_cells(data: dict[str, Any], columns: list[str], metrics: list[str]) -
 def epochs_csv(reads: Reads, sweep: dict[str, Any]) -> Iterator[str]:
     """The per-epoch export as CSV: the header (its metric columns from the first page's
     rows), then one row per epoch."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    rows = epoch_rows(reads, sweep["_id"])
-    try:
+
+    def table() -> tuple[list[str], Iterator[list[Any]]]:
+        rows = epoch_rows(reads, sweep["_id"])
         first = list(itertools.islice(rows, PAGE))
         columns, metrics = _epoch_columns(sweep, first)
-        writer.writerow([*EPOCH_HEAD, *columns, *metrics])
-        for n, data in enumerate(itertools.chain(first, rows)):
-            writer.writerow([_cell(c) for c in _epoch_cells(data, columns, metrics)])
-            if n % 500 == 0:
-                yield buffer.getvalue()
-                buffer.seek(0)
-                buffer.truncate()
-    except SweepstackError as exc:
-        log.error("per-epoch export of sweep %s stopped: %s", sweep["_id"], exc)
-    yield buffer.getvalue()
+        cells = (_epoch_cells(d, columns, metrics) for d in itertools.chain(first, rows))
+        return [*EPOCH_HEAD, *columns, *metrics], cells
+
+    return _csv_stream(table, f"per-epoch export of sweep {sweep['_id']}")
 
 
 def write_epochs_parquet(reads: Reads, sweep: dict[str, Any], path: str) -> int:
