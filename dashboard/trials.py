@@ -197,6 +197,9 @@ def _value(text: str) -> Any:
     """A filter value: what JSON reads (numbers, true, null, lists), else the text."""
     try:
         value = json.loads(text)
+    except RecursionError as exc:
+        raise InvalidQuery("filter", f"values may not nest lists this deep, got {text[:40]!r}"
+                           ) from exc  # fmt: skip
     except ValueError:
         return text
     if isinstance(value, float) and not math.isfinite(value):

@@ -330,7 +330,8 @@ def decode_cursor(cursor: Any, digest: str) -> Position:
         value = _untag(body.get("v"))
         if not isinstance(index, int) or isinstance(index, bool) or not isinstance(body["q"], str):
             raise ValueError("bad index")
-    except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+    except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError,
+            RecursionError) as exc:  # fmt: skip
         raise InvalidQuery("cursor", "is not a cursor this store issued") from exc
     if body["q"] != digest:
         raise InvalidQuery(

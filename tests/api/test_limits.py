@@ -338,3 +338,32 @@ def test_a_failure_in_a_later_batch_leaves_no_trial_behind(store: Store) -> None
         store.admin.create_sweep(spec, trials, owner="alice")
     assert store.db["trials"].count_documents({}) == 0
     assert store.db["sweeps"].count_documents({}) == 0
+
+
+# -- 3. inputs that used to answer 500 -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "number", ["9" * 5000, "0x" + "f" * 50_000], ids=["decimal-5000-digits", "hex-50000-digits"]
+)
+def test_a_prototxt_number_past_64_characters_is_422_naming_where(
+    client: FlaskClient, settings: Settings, number: str
+) -> None:
+    net = NET.replace("KERNEL", number)
+    spec = {"name": "long-number", "caffe": {"net_text": net, "solver_text": SOLVER}}
+    body = refused(client.post(SWEEPS, json=spec, headers=ALICE), 422)
+    assert "a number of" in body["message"] and "at most 64 are read" in body["message"]
+    assert number[:80] not in body["message"]  # the text is not echoed back
+    nothing_stored(client, settings)
+
+
+def test_a_cursor_that_nests_deeper_than_python_reads_is_400(client: FlaskClient) -> None:
+    import base64
+
+    deep = base64.urlsafe_b64encode(b'{"i": 1, "q": "x", "v": ' + b"[" * 3000 + b"]" * 3000
+                                    + b"}").decode().rstrip("=")  # fmt: skip
+    assert len(deep) <= 8192
+    for cursor in (deep[:4096], base64.urlsafe_b64encode(b"[" * 3000).decode()):
+        response = client.get(f"{SWEEPS}?cursor={cursor}", headers=ALICE)
+        assert response.status_code == 400, response.get_data(as_text=True)[:300]
+        assert response.json["details"]["parameter"] == "cursor"

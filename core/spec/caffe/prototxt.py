@@ -36,6 +36,11 @@ MAX_TEXT_BYTES = 1_000_000
 MAX_DEPTH = 32
 
 
+#: The longest number a prototxt may write: a 64-bit value and a float's digits fit with room
+#: to spare, and Python's int of a longer decimal text is refused (or slow) past 4,300 digits.
+MAX_NUMBER_CHARS = 64
+
+
 class PrototxtError(SweepstackError):
     """A prototxt text that cannot be read: where (file, line, column) and what was expected."""
 
@@ -310,6 +315,12 @@ class _Parser:
                 parts.append(_unquote(self.take(), self.source))
             return "".join(parts)
         if token.kind == "number":
+            if len(token.text) > MAX_NUMBER_CHARS:
+                raise PrototxtError(
+                    self.source, token.line, token.column,
+                    f"{name.text}: a number of {len(token.text):,} characters; at most "
+                    f"{MAX_NUMBER_CHARS} are read",
+                )  # fmt: skip
             return _number(token.text)
         if token.kind == "word":
             if token.text in _TRUE:
