@@ -19,7 +19,7 @@ from rich.table import Table
 from cli.shared import fail_spec, load_spec
 from core.errors import Problem, SpecError
 from core.spec.sweep import SweepSpec
-from core.spec.values import short_text
+from core.spec.values import csv_safe, short_text
 from scheduler.expand import TrialPoint, expand
 
 
@@ -56,9 +56,10 @@ def write_csv(trials: list[TrialPoint], out: TextIO) -> None:
     writer.writerow(["id", "index", "seed", *columns])
     for t in trials:
         cells = [
-            json.dumps(t.params[c]) if isinstance(t.params.get(c), list) else t.params.get(c, "")
+            json.dumps(t.params[c]) if isinstance(t.params.get(c), list)
+            else csv_safe(t.params.get(c, ""))
             for c in columns
-        ]
+        ]  # fmt: skip
         writer.writerow([t.id, t.index, t.seed, *cells])
 
 

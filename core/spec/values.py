@@ -32,3 +32,16 @@ def short_text(value: Any) -> str:
     """`value` as text with floats to `SHORT_DIGITS` significant digits, as read beside
     others (tables, findings)."""
     return value_text(value, SHORT_DIGITS)
+
+
+#: What a spreadsheet reads as the start of a formula in a cell (OWASP, "CSV Injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value: Any) -> Any:
+    """A CSV cell that no spreadsheet runs as a formula: text that starts like one is
+    prefixed with a single quote, as OWASP advises; numbers (a negative one too) and other
+    values are left as they are. Every CSV the platform writes passes its cells here."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value

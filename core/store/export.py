@@ -38,6 +38,7 @@ from typing import Any
 
 from core.errors import SpecError, SweepstackError
 from core.spec.sweep import METRICS, load_spec
+from core.spec.values import csv_safe
 from core.store.records import flatten_params
 from core.store.roles import Reads
 
@@ -120,7 +121,7 @@ def _cell(value: Any) -> Any:
         return ""
     if isinstance(value, dict | list):
         return json.dumps(value)
-    return value
+    return csv_safe(value)
 
 
 def jsonl(reads: Reads, sweep_id: str, indexes: Sequence[int] | None = None

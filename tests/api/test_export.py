@@ -100,3 +100,28 @@ def test_a_sub_section_leaf_is_a_column_a_filter_and_a_sort(
     assert [t["params"]["execution.parallel.tau"] for t in page["items"]] == [20, 5, 1]
     refused = client.get(f"{base}/trials?param=execution.parallel:5", headers=ALICE)
     assert refused.status_code == 400
+
+
+FORMULAS = ["=1+2.npz", "@SUM(A1).npz", "-3.npz", "+4.npz", "\tfive.npz", "plain.npz"]
+
+
+def test_cells_a_spreadsheet_would_run_as_formulas_are_quoted(
+    client: FlaskClient, store: Store
+) -> None:
+    from core.spec.sweep import load_spec
+    from core.spec.values import csv_safe
+    from tests.core import make_sweep
+
+    spec = load_spec({"name": "formulas", "dataset": {"path": FORMULAS},
+                      "model": {"hidden_units": 8}})  # fmt: skip
+    sweep_id, _ = make_sweep(store, spec, owner="alice")
+    text = client.get(f"/api/v1/sweeps/{sweep_id}/export", headers=ALICE).get_data(as_text=True)
+    paths = sorted(r["dataset.path"] for r in csv.DictReader(io.StringIO(text)))
+    assert paths == sorted(["'=1+2.npz", "'@SUM(A1).npz", "'-3.npz", "'+4.npz", "'\tfive.npz",
+                            "plain.npz"])  # fmt: skip
+    # The dashboard's download and `sweepstack export` write the same rows (`export.csv_text`);
+    # numbers keep their sign.
+    assert csv_safe(-0.5) == -0.5 and csv_safe("-0.5") == "'-0.5" and csv_safe(None) is None
+    rows = list(csv.DictReader(io.StringIO("".join(export.csv_text(
+        store.reads, store.reads.get_sweep(sweep_id))))))  # fmt: skip
+    assert sorted(r["dataset.path"] for r in rows) == paths

@@ -131,6 +131,16 @@ def test_csv_has_a_column_per_param(runner: CliRunner) -> None:
     assert adam and all(r["training.momentum"] == "" for r in adam)
 
 
+def test_csv_quotes_cells_a_spreadsheet_would_run(runner: CliRunner, tmp_path: Path) -> None:
+    spec = tmp_path / "formulas.yaml"
+    spec.write_text("name: f\ndataset: {path: ['=1+2.npz', '@A1.npz', ok.npz]}\n"
+                    "model: {hidden_units: 8}\n")  # fmt: skip
+    result = runner.invoke(main, ["generate", str(spec), "--format", "csv"])
+    assert result.exit_code == 0, result.output
+    paths = [r["dataset.path"] for r in csv.DictReader(io.StringIO(result.output))]
+    assert paths == ["'=1+2.npz", "'@A1.npz", "ok.npz"]
+
+
 def test_table_is_limited_and_says_so(runner: CliRunner) -> None:
     result = runner.invoke(main, ["generate", MCLEOD, "--limit", "5"])
     assert result.exit_code == 0
