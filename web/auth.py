@@ -60,7 +60,7 @@ from limits import RateLimitItemPerSecond
 
 from core.settings import Settings, check_tokens
 from web.context import IDENTITY_KEY, Identity, error_response
-from web.local_open import local_open
+from web.local_open import is_loopback, local_open
 
 log = logging.getLogger(__name__)
 
@@ -144,9 +144,26 @@ def auth() -> Auth:
     return current_app.extensions[AUTH_KEY]
 
 
+def _host_name(host: str) -> str:
+    """The name or address of a ``Host`` header, without its port (``[::1]:8050`` -> ``[::1]``)."""
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    return host.partition(":")[0]
+
+
 def _identify() -> Response | None:
-    """The app's first `before_request`: set ``g`` identity, or answer 401/429."""
+    """The app's first `before_request`: set ``g`` identity, or answer 400/401/429.
+
+    In the open loopback mode a request whose ``Host`` is no loopback name or address is
+    refused (400): a page of another site that a DNS name made point at 127.0.0.1 (DNS
+    rebinding) would otherwise read and cancel every sweep with no login."""
     state = auth()
+    if state.open and not is_loopback(_host_name(request.host)):
+        return error_response(
+            400, "host_refused",
+            "this dashboard needs no login and so answers only to a loopback host name "
+            "(localhost, 127.0.0.1, [::1]); open it at one of those",
+        )  # fmt: skip
     header = request.headers.get("Authorization")
     if header is not None:
         if (answer := state.blocked()) is not None:

@@ -317,6 +317,18 @@ def test_open_without_tokens_only_on_loopback(settings: Settings, sweep: Sweep) 
         assert closed.test_client().get("/").status_code == 302, host
     with_tokens = dashboard_app(dataclasses.replace(settings, bind_host="127.0.0.1"), sweep.store)
     assert with_tokens.test_client().get("/").status_code == 302
+    # Open, it answers loopback host names only: a DNS-rebinding page gets nothing.
+    client = dashboard_app(local, sweep.store).test_client()
+    for host in ("127.0.0.1:8050", "localhost", "[::1]:8050", "127.0.0.2"):
+        assert client.get("/", headers={"Host": host}).status_code == 200, host
+    for host in ("attacker.example", "attacker.example:8050", "10.1.2.3", "localhost.evil"):
+        refused = client.get(f"/sweeps/{sweep.sweep_id}", headers={"Host": host})
+        assert refused.status_code == 400 and refused.json["code"] == "host_refused", host
+        assert sweep.sweep_id not in refused.get_data(as_text=True)
+    cancel = client.post(f"/sweeps/{sweep.sweep_id}/cancel", headers={"Host": "attacker.example"})
+    assert cancel.status_code == 400
+    # With tokens, names are the token's business (a reverse proxy's name, say).
+    assert with_tokens.test_client().get("/", headers={"Host": "sweeps.example"}).status_code == 302
 
 
 def test_short_tokens_are_refused_at_start(settings: Settings, sweep: Sweep) -> None:
