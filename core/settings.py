@@ -7,6 +7,7 @@ everything below takes the object as an argument. Every variable is listed in
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -21,6 +22,9 @@ DEFAULT_MAX_ATTEMPTS = 3
 
 #: Tokens shorter than this are refused at start: a guessable token is no login.
 MIN_TOKEN_LENGTH = 32
+#: The least strength of a token (`token_bits`): a right token is never throttled
+#: (`web.auth`), so guessing must be hopeless by itself.
+MIN_TOKEN_BITS = 96
 
 
 def _tokens(raw: str) -> dict[str, str]:
@@ -45,13 +49,28 @@ def _tokens(raw: str) -> dict[str, str]:
     return out
 
 
+def token_bits(token: str) -> float:
+    """A token's strength as a guesser sees it at best: its length times the bits of a
+    character drawn from the distinct characters it uses (``a`` x 32: 0 bits; 32 random hex
+    digits: about 120)."""
+    distinct = len(set(token))
+    return len(token) * math.log2(distinct) if distinct > 1 else 0.0
+
+
 def check_tokens(tokens: Mapping[str, str]) -> None:
-    """`ConfigError` naming the owner of any token under `MIN_TOKEN_LENGTH` characters."""
+    """`ConfigError` naming the owner of any token under `MIN_TOKEN_LENGTH` characters or
+    `MIN_TOKEN_BITS` bits (`token_bits`), never the token itself."""
     for token, name in tokens.items():
         if len(token) < MIN_TOKEN_LENGTH:
             raise ConfigError(
                 f"{PREFIX}API_TOKENS: the token of {name!r} has {len(token)} characters; "
                 f"at least {MIN_TOKEN_LENGTH} are required (e.g. `openssl rand -hex 24`)"
+            )
+        if token_bits(token) < MIN_TOKEN_BITS:
+            raise ConfigError(
+                f"{PREFIX}API_TOKENS: the token of {name!r} is too easy to guess (it repeats "
+                f"a few characters: {token_bits(token):.0f} bits, at least {MIN_TOKEN_BITS} "
+                "are required); make one with `openssl rand -hex 24`"
             )
 
 

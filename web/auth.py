@@ -25,9 +25,12 @@ carry the session's CSRF token (form field ``csrf_token`` or header ``X-CSRF-Tok
 Throttling (Flask-Limiter's storage and strategy, in memory or at
 ``SWEEPSTACK_RATELIMIT_STORAGE_URL``): each failed authentication (a wrong bearer token or
 login) counts against the client address; after ``SWEEPSTACK_AUTH_FAILURES`` in
-``SWEEPSTACK_AUTH_WINDOW_SECONDS`` the address gets 429 with ``Retry-After`` for every
-authentication it tries, right or wrong, until the window ends. Successful ones never
-count, and sessions already made are not throttled.
+``SWEEPSTACK_AUTH_WINDOW_SECONDS`` the address gets 429 with ``Retry-After`` for every wrong
+token it tries until the window ends. A right token is never throttled: behind a reverse
+proxy every user shares one address, and anonymous failures there must lock nobody out.
+That is safe because a token cannot be guessed in the first place (at least 32 characters
+and 96 bits, `core.settings.check_tokens`); the throttle keeps wrong tries cheap and rare.
+Successful authentications never count, and sessions already made are not throttled.
 """
 
 from __future__ import annotations
@@ -166,10 +169,10 @@ def _identify() -> Response | None:
         )  # fmt: skip
     header = request.headers.get("Authorization")
     if header is not None:
-        if (answer := state.blocked()) is not None:
-            return answer
         name = identify(header, state.tokens)
         if name is None:
+            if (answer := state.blocked()) is not None:
+                return answer
             state.failed()  # the route decides: 401 where a token is needed
             return None
         g.setdefault(IDENTITY_KEY, state.identity(name, "bearer"))
@@ -231,11 +234,11 @@ def _blueprint() -> Blueprint:
     @bp.post("/login")
     def login() -> Any:
         state = auth()
-        if (answer := state.blocked()) is not None:
-            return answer
         token = request.form.get("token", "").strip()
         name = match_token(token, state.tokens) if token else None
         if name is None:
+            if (answer := state.blocked()) is not None:
+                return answer
             state.failed()
             return _login_page(401, "That token is not valid.")
         session.clear()

@@ -25,17 +25,20 @@ def test_defaults_without_environment() -> None:
     assert settings.max_attempts == 3
 
 
+ALICE, BOB = "0123456789abcdef" * 2, "fedcba9876543210" * 2
+
+
 def test_values_are_parsed() -> None:
     settings = Settings.from_env(
         {
             "SWEEPSTACK_BROKER_URL": "amqp://u:p@h//",
-            "SWEEPSTACK_API_TOKENS": f"alice:{'1' * 32}, bob:{'2' * 32}",
+            "SWEEPSTACK_API_TOKENS": f"alice:{ALICE}, bob:{BOB}",
             "SWEEPSTACK_DATA_DIR": "/tmp/x",
             "SWEEPSTACK_HEARTBEAT_SECONDS": "2.5",
         }
     )
     assert settings.broker_url == "amqp://u:p@h//"
-    assert settings.api_tokens == {"1" * 32: "alice", "2" * 32: "bob"}
+    assert settings.api_tokens == {ALICE: "alice", BOB: "bob"}
     assert settings.data_dir == Path("/tmp/x")
     assert settings.heartbeat_seconds == 2.5
 
