@@ -10,6 +10,7 @@ page, and every text is escaped (Jinja's autoescape). A page marks itself drawn 
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from typing import Any
 
@@ -41,9 +42,20 @@ def _gap(analysis: dict[str, Any], x: Any) -> str:
     return f"{100 * x:.2f} pp" if analysis["scale"]["fraction"] else f"{x:.4g}"
 
 
+#: What Markdown (and the HTML it may carry) reads as markup, escaped with a backslash.
+_MARKDOWN = re.compile(r"([\\`*\[\]<>|&])")
+
+
+def md(text: Any) -> str:
+    """`text` as Markdown shows it literally: a user's sweep name, parameter value or worker
+    name never becomes a link, an HTML tag, emphasis or a table's cell border."""
+    return _MARKDOWN.sub(r"\\\1", str(text))
+
+
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    lines = ["| " + " | ".join(md(h) for h in head) + " |",
+             "|" + "|".join("---" for _ in head) + "|"]  # fmt: skip
+    lines += ["| " + " | ".join(md(cell) for cell in row) + " |" for row in rows]
     return [*lines, ""]
 
 
@@ -58,11 +70,11 @@ def markdown(analysis: dict[str, Any]) -> str:
     def v(x: Any) -> str:
         return _value(analysis, x)
 
-    out = [f"# What sweep {sweep['name']} found", "",
+    out = [f"# What sweep {md(sweep['name'])} found", "",
            f"Sweep `{sweep['id']}`: {sweep['analysed']:,} complete trials analysed of "
-           f"{sweep['trial_count']:,}; objective: {sweep['direction']} {sweep['metric']}."
+           f"{sweep['trial_count']:,}; objective: {sweep['direction']} {md(sweep['metric'])}."
            + (" The sweep is still running." if sweep["live"] else ""), "",
-           "## Findings", "", *[f"- {text}" for text in analysis["findings"]], ""]  # fmt: skip
+           "## Findings", "", *[f"- {md(text)}" for text in analysis["findings"]], ""]  # fmt: skip
     noise = analysis["noise"]["std"]
     measured = "±" + _gap(analysis, noise) if noise is not None else "unmeasured (no repeats)"
     threshold = _gap(analysis, analysis["scale"]["min_gain"])
@@ -70,7 +82,7 @@ def markdown(analysis: dict[str, Any]) -> str:
             f"Seed noise: {measured}; a value gains nothing more when no later value improves "
             f"the best configuration by the larger of that and {threshold}.", ""]  # fmt: skip
     for entry in analysis["returns"]:
-        out += [f"### {entry['name']}: {entry['status']}", "", entry["text"], ""]
+        out += [f"### {md(entry['name'])}: {entry['status']}", "", md(entry["text"]), ""]
         out += _table([entry["name"], "trials", "best", "mean", "std"],
                       [[short_text(p["value"]), f"{p['n']:,}", v(p["best"]), v(p["mean"]),
                         _gap(analysis, p["std"])] for p in entry["curve"]])  # fmt: skip
@@ -84,7 +96,7 @@ def markdown(analysis: dict[str, Any]) -> str:
     workers = costs["workers"]["workers"]
     if len(workers) > 1:
         out += [
-            f"Training times are put on {costs['workers']['reference']}'s scale (median "
+            f"Training times are put on {md(costs['workers']['reference'])}'s scale (median "
             "ratio of times on configurations both workers ran):",
             "",
         ]
@@ -117,9 +129,10 @@ def markdown(analysis: dict[str, Any]) -> str:
             ],
         )
     else:
-        out += [f"Not computed: {importance.get('note', '')}", ""]
+        out += [f"Not computed: {md(importance.get('note', ''))}", ""]
     front = analysis["front"]
-    out += ["## Accuracy-cost front", "", *[f"- {text}" for text in front.get("text", [])], ""]
+    out += ["## Accuracy-cost front", "", *[f"- {md(text)}" for text in front.get("text", [])],
+            ""]  # fmt: skip
     for which, cost in (("param_count", "parameters"), ("train_seconds", "train s")):
         part = front.get(which)
         if part:

@@ -16,7 +16,7 @@ from typing import Any
 
 from plotly.colors import sample_colorscale
 
-from core.analysis.layout import base_layout
+from core.analysis.layout import base_layout, plotly_text
 
 STATE_COLOURS: dict[str, str] = {
     "queued": "#9aa5b1",
@@ -90,8 +90,8 @@ def width_figure(rows: Sequence[Mapping[str, Any]], metric: str) -> dict[str, An
             "line": {"color": colours[layers], "width": 2},
             "marker": {"color": colours[layers], "size": 7},
             "customdata": [
-                [r["units"], r["n"], ", ".join(f"{k.split('.', 1)[1]}={v}"
-                                                 for k, v in r["setting"].items()) or "-"]
+                [r["units"], r["n"], plotly_text(", ".join(
+                    f"{k.split('.', 1)[1]}={v}" for k, v in r["setting"].items()) or "-")]
                 for r in cell
             ],
             "hovertemplate": (
@@ -139,7 +139,10 @@ def scatter_figure(points: Mapping[str, Any], metric: str) -> dict[str, Any]:
     if axis.get("values"):
         xaxis.update(tickvals=axis["values"], ticktext=[f"{v:g}" for v in axis["values"]])
     if axis["kind"] == "category":
-        xaxis.update(categoryorder="array", categoryarray=axis["categories"])
+        # The points sit at their values as text; their labels are drawn literally.
+        cats = axis["categories"]
+        xaxis.update(categoryorder="array", categoryarray=cats, tickvals=cats,
+                     ticktext=[plotly_text(c) for c in cats])  # fmt: skip
     label = param.split(".", 1)[1] if "." in param else param
     layout = base_layout(f"{metric} vs {label} ({len(points['y']):,} complete trials)",
                      param, metric, xaxis=xaxis, showlegend=False)

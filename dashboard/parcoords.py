@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from plotly.colors import sample_colorscale
 
-from core.analysis.layout import base_layout
+from core.analysis.layout import base_layout, plotly_text
 from core.spec.values import value_text
 from dashboard.data import complete_rows
 from dashboard.figures import empty_note
@@ -240,7 +240,7 @@ def parallel_figure(prows: Mapping[str, Any], metric: str, direction: str) -> di
         for y, text in _ticks(dim):
             ticks["x"].append(x)
             ticks["y"].append(round(y, 4))
-            ticks["text"].append(text)
+            ticks["text"].append(plotly_text(text))
     helpers = [
         {"type": "scatter", "mode": "lines", **axes, "line": {"color": "#52606d", "width": 1.5},
          "hoverinfo": "skip", "showlegend": False, "name": "axes"},
@@ -253,7 +253,7 @@ def parallel_figure(prows: Mapping[str, Any], metric: str, direction: str) -> di
          "textfont": {"size": 11, "color": "#1f2933"}, "hoverinfo": "skip",
          "showlegend": False, "name": "ticks"},
         {"type": "scatter", "mode": "text", "x": list(range(len(dims))),
-         "y": [1.07] * len(dims), "text": [f"<b>{d['label']}</b>" for d in dims],
+         "y": [1.07] * len(dims), "text": [f"<b>{plotly_text(d['label'])}</b>" for d in dims],
          "textposition": "middle center", "textfont": {"size": 13},
          "hoverinfo": "skip",
          "showlegend": False, "name": "names"},

@@ -30,6 +30,13 @@ REPORT: dict[str, Any] = {
 }
 
 
+def plotly_text(text: str) -> str:
+    """`text` as Plotly shows it, literally: Plotly reads a little HTML in every text it
+    draws (``<a href>`` becomes a live link, ``<b>`` bold), so a user's value (a category, a
+    path) goes in with ``&``, ``<`` and ``>`` as entities, which it draws as themselves."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def axis(title: str, **extra: Any) -> dict[str, Any]:
     """An axis titled `title`, with the grid and lines every figure uses."""
     # Fixed margins and no overflow checks: plotly's automargin redraws a figure until its

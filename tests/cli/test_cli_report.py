@@ -51,3 +51,24 @@ def test_report_writes_the_format_its_file_names_and_refuses_bad_input(
     assert local.exit_code == 1 and "no results in" in str(local.exception), local.output
     wrong = runner.invoke(main, ["report", sweep_id, "--format", "pdf"], env=env)
     assert wrong.exit_code == 2 and "--format" in wrong.stderr
+
+
+def test_the_markdown_report_shows_a_users_markup_as_text(
+    store: Store, secantus_url: str, db_name: str, tmp_path: Path
+) -> None:
+    from cli.report_files import md
+
+    name = '<img src=x onerror=alert(1)> [click](https://attacker.example) | *loud*'
+    sweep_id = seed_sweep(store, small_sweep_spec(name=name), owner="alice").sweep_id
+    env = {"SWEEPSTACK_MONGO_URL": secantus_url, "SWEEPSTACK_MONGO_DB": db_name}
+    out = tmp_path / "found.md"
+    done = CliRunner().invoke(main, ["report", sweep_id, "-o", str(out)], env=env)
+    assert done.exit_code == 0, done.output
+    text = out.read_text()
+    heading = text.splitlines()[0]
+    assert heading == f"# What sweep {md(name)} found"
+    import re
+
+    assert not re.search(r"(?<!\\)<", text), "an HTML tag Markdown would pass through"
+    assert not re.search(r"(?<!\\)\]\(", text), "a Markdown link"
+    assert md("a|b <b>&c") == "a\\|b \\<b\\>\\&c" and md("hidden_units") == "hidden_units"
