@@ -28,6 +28,7 @@ from scheduler.retry import retry_sweep
 from web.auth import init_auth
 from web.context import AppContext
 from web.errors import register_error_handlers
+from web.headers import init_headers
 
 
 def _store(settings: Settings) -> Store:
@@ -79,6 +80,7 @@ def create_app(
         importance=_importance,
     )
     init_auth(app, settings)
+    init_headers(app)
     register_error_handlers(app)
     if api:
         register_api(app, settings)

@@ -4,6 +4,8 @@
   the analysis' importance function and memo) and the caller's `Identity`;
 - `web.auth`: one auth layer for both (bearer tokens, the dashboard's login and session
   cookie, CSRF, throttling of failed attempts);
+- `web.headers`: the security headers of every response (no framing, no sniffing, no
+  shared caching of a user's data);
 - `web.errors`: the one JSON error body ``{"code", "message", "details"}`` and the handlers
   that give every error, routing and unexpected ones included, that shape.
 
