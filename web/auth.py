@@ -11,8 +11,10 @@ in ``flask.g``:
 - otherwise the dashboard's session cookie, set by the login form (``/login``): signed
   with ``SWEEPSTACK_SECRET_KEY`` (itsdangerous, as Flask's sessions are), HttpOnly,
   SameSite=Strict, Secure when the request came over https (or always / never:
-  ``SWEEPSTACK_SESSION_COOKIE_SECURE``), valid 12 hours. It holds a digest of the token,
-  not the name, so removing a token from the configuration ends its sessions.
+  ``SWEEPSTACK_SESSION_COOKIE_SECURE``), valid 12 hours. It holds only the id of a login
+  kept in the store (`core.store.sessions`: 256 random bits, never the token or a digest of
+  it): a logout deletes that login, so a cookie copied before it opens nothing after; and a
+  login whose owner no longer has a token configured opens nothing either.
 - otherwise, with no tokens configured and the server bound to loopback
   (`web.local_open.local_open`), a local admin; otherwise nobody.
 
@@ -35,7 +37,6 @@ Successful authentications never count, and sessions already made are not thrott
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import math
@@ -62,13 +63,16 @@ from flask_limiter.util import get_remote_address
 from limits import RateLimitItemPerSecond
 
 from core.settings import Settings, check_tokens
-from web.context import IDENTITY_KEY, Identity, error_response
+from core.store.roles import Sessions
+from web.context import IDENTITY_KEY, Identity, context, error_response
 from web.local_open import is_loopback, local_open
 
 log = logging.getLogger(__name__)
 
 AUTH_KEY = "sweepstack.auth"
 CSRF_FIELD = "csrf_token"
+#: The session cookie's field holding the login's id (`core.store.sessions`).
+SESSION_FIELD = "login"
 CSRF_HEADER = "X-CSRF-Token"
 SESSION_HOURS = 12
 _UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -93,8 +97,9 @@ def match_token(token: str, tokens: dict[str, str]) -> str | None:
     return found
 
 
-def _digest(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8", "surrogateescape")).hexdigest()
+def _sessions() -> Sessions:
+    """The store's logins (`core.store.sessions`)."""
+    return context().store.sessions
 
 
 class _SessionInterface(SecureCookieSessionInterface):
@@ -115,7 +120,7 @@ class Auth:
     def __init__(self, settings: Settings, limiter: Limiter) -> None:
         self.tokens = dict(settings.api_tokens)
         self.admins = settings.admins
-        self.by_digest = {_digest(token): name for token, name in self.tokens.items()}
+        self.names = frozenset(self.tokens.values())
         self.open = local_open(settings)
         self.limiter = limiter
         self.item = RateLimitItemPerSecond(settings.auth_failures, settings.auth_window_seconds)
@@ -179,11 +184,14 @@ def _identify() -> Response | None:
         return None
     if request.path.startswith("/api/"):
         return None
-    name = state.by_digest.get(session.get("token_digest", ""))
-    if name is not None:
-        g.setdefault(IDENTITY_KEY, state.identity(name, "session"))
-    elif "token_digest" in session:
-        session.pop("token_digest")
+    name = None
+    if SESSION_FIELD in session:
+        owner = _sessions().session_owner(session[SESSION_FIELD])
+        name = owner if owner in state.names else None
+        if name is not None:
+            g.setdefault(IDENTITY_KEY, state.identity(name, "session"))
+        else:
+            session.pop(SESSION_FIELD)
     if name is None and state.open:
         g.setdefault(IDENTITY_KEY, Identity(name="local", admin=True, via="local"))
     return _check_csrf()
@@ -242,13 +250,15 @@ def _blueprint() -> Blueprint:
             state.failed()
             return _login_page(401, "That token is not valid.")
         session.clear()
-        session["token_digest"] = _digest(token)
+        session[SESSION_FIELD] = _sessions().open_session(name, SESSION_HOURS * 3600)
         session[CSRF_FIELD] = secrets.token_urlsafe(32)
         log.info("dashboard login: %s from %s", name, request.remote_addr)
         return redirect(_safe_next(request.form.get("next")), 303)
 
     @bp.post("/logout")
     def logout() -> Any:
+        if SESSION_FIELD in session:
+            _sessions().close_session(session[SESSION_FIELD])
         session.clear()
         return redirect("/login", 303)
 

@@ -9,7 +9,8 @@ attribute of `core.store.store.Store`, and may type against these Protocols:
   retry failed, delete, ask running attempts to stop early, recount;
 - `Feeding` (``store.feeding``, the scheduler): a sweep fed in windows after its first;
 - `Reads` (``store.reads``, the API, the dashboard, the CLI and the analysis): sweeps,
-  trial pages, the best, a trial and its curve, the change feed of a live page.
+  trial pages, the best, a trial and its curve, the change feed of a live page;
+- `Sessions` (``store.sessions``, the web layer): the dashboard's logins.
 
 Each role has one implementation, on MongoDB: `core.store.lifecycle.MongoTrialLifecycle`,
 `core.store.admin.MongoSweepAdmin`, `core.store.feeding.MongoFeeding` and
@@ -50,6 +51,7 @@ __all__ = [
     "Feeding",
     "Finish",
     "Reads",
+    "Sessions",
     "SweepAdmin",
     "TrialLifecycle",
     "Verdict",
@@ -459,6 +461,24 @@ class Feeding(Protocol):
         all in one write, so that each worker waiting at that epoch (`TrialLifecycle.judged`)
         learns its decision with one read. An attempt no longer running is left alone; the
         epochs of one attempt only grow. The ids of `prune` this call marked."""
+
+
+class Sessions(Protocol):
+    """The dashboard's logins, kept in the store so that a logout ends one everywhere
+    (`web.auth`): a browser's cookie holds only a session's random id, signed."""
+
+    @abstractmethod
+    def open_session(self, name: str, seconds: float) -> str:
+        """Start a login of token owner `name` for `seconds`; its id (random, 256 bits).
+        Sessions past their end are removed meanwhile."""
+
+    @abstractmethod
+    def session_owner(self, session_id: str) -> str | None:
+        """The owner of a live session, or None (ended, expired, unknown, malformed)."""
+
+    @abstractmethod
+    def close_session(self, session_id: str) -> None:
+        """End a session (a logout); nothing for one that is not there."""
 
 
 class Reads(Protocol):

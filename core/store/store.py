@@ -45,6 +45,7 @@ Collections, their indexes (created idempotently by `ensure_indexes`), and what 
   attempt (a repeated report is a duplicate insert that changes nothing), a trial's curve
   in order.
 - ``sweeps``: ``{owner: 1, created_at: -1}`` and ``{created_at: -1}``: ``list_sweeps``.
+- ``sessions``: the dashboard's logins by their random id (`core.store.sessions`).
 
 Sweeps are fed in windows (`core.store.feeding`, `scheduler.feed`): a sweep document also holds
 ``planned`` (trials not created yet; counted as ``queued`` in ``counts`` and in
@@ -109,7 +110,8 @@ from core.store.lifecycle import MongoTrialLifecycle
 from core.store.query import check_seconds
 from core.store.reads import MongoReads
 from core.store.records import utcnow
-from core.store.roles import Feeding, Reads, SweepAdmin, TrialLifecycle
+from core.store.roles import Feeding, Reads, Sessions, SweepAdmin, TrialLifecycle
+from core.store.sessions import MongoSessions
 from core.store.state import StoreState, available
 
 __all__ = ["INDEXES", "INSERT_BATCH", "Store"]
@@ -140,7 +142,7 @@ INDEXES: dict[str, list[IndexModel]] = {
 class Store:
     """Sweeps, trials and metrics in one MongoDB database (see the module docstring).
 
-    Use its roles: `lifecycle`, `admin`, `feeding`, `reads`. `clock` returns the current
+    Use its roles: `lifecycle`, `admin`, `feeding`, `reads`, `sessions`. `clock` returns the current
     UTC time (tests pass a fake one); `change_lag` is how many seconds of changes the change
     feed repeats; `insert_batch` trials go in one insert.
     """
@@ -174,6 +176,8 @@ class Store:
         self.admin: SweepAdmin = MongoSweepAdmin(state, self.feeding)
         #: Reads, for the API, the dashboard, the CLI and the analysis.
         self.reads: Reads = MongoReads(state)
+        #: The dashboard's logins, for the web layer.
+        self.sessions: Sessions = MongoSessions(state)
 
     @classmethod
     def connect(

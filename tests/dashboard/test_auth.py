@@ -7,6 +7,8 @@ store (SecantusDB)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -213,10 +215,23 @@ def test_login_logout_and_the_session_cookie(client: FlaskClient) -> None:
     assert ALICE_TOKEN not in cookie
     page = client.get("/")
     assert page.status_code == 200 and 'id="logout"' in page.get_data(as_text=True)
+    # The cookie holds a login's random id, never the token or a digest of it.
+    value = cookie.split(";")[0].split("=", 1)[1]
+    payload = client.application.session_interface.get_signing_serializer(
+        client.application).loads(value)  # fmt: skip
+    assert set(payload) == {"login", "csrf_token"} and len(payload["login"]) == 64
+    assert hashlib.sha256(ALICE_TOKEN.encode()).hexdigest() not in json.dumps(payload)
+    # A copy of the cookie taken before logout (another browser, a thief) ...
+    thief = client.application.test_client()
+    thief.set_cookie("sweepstack_session", value)
+    assert thief.get("/dashboard/data/sweeps").status_code == 200
     out = client.post("/logout", data={"csrf_token": csrf_of(page.get_data(as_text=True))})
     assert out.status_code == 303 and out.headers["Location"] == "/login"
     assert client.get("/").status_code == 302
     assert client.get("/dashboard/data/sweeps").status_code == 401
+    # ... opens nothing once the login ended.
+    assert thief.get("/dashboard/data/sweeps").status_code == 401
+    assert thief.get("/").status_code == 302
 
 
 def test_the_cookie_is_secure_over_https_or_when_configured(
