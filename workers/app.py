@@ -3,8 +3,9 @@
 `create_worker_app(settings)` builds the app from the shared config (`core.broker`),
 registers `workers.run_trial` and `workers.run_group` (`workers.tasks`) bound to a
 `workers.context.WorkerContext`, loads torch and the training code before the pool forks,
-and gives each pool process `torch_threads` threads. `workers.main` is the entry point
-that reads the settings.
+gives each pool process `torch_threads` threads, and answers only the remote-control
+commands that change nothing of the work (`restrict_remote_control`). `workers.main` is
+the entry point that reads the settings.
 """
 
 from __future__ import annotations
@@ -49,12 +50,38 @@ def preload_training() -> None:
     log.info("training code loaded in %.2fs", time.perf_counter() - started)
 
 
+#: The remote-control commands a worker answers: every read-only inspection (Flower, the
+#: Workers page, ``celery inspect``), and the few control commands that change nothing of
+#: the work (events for Flower; the hello, heartbeat and election of workers meeting).
+#: Shutting a worker down, restarting or resizing its pool, revoking tasks, changing its
+#: queues or limits are refused (an error reply, the command unknown): any client of the
+#: broker may send a command, and the platform stops workers with signals and cancels
+#: trials in the store.
+CONTROL_ALLOWED = frozenset({"enable_events", "disable_events", "heartbeat", "election"})
+
+
+def restrict_remote_control() -> list[str]:
+    """Drop every control command of Celery's registry but `CONTROL_ALLOWED` and the
+    inspections, in this (worker) process; the names dropped."""
+    from celery.worker.control import Panel
+
+    dropped = [
+        name for name, meta in Panel.meta.items()
+        if meta.type != "inspect" and name not in CONTROL_ALLOWED
+    ]  # fmt: skip
+    for name in dropped:
+        Panel.data.pop(name, None)
+        Panel.meta.pop(name, None)
+    return dropped
+
+
 def create_worker_app(settings: Settings) -> Celery:
     """The workers' Celery app, with its tasks registered and the training code loaded."""
     app = Celery("sweepstack", set_as_current=True)
     app.conf.update(celery_config(settings))
     context = WorkerContext(settings)
     register(app, context)
+    restrict_remote_control()
     # OpenMP reads this when torch loads, which is here, in the parent, before the fork.
     threads = settings.torch_threads or 1
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))

@@ -216,3 +216,24 @@ def test_api_scheduler_and_core_do_not_import_torch() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_remote_control_answers_inspections_and_refuses_shutdown(stack: Stack) -> None:
+    """Any client of the broker may send a remote-control command: a worker answers the
+    inspections (Flower, the Workers page) but refuses to shut down, restart its pool or
+    change its queues (`workers.app.restrict_remote_control`)."""
+    stack.start_worker()
+    control = stack.app.control
+    wait_for(lambda: control.inspect(timeout=1).ping(), 60, "the worker to answer a ping")
+    for command in ("shutdown", "pool_restart", "cancel_consumer", "revoke"):
+        replies = control.broadcast(command, arguments={"queue": stack.queue, "task_id": "x"},
+                                    reply=True, timeout=2)  # fmt: skip
+        assert replies, command
+        for reply in replies:
+            (answer,) = reply.values()
+            assert command in answer.get("error", ""), (command, answer)  # unknown there
+    time.sleep(1)
+    assert control.inspect(timeout=2).ping(), "the worker is still up"
+    assert control.inspect(timeout=2).active_queues()  # what Flower shows
+    sweep_id, _ = stack.submit(spec("after-control", "training:\n  epochs: 0\n"))
+    assert stack.wait_finished(sweep_id, timeout=60)["complete"] >= 1
