@@ -24,7 +24,8 @@ def gunicorn_argv(
 
     `timeout` is how many seconds one request may run before gunicorn restarts its worker.
     ``SWEEPSTACK_BIND_HOST`` tells the app where it listens (with no tokens configured, a
-    loopback address leaves the dashboard open: `web.local_open.local_open`).
+    loopback address leaves the dashboard open: `web.local_open.local_open`); the rest of
+    gunicorn's settings are `cli.gunicorn_conf`'s.
     """
     argv = [
         sys.executable, "-m", "gunicorn", target,

@@ -1,6 +1,6 @@
 """gunicorn settings for Sweepstack's web apps: ``gunicorn -c python:cli.gunicorn_conf``.
 
-Two things a command line cannot say:
+Three things a command line cannot say, or should not have to:
 
 - **The one error shape for gunicorn's own replies.** gunicorn answers a request it
   refuses before the app sees it (a request line over ``limit_request_line``: 414; too
@@ -12,6 +12,10 @@ Two things a command line cannot say:
   the next. This module runs in gunicorn's master before it forks, so a key made here is
   inherited by all of them; it still changes at every restart (logins end), which the log
   says.
+- **No control socket.** gunicorn's control interface listens on one path per user by
+  default (``~/.gunicorn/gunicorn.ctl``): two servers on one host (a run's dashboard and an
+  ``open``, two compose services with one home) took each other's, and nothing here uses
+  it (`control_socket_disable`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ import socket
 from gunicorn import util
 
 log = logging.getLogger("sweepstack.gunicorn")
+
+#: gunicorn's setting of that name: no control socket (the module docstring).
+control_socket_disable = True
 
 #: Codes of the errors gunicorn answers itself, by status.
 CODES = {

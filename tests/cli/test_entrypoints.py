@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,10 +52,11 @@ def test_importing_the_wsgi_app_loads_neither_torch_nor_the_workers(settings: Se
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_sweepstack_api_serves_with_gunicorn(settings: Settings) -> None:
+def test_sweepstack_api_serves_with_gunicorn(settings: Settings, tmp_path: Path) -> None:
     port = free_port()
     argv = gunicorn_argv("127.0.0.1", port, workers=1, threads=2)
-    proc = subprocess.Popen(argv, env=_env(settings), cwd=ROOT,
+    env = {**_env(settings), "HOME": str(tmp_path)}
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
     try:
         wait_listening("127.0.0.1", port, 60, proc)
@@ -67,6 +69,9 @@ def test_sweepstack_api_serves_with_gunicorn(settings: Settings) -> None:
             assert exc.code == 401 and json.load(exc)["code"] == "unauthorized"
         else:
             raise AssertionError("an unauthenticated request got through")
+        # No control socket (`cli.gunicorn_conf`): its default path is one per user.
+        time.sleep(1)
+        assert not (tmp_path / ".gunicorn").exists()
     finally:
         proc.terminate()
         proc.wait(20)
