@@ -17,6 +17,7 @@ from typing import Any
 
 from celery import Celery
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from api.app import register_api
 from core.errors import ConfigError
@@ -73,6 +74,11 @@ def create_app(
     """
     app = Flask("sweepstack")
     app.config["MAX_CONTENT_LENGTH"] = settings.api_max_body_bytes
+    if settings.trusted_proxies:
+        # Who the client is and how it came, as the trusted proxies say (the throttle,
+        # secure cookies); nothing else they forward is believed.
+        n = settings.trusted_proxies
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=n, x_proto=n)  # type: ignore[method-assign]
     app.extensions["sweepstack"] = AppContext(
         settings=settings,
         store=store if store is not None else _store(settings),

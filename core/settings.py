@@ -88,6 +88,7 @@ _INT_FIELDS = frozenset(
         "max_attempts",
         "auth_failures",
         "auth_window_seconds",
+        "trusted_proxies",
         "torch_threads",
         "feed_window",
     }
@@ -164,6 +165,9 @@ class Settings:
     auth_failures: int = 10
     auth_window_seconds: int = 60
     ratelimit_storage_url: str = "memory://"
+    # Reverse proxies in front of the web app whose X-Forwarded-For / -Proto it believes
+    # (Werkzeug's ProxyFix): the client's address the throttle counts, and https. 0: none.
+    trusted_proxies: int = 0
     # The address the web server is bound to, set by the `sweepstack` launchers; with no
     # tokens and a loopback address the dashboard is open (web.local_open.local_open).
     bind_host: str | None = None

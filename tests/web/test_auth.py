@@ -79,3 +79,30 @@ def test_admins_must_be_token_names() -> None:
         Settings.from_env(env)
     env["SWEEPSTACK_ADMINS"] = "alice"
     assert Settings.from_env(env).admins == frozenset({"alice"})
+
+
+def test_behind_a_trusted_proxy_the_throttle_counts_the_client(
+    settings: Settings, store: Store
+) -> None:
+    proxied = dataclasses.replace(settings, auth_failures=2, auth_window_seconds=30,
+                                  trusted_proxies=1)  # fmt: skip
+    app = create_app(proxied, store=store, sender=sender_app(settings))
+    client = app.test_client()
+    client.environ_base["REMOTE_ADDR"] = "10.9.9.9"  # the proxy: every request comes from it
+    wrong = {"Authorization": "Bearer " + "w" * 40}
+
+    def from_client(address: str, headers: dict[str, str]) -> int:
+        return client.get("/api/v1/sweeps", headers={**headers, "X-Forwarded-For": address}
+                          ).status_code  # fmt: skip
+
+    assert [from_client("203.0.113.7", wrong) for _ in range(3)] == [401, 401, 429]
+    # Another client behind the same proxy is its own address: not blocked.
+    assert from_client("203.0.113.8", wrong) == 401
+    assert from_client("203.0.113.7", ALICE) == 200
+    # Not trusted (the default), the header is ignored: the proxy's address is counted.
+    plain = create_app(dataclasses.replace(proxied, trusted_proxies=0), store=store,
+                       sender=sender_app(settings)).test_client()  # fmt: skip
+    plain.environ_base["REMOTE_ADDR"] = "10.9.9.8"
+    codes = [plain.get("/api/v1/sweeps", headers={**wrong, "X-Forwarded-For": f"198.51.100.{i}"}
+                       ).status_code for i in range(3)]  # fmt: skip
+    assert codes == [401, 401, 429]
