@@ -32,10 +32,18 @@ EXIT_PROBLEM = 2
 EXIT_NO_RESULT = 1
 
 
+#: The most problem lines a command prints (the rest are counted in one more line).
+MAX_PROBLEM_LINES = 100
+
+
 def fail_spec(exc: SpecError) -> NoReturn:
-    """Print one ``error:`` line per problem of `exc` on stderr and exit `EXIT_PROBLEM`."""
-    for problem in exc.problems:
+    """Print one ``error:`` line per problem of `exc` on stderr (the first
+    `MAX_PROBLEM_LINES`, then how many more) and exit `EXIT_PROBLEM`."""
+    for problem in exc.problems[:MAX_PROBLEM_LINES]:
         click.echo(f"error: {problem}", err=True)
+    if len(exc.problems) > MAX_PROBLEM_LINES:
+        click.echo(f"error: … and {len(exc.problems) - MAX_PROBLEM_LINES:,} more problems",
+                   err=True)  # fmt: skip
     sys.exit(EXIT_PROBLEM)
 
 

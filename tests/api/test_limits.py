@@ -367,3 +367,23 @@ def test_a_cursor_that_nests_deeper_than_python_reads_is_400(client: FlaskClient
         response = client.get(f"{SWEEPS}?cursor={cursor}", headers=ALICE)
         assert response.status_code == 400, response.get_data(as_text=True)[:300]
         assert response.json["details"]["parameter"] == "cursor"
+
+
+def test_a_spec_with_hundreds_of_problems_lists_the_first_hundred_and_counts_them(
+    client: FlaskClient, settings: Settings, tmp_path: Path
+) -> None:
+    from click.testing import CliRunner
+
+    from cli.main import main
+
+    spec = small_spec(model={"hidden_units": [-i for i in range(1, 151)]})
+    body = refused(client.post(SWEEPS, json=spec, headers=ALICE), 422)
+    assert len(body["details"]["problems"]) == 100 and body["details"]["problems_total"] == 150
+    assert body["message"].startswith("the spec has 150 problems; the first: model.hidden_units[0]")
+    nothing_stored(client, settings)
+    path = tmp_path / "many.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    result = CliRunner().invoke(main, ["validate", str(path)])
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(lines) == 101
+    assert lines[-1] == "error: … and 50 more problems"
