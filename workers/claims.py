@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
-from core.errors import NotFound, StoreUnavailable
+from core.errors import InvalidQuery, NotFound, StoreUnavailable
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.search import EVERY_EPOCH, IN_WORKER, decides
 from core.states import Heartbeat, TrialState
@@ -76,6 +76,13 @@ def asks_at(watch: bool, decide_at: frozenset[int] | str | None, epoch: int) -> 
     if decide_at == IN_WORKER:
         return False
     return watch and (decide_at is None or decides(decide_at, epoch))
+
+
+def gone_attempt(exc: InvalidQuery) -> bool:
+    """Whether the store refused a write as one of an attempt the trial never had
+    (`TrialLifecycle.report_many`): the claim that started it is gone, rolled back with a
+    store that lost its last writes, or the trial requeued and claimed afresh."""
+    return exc.field == "attempt"
 
 
 def with_retry(fn: Callable[..., T], *args: Any, budget: float, **kwargs: Any) -> T:
@@ -244,6 +251,13 @@ class HeartbeatSender(threading.Thread):
     def lost(self, trial_id: str) -> bool:
         """Whether the trial's attempt no longer holds its claim (requeued or taken over)."""
         return trial_id in self._lost
+
+    def mark_lost(self, trial_id: str) -> None:
+        """Note that the store refused a write of this held attempt as one it never had
+        (`gone_attempt`): its claim vanished, and it stops as a lost one does."""
+        with self._lock:
+            if trial_id in self._held:
+                self._lost.add(trial_id)
 
     def stopping(self, trial_id: str) -> bool:
         """Whether the trial's sweep asked it to stop (it still holds its claim)."""

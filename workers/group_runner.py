@@ -60,12 +60,19 @@ from typing import Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from core.errors import StoreUnavailable, TrainingError
+from core.errors import InvalidQuery, StoreUnavailable, TrainingError
 from core.spec.config import TrialConfig
 from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
 from core.store.roles import EpochRow, Finish, TrialLifecycle
-from workers.claims import EpochRows, HeartbeatSender, asks_at, claim_trials, with_retry
+from workers.claims import (
+    EpochRows,
+    HeartbeatSender,
+    asks_at,
+    claim_trials,
+    gone_attempt,
+    with_retry,
+)
 from workers.pruning import TrialReports, sweep_pruner
 from workers.runner import (
     RunnerOptions,
@@ -217,13 +224,40 @@ class _Run:
         self.flush_finishes()
 
     def _write_rows(self, rows: list[EpochRow]) -> None:
-        if rows:
+        if not rows:
+            return
+        try:
             with_retry(self.lifecycle.report_many, rows, budget=self.budget)
+        except InvalidQuery as exc:
+            if not gone_attempt(exc):
+                raise
+            self._write_each(rows)
+
+    def _write_each(self, rows: list[EpochRow]) -> None:
+        """Write each trial's rows alone, after the store refused the batch for an attempt it
+        never had: the trials whose claim vanished stop as lost ones do (and the task sends
+        the group again for them), the others' rows are kept."""
+        mine: dict[str, list[EpochRow]] = {}
+        for row in rows:
+            mine.setdefault(row.trial_id, []).append(row)
+        for trial_id, part in mine.items():
+            try:
+                with_retry(self.lifecycle.report_many, part, budget=self.budget)
+            except InvalidQuery as exc:
+                if not gone_attempt(exc):
+                    raise
+                log.warning("trial %s: the store has no attempt %s; leaving the group",
+                            trial_id, part[0].attempt)  # fmt: skip
+                self.beats.mark_lost(trial_id)
 
     def _write_finishes(self, finishes: list[Finish]) -> None:
-        with_retry(self.lifecycle.finish_many, finishes, budget=self.budget)
+        ended = with_retry(self.lifecycle.finish_many, finishes, budget=self.budget)
         for finish in finishes:
             self.beats.release(finish.trial_id)
+            if not ended.get(finish.trial_id, False):
+                # Not this attempt's to end any more (its claim vanished, or it was taken
+                # over): lost, which the task may send again (`workers.tasks`).
+                self.outcomes[finish.trial_id] = "lost"
 
     def finish(self, doc: dict[str, Any], outcome: Any, dtype: str | None = None) -> None:
         """Record how one trial ended (a `TrainResult`, or an error or reason); at most once.

@@ -50,14 +50,21 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from core.errors import NotFound, TrainingError
+from core.errors import InvalidQuery, NotFound, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.config import TrialConfig
 from core.spec.kinds import kind_of
 from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
 from core.store.roles import EpochRow, Finish, TrialLifecycle
-from workers.claims import EpochRows, HeartbeatSender, asks_at, claim_trials, with_retry
+from workers.claims import (
+    EpochRows,
+    HeartbeatSender,
+    asks_at,
+    claim_trials,
+    gone_attempt,
+    with_retry,
+)
 from workers.pruning import TrialReports, sweep_pruner
 
 if TYPE_CHECKING:
@@ -289,8 +296,17 @@ def execute_trial(
     rows = EpochRows()
 
     def write_rows(batch: list[EpochRow]) -> None:
-        if batch:
+        if not batch:
+            return
+        try:
             with_retry(lifecycle.report_many, batch, budget=budget)
+        except InvalidQuery as exc:
+            if not gone_attempt(exc):
+                raise
+            # Its claim vanished: the trial ends lost, and the task sends it again.
+            log.warning("trial %s: the store has no attempt %s (%s); stopping", trial_id,
+                        attempt, exc)  # fmt: skip
+            beats.mark_lost(trial_id)
 
     def on_epoch(epoch: int, metrics: dict[str, Any]) -> None:
         if own is not None:
@@ -343,7 +359,12 @@ def execute_trial(
             log.warning("trial %s: attempt %s lost its claim; not recording", trial_id, attempt)
             return "lost"
         finish = Finish(trial_id, attempt, state, result, error, extra)
-        with_retry(lifecycle.finish_many, [finish], budget=budget)
+        if not with_retry(lifecycle.finish_many, [finish], budget=budget).get(trial_id):
+            # The store did not let this attempt end the trial: it holds the claim no more
+            # (it vanished with a store's lost writes, or another attempt took it over).
+            log.warning("trial %s: attempt %s no longer holds its claim; not recorded",
+                        trial_id, attempt)  # fmt: skip
+            return "lost"
     finally:
         beats.release(trial_id)
     return state.value

@@ -5,7 +5,9 @@ message may carry, besides the ids, each trial's config and the attempt it was q
 (`scheduler.enqueue`): the claim is then one write with no read (`workers.claims`). A
 message without them, or with ones that do not check out, reads them from the store. A
 pruning sweep's message also says ``watch: true``: report every epoch at once and check
-for a prune request after each (`workers.runner`). A group message that says ``sequential:
+for a prune request after each (`workers.runner`). A trial that ends ``lost`` because its
+claim vanished from the store (it is ``queued`` again, with no message anywhere) has its
+message sent again (`_vanished`), so it is never stranded. A group message that says ``sequential:
 true`` is a chunk of cheap trials (`scheduler.chunks`): trained one by one, never fused.
 """
 
@@ -51,6 +53,25 @@ def _carried(config: Any, attempt: Any) -> tuple[int, dict[str, Any]] | None:
     return None
 
 
+#: Seconds before a message whose trial's claim vanished is sent again (`_vanished`).
+RESEND_SECONDS = 1
+
+
+def _vanished(context: WorkerContext, trial_ids: list[str]) -> list[str]:
+    """Those of the trials that ended ``lost`` here and are ``queued`` in the store: their
+    claim vanished (a store that lost its last writes took it back), so no message of
+    theirs is left anywhere; the caller sends its own again (the claim still decides who
+    trains it: a duplicate is skipped)."""
+    out = []
+    for trial_id in trial_ids:
+        try:
+            if context.store.lifecycle.trial(trial_id)["state"] == "queued":
+                out.append(trial_id)
+        except NotFound:
+            continue
+    return out
+
+
 def register(app: Celery, context: WorkerContext) -> None:
     """Register `workers.run_trial` and `workers.run_group` on `app`, bound to `context`."""
 
@@ -77,7 +98,7 @@ def register(app: Celery, context: WorkerContext) -> None:
             return "refused"
         worker = worker_identity(self.request.hostname)
         try:
-            return execute_trial(
+            outcome = execute_trial(
                 context.store.lifecycle,
                 trial_id,
                 worker,
@@ -86,6 +107,11 @@ def register(app: Celery, context: WorkerContext) -> None:
                 watch=watch is True,
                 decide_at=decide_at_of(decide_at),
             )
+            if outcome == "lost" and _vanished(context, [trial_id]):
+                log.warning("trial %s: its claim vanished and it is queued; sending it again",
+                            trial_id)  # fmt: skip
+                raise self.retry(countdown=RESEND_SECONDS)
+            return outcome
         except NotFound:
             log.error("trial %s does not exist; dropping the message", trial_id)
             return "unknown"
@@ -141,6 +167,12 @@ def register(app: Celery, context: WorkerContext) -> None:
                 delay,
             )
             raise self.retry(exc=exc, countdown=delay) from exc
+        lost = [t for t, outcome in outcomes.items() if outcome == "lost"]
+        if lost and (gone := _vanished(context, lost)):
+            # The whole message again: its finished trials are skipped at the claim.
+            log.warning("group: %d trial(s) whose claim vanished are queued; sending the group "
+                        "again", len(gone))  # fmt: skip
+            raise self.retry(countdown=RESEND_SECONDS)
         counts: dict[str, int] = {}
         for outcome in outcomes.values():
             counts[outcome] = counts.get(outcome, 0) + 1

@@ -237,3 +237,51 @@ def test_remote_control_answers_inspections_and_refuses_shutdown(stack: Stack) -
     assert control.inspect(timeout=2).active_queues()  # what Flower shows
     sweep_id, _ = stack.submit(spec("after-control", "training:\n  epochs: 0\n"))
     assert stack.wait_finished(sweep_id, timeout=60)["complete"] >= 1
+
+
+def _roll_back_claim(stack: Stack, trial_id: str, sweep_id: str) -> None:
+    """What a store that lost its last acknowledged writes shows of a running trial: queued
+    at attempt 0 again, no worker, no rows (the claim and what followed never happened)."""
+    db = stack.store.db
+    done = db["trials"].update_one(
+        {"_id": trial_id, "state": "running"},
+        {"$set": {"state": "queued", "attempt": 0},
+         "$unset": {"worker": "", "started_at": "", "heartbeat_at": "", "progress": ""}},
+    )  # fmt: skip
+    assert done.modified_count == 1
+    db["metrics"].delete_many({"trial_id": trial_id})
+    db["sweeps"].update_one({"_id": sweep_id},
+                            {"$inc": {"counts.running": -1, "counts.queued": 1}})  # fmt: skip
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused-group"])
+def test_a_trial_whose_claim_the_store_lost_is_sent_again_and_completes(
+    stack: Stack, fused: bool
+) -> None:
+    """The claim was acknowledged, the worker trains, then the store comes back without it:
+    the worker's next write is refused as an attempt the trial never had, the attempt ends
+    lost, and the task sends its message again (the trial is queued, with no message
+    anywhere), so the trial still ends complete, once, with every epoch of its attempt."""
+    stack.start_worker()
+    width = "hidden_units: [16, 24]" if fused else "hidden_units: 64"
+    execution = "device: cpu, fuse: 2" if fused else "device: cpu, fuse: off"
+    sweep_id, total = stack.submit(spec(
+        "vanished", f"model: {{hidden_layers: 2, {width}}}\n"
+        "training: {optimizer: sgd, lr: 0.02, epochs: 12, batch_size: 8, seed: 1}\n",
+        execution,
+    ))  # fmt: skip
+    ids = [d["_id"] for d in stack.all_trials(sweep_id)]
+    metrics = stack.store.db["metrics"]
+    wait_for(lambda: metrics.count_documents({"trial_id": ids[0]}) >= 1, 120,
+             "the first epoch row")  # fmt: skip
+    _roll_back_claim(stack, ids[0], sweep_id)
+    counts = stack.wait_finished(sweep_id, timeout=240)
+    assert counts["complete"] == total, (counts, stack.logs()[-3000:])
+    for trial_id in ids:
+        doc = stack.store.reads.get_trial(trial_id, with_metrics=True)
+        assert doc["state"] == "complete"
+        ended = [h for h in doc.get("history", []) if h.get("state") == "complete"]
+        assert len(ended) == 1, doc.get("history")
+        epochs = [r["epoch"] for r in doc["metrics"] if r["attempt"] == doc["attempt"]]
+        assert sorted(epochs) == list(range(1, 13)), epochs
+    assert "claim vanished" in stack.logs()
