@@ -73,7 +73,7 @@ from workers.claims import (
     gone_attempt,
     with_retry,
 )
-from workers.pruning import TrialReports, sweep_pruner
+from workers.pruning import SweepPruner, TrialReports, sweep_pruner
 from workers.runner import (
     RunnerOptions,
     failure_reason,
@@ -162,7 +162,8 @@ class _Run:
         self.group_size = len(trial_ids)
         self.outcomes: dict[str, str] = {}
         self.fused = 0
-        self.own: dict[str, TrialReports] = {}  # trial id -> its reports to this pruner
+        self.pruner: SweepPruner | None = None  # the sweep's pruner, run here (`judge_here`)
+        self.own: dict[str, TrialReports] = {}  # trial id -> its reports to that pruner
 
     def objective(self, sweep_id: str) -> dict[str, str]:
         return sweep_objective(self.lifecycle, sweep_id, self.budget)
@@ -186,6 +187,7 @@ class _Run:
             return
         pruner = with_retry(sweep_pruner, self.lifecycle, sweep_id,
                             self.objective(sweep_id), budget=self.budget)  # fmt: skip
+        self.pruner = pruner
         self.own = {t: TrialReports(pruner) for t in self.attempts}
 
     def epoch_end(self, epoch: int) -> None:
@@ -193,10 +195,10 @@ class _Run:
         trials still training (at a pruner's epoch, the wait for its decision), written in
         order; training waits for the answer. With the worker's own pruner, its verdict
         for each trial that reported the epoch (the complete trials looked up once)."""
-        if self.own:
+        if self.pruner is not None:
             judged = [t for t in self.own if t not in self.outcomes]
             if judged:
-                next(iter(self.own.values())).pruner.refresh()
+                self.pruner.refresh()
             for trial_id in judged:
                 if self.own[trial_id].judge(refresh=False):
                     self.beats.prune_now(trial_id)
