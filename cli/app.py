@@ -36,7 +36,9 @@ def _store(settings: Settings) -> Store:
     if not settings.mongo_url:
         raise ConfigError("SWEEPSTACK_MONGO_URL is not set; point it at your MongoDB")
     timeout_ms = int(settings.api_timeout_seconds * 1000)
-    return Store.connect(settings.mongo_url, settings.mongo_db, timeout_ms=timeout_ms)
+    return Store.connect(
+        settings.mongo_url, settings.mongo_db, timeout_ms=timeout_ms, **settings.store_options()
+    )
 
 
 def _sender(settings: Settings, required: bool) -> Celery | None:

@@ -76,9 +76,10 @@ def with_data_dir(settings: Settings, data_dir: str | None) -> Settings:
 
 
 def _connect(url: str, db: str) -> Store:
+    from cli.shared import read_settings
     from core.store.store import Store  # imported by the commands that read a store
 
-    store = Store.connect(url, db)
+    store = Store.connect(url, db, **read_settings().store_options())
     store.ensure_indexes()
     return store
 

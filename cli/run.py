@@ -222,7 +222,7 @@ def run(
 
         if service is not None:
             service.wait(STORE_START_TIMEOUT)
-        store = Store.connect(mongo_url, settings.mongo_db)
+        store = Store.connect(mongo_url, settings.mongo_db, **settings.store_options())
         store.ensure_indexes()
         app = sender_app(settings)
         if broker_url == EMBEDDED_BROKER_URL:

@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from core.errors import ConfigError
 
@@ -26,6 +27,9 @@ MIN_TOKEN_LENGTH = 32
 #: (`web.auth`), so guessing must be hopeless by itself.
 MIN_TOKEN_BITS = 96
 
+
+#: What a sweep may keep of its trials' weights (`core.spec.artifacts`).
+ARTIFACTS_KEEP = ("best", "top_k", "all", "none")
 
 def _tokens(raw: str) -> dict[str, str]:
     """Parse ``name:token,name:token`` into {token: name}; each token at least
@@ -91,6 +95,9 @@ _INT_FIELDS = frozenset(
         "trusted_proxies",
         "torch_threads",
         "feed_window",
+        "artifacts_top_k",
+        "max_artifact_bytes",
+        "max_sweep_artifact_bytes",
     }
 )
 # Ceilings on what a spec may ask for (core.spec.limits), checked at submit by the API and the CLI.
@@ -182,6 +189,26 @@ class Settings:
     # Trials in flight at once for a grid or random sweep without pruning (scheduler.feed):
     # submit stores this many, the scheduler creates the rest as the queue drains.
     feed_window: int = 2000
+    # What sweeps keep of what they trained (core.spec.artifacts, core.store.artifacts): the
+    # default of a spec without `artifacts:` (keep: best | top_k | all | none; top_k), where
+    # the bytes go (unset: GridFS in the store; a folder, file:// or s3:// URL, with
+    # s3_endpoint_url for an S3-compatible server), and the ceilings per file and per sweep.
+    artifacts_keep: str = "top_k"
+    artifacts_top_k: int = 10
+    artifact_root: str | None = None
+    s3_endpoint_url: str | None = None
+    max_artifact_bytes: int = 2 << 30
+    max_sweep_artifact_bytes: int = 50 << 30
+
+    def store_options(self) -> dict[str, Any]:
+        """What `core.store.store.Store` takes of these settings: the artifact root and
+        ceilings."""
+        return {
+            "artifact_root": self.artifact_root,
+            "s3_endpoint_url": self.s3_endpoint_url,
+            "max_artifact_bytes": self.max_artifact_bytes,
+            "max_sweep_artifact_bytes": self.max_sweep_artifact_bytes,
+        }
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -202,6 +229,13 @@ class Settings:
                         f"{PREFIX}SESSION_COOKIE_SECURE: must be auto, true or false, got {raw!r}"
                     )
                 values[f.name] = raw.lower()
+            elif f.name == "artifacts_keep":
+                if raw not in ARTIFACTS_KEEP:
+                    raise ConfigError(
+                        f"{PREFIX}ARTIFACTS_KEEP: must be one of {', '.join(ARTIFACTS_KEEP)}, "
+                        f"got {raw!r}"
+                    )
+                values[f.name] = raw
             elif f.name in _BOOL_FIELDS:
                 if raw.lower() not in _BOOLEANS:
                     raise ConfigError(

@@ -26,6 +26,8 @@ class WorkerContext:
         if self._store is None or self._pid != os.getpid():
             if not self.settings.mongo_url:
                 raise RuntimeError("no store URL: set SWEEPSTACK_MONGO_URL")
-            self._store = Store.connect(self.settings.mongo_url, self.settings.mongo_db)
+            self._store = Store.connect(
+                self.settings.mongo_url, self.settings.mongo_db, **self.settings.store_options()
+            )
             self._pid = os.getpid()
         return self._store

@@ -64,7 +64,7 @@ from core.errors import InvalidQuery, StoreUnavailable, TrainingError
 from core.spec.config import TrialConfig
 from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
-from core.store.roles import EpochRow, Finish, TrialLifecycle
+from core.store.roles import Artifacts, EpochRow, Finish, TrialLifecycle
 from workers.claims import (
     EpochRows,
     HeartbeatSender,
@@ -371,6 +371,7 @@ def execute_group(
     watch: bool = False,
     decide_at: frozenset[int] | str | None = None,
     sequential: bool = False,
+    artifacts: Artifacts | None = None,
 ) -> dict[str, str]:
     """Run the trials of a group this worker can claim; what happened to each, by id.
 

@@ -56,7 +56,8 @@ from core.spec.config import TrialConfig
 from core.spec.kinds import kind_of
 from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
-from core.store.roles import EpochRow, Finish, TrialLifecycle
+from core.store.roles import Artifacts, EpochRow, Finish, TrialLifecycle
+from workers.checkpointing import TrialCheckpoints, sweep_policy
 from workers.claims import (
     EpochRows,
     HeartbeatSender,
@@ -84,6 +85,10 @@ class RunnerOptions:
     store_retry_seconds: float = 600.0
     #: The worker's datasets folder (``SWEEPSTACK_DATASETS_DIR``); None: the current folder.
     data_dir: Path | None = None
+    #: What a sweep whose spec has no ``artifacts`` keeps (``SWEEPSTACK_ARTIFACTS_KEEP``,
+    #: ``SWEEPSTACK_ARTIFACTS_TOP_K``; `core.spec.artifacts`).
+    artifacts_keep: str = "top_k"
+    artifacts_top_k: int = 10
 
 
 def worker_identity(name: str | None = None) -> dict[str, Any]:
@@ -201,6 +206,7 @@ class Training:
     data_dir: Path | None
     objective: dict[str, str]
     extra: dict[str, Any]
+    checkpoints: TrialCheckpoints | None = None
 
 
 def _train_builtin(config: dict[str, Any], run: Training) -> TrainResult:
@@ -208,7 +214,13 @@ def _train_builtin(config: dict[str, Any], run: Training) -> TrainResult:
 
     typed = TrialConfig.model_validate(config)
     run.extra["dtype"] = typed.execution.dtype
-    return train(typed, on_epoch=run.on_epoch, should_stop=run.should_stop, data_dir=run.data_dir)
+    return train(
+        typed,
+        on_epoch=run.on_epoch,
+        should_stop=run.should_stop,
+        data_dir=run.data_dir,
+        checkpoints=run.checkpoints,
+    )
 
 
 def _train_caffe(config: dict[str, Any], run: Training) -> TrainResult:
@@ -256,6 +268,7 @@ def execute_trial(
     *,
     watch: bool = False,
     decide_at: frozenset[int] | str | None = None,
+    artifacts: Artifacts | None = None,
 ) -> str:
     """Run the trial if this worker can claim it; return what happened.
 
@@ -263,6 +276,8 @@ def execute_trial(
     is then one write (`workers.claims`). `watch`: at the epochs of `decide_at`
     (`workers.claims.decide_at_of`; every epoch without it) write the rows at once, wait
     for the pruner's decision and check for a prune request (module docstring).
+    `artifacts`: where the trial's checkpoints and kept model go (`workers.checkpointing`;
+    None: nowhere, and no resume).
     Outcomes: ``skipped``
     (finished already, or held by a live attempt), ``complete``, ``failed``,
     ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over).
@@ -327,6 +342,12 @@ def execute_trial(
 
     state, result, error, extra = TrialState.FAILED, None, None, {"versions": versions()}
     kind = kind_of(doc["config"])
+    checkpoints = None
+    if artifacts is not None:
+        policy = sweep_policy(artifacts, doc["sweep_id"], options.artifacts_keep,
+                              options.artifacts_top_k, budget)  # fmt: skip
+        checkpoints = TrialCheckpoints(artifacts, lifecycle, doc, policy,
+                                       lambda: write_rows(rows.take()), budget)  # fmt: skip
     run = Training(
         trial_id=trial_id,
         attempt=attempt,
@@ -335,7 +356,9 @@ def execute_trial(
         data_dir=options.data_dir,
         objective=objective,
         extra=extra,
+        checkpoints=checkpoints,
     )
+    recorded = False
     try:
         try:
             outcome = TRAINERS[kind.trainer](doc["config"], run)
@@ -355,9 +378,13 @@ def execute_trial(
             error = failure_reason(exc)
             log.info("trial %s failed: %s", trial_id, error.splitlines()[0])
         write_rows(rows.take())  # every row before the finish, so none is left behind
+        if checkpoints is not None:
+            checkpoints.wait()
         if beats.lost(trial_id):
             log.warning("trial %s: attempt %s lost its claim; not recording", trial_id, attempt)
             return "lost"
+        if checkpoints is not None and result is not None:
+            checkpoints.keep_model(state.value, objective, result.get("objective"))
         finish = Finish(trial_id, attempt, state, result, error, extra)
         if not with_retry(lifecycle.finish_many, [finish], budget=budget).get(trial_id):
             # The store did not let this attempt end the trial: it holds the claim no more
@@ -365,6 +392,9 @@ def execute_trial(
             log.warning("trial %s: attempt %s no longer holds its claim; not recorded",
                         trial_id, attempt)  # fmt: skip
             return "lost"
+        recorded = True
     finally:
         beats.release(trial_id)
+        if checkpoints is not None:
+            checkpoints.ended(recorded)
     return state.value

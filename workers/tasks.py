@@ -82,6 +82,8 @@ def register(app: Celery, context: WorkerContext) -> None:
             stale_after_seconds=settings.stale_after_seconds,
             max_attempts=settings.max_attempts,
             data_dir=settings.datasets_dir,
+            artifacts_keep=settings.artifacts_keep,
+            artifacts_top_k=settings.artifacts_top_k,
         )
 
     @app.task(name=TASK_NAME, **TASK_OPTIONS)
@@ -106,6 +108,7 @@ def register(app: Celery, context: WorkerContext) -> None:
                 carried=_carried(config, attempt),
                 watch=watch is True,
                 decide_at=decide_at_of(decide_at),
+                artifacts=context.store.artifacts,
             )
             if outcome == "lost" and _vanished(context, [trial_id]):
                 log.warning("trial %s: its claim vanished and it is queued; sending it again",
@@ -157,6 +160,7 @@ def register(app: Celery, context: WorkerContext) -> None:
                 watch=watch is True,
                 decide_at=decide_at_of(decide_at),
                 sequential=sequential is True,
+                artifacts=context.store.artifacts,
             )
         except StoreUnavailable as exc:
             delay = _retry_delay(self.request.retries)

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from core.errors import Problem, SpecError
 from core.settings import Settings
+from core.spec.artifacts import Artifacts
 from core.spec.ceilings import candidates, data_shape, numbers, over, top
 from core.spec.config import REGRESSION_DATASETS, SECTIONS, TrialConfig
 from core.spec.documents import value_problems
@@ -35,7 +36,7 @@ from core.spec.spec import Limits, Objective, SweepSpec
 from core.spec.suggest import name_known_keys, unknown_key
 
 #: The top-level keys of a built-in spec besides its sections.
-_META = ("name", "description", "objective", "search", "pruning", "limits")
+_META = ("name", "description", "objective", "search", "pruning", "limits", "artifacts")
 
 
 class MlpKind(TrialKind):
@@ -160,7 +161,7 @@ def load_mlp_spec(data: dict[str, Any]) -> SweepSpec:
         elif key in _META:
             meta[key] = raw
         else:
-            known = ["name", "description", *SECTIONS, "objective", "search", "pruning", "limits"]
+            known = ["name", "description", *SECTIONS, *_META[2:]]
             problems.append(Problem(str(key), unknown_key(key, known)))
     if "dataset" not in data:
         problems.append(Problem("dataset", "is required"))
@@ -171,6 +172,7 @@ def load_mlp_spec(data: dict[str, Any]) -> SweepSpec:
         ("search", Search),
         ("pruning", Pruning),
         ("limits", Limits),
+        ("artifacts", Artifacts),
     )
     deprecated = deprecated_option_problems(meta.get("search"))
     problems.extend(deprecated)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from core.spec.artifacts import Artifacts
 from core.spec.config import SECTIONS
 from core.spec.fields import leaf_defaults, section_model, set_in
 from core.spec.search import Pruning, Search
@@ -56,6 +57,7 @@ class SweepSpec(_Strict):
     search: Search = Search()
     pruning: Pruning = Pruning()
     limits: Limits = Limits()
+    artifacts: Artifacts = Artifacts()
     document: dict[str, Any] = {}
 
     @property

@@ -39,6 +39,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from core.errors import Problem, SpecError
+from core.spec.artifacts import Artifacts
 from core.spec.config import DatasetConfig, ExecutionConfig, TrainingConfig
 from core.spec.documents import value_problems
 from core.spec.kind import TrialKind
@@ -69,6 +70,7 @@ _KNOWN = (
     "search",
     "pruning",
     "limits",
+    "artifacts",
 )
 
 
@@ -311,6 +313,7 @@ def load_trainable_spec(data: dict[str, Any]) -> TrainableSpec:
         ("search", Search, data.get("search", {})),
         ("pruning", Pruning, pruning_raw),
         ("limits", Limits, data.get("limits", {})),
+        ("artifacts", Artifacts, data.get("artifacts", {})),
     )
     for key, model, raw in models:
         value = _meta(key, raw, model, problems)

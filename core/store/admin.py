@@ -36,7 +36,7 @@ from core.store.records import (
     sweep_document,
     trial_document,
 )
-from core.store.roles import Feeding, SweepAdmin
+from core.store.roles import Artifacts, Feeding, SweepAdmin
 from core.store.state import StoreState, available
 
 __all__ = ["MongoSweepAdmin"]
@@ -51,11 +51,15 @@ _CANCELLED = TrialState.CANCELLED.value
 
 class MongoSweepAdmin(SweepAdmin):
     """`SweepAdmin` on the store's shared state (`core.store.state`); `feeding` is the
-    store's feeding role, which drops a cancelled sweep's planned trials."""
+    store's feeding role, which drops a cancelled sweep's planned trials; `artifacts` its
+    artifacts role, which a deleted sweep's models and checkpoints go with."""
 
-    def __init__(self, state: StoreState, feeding: Feeding) -> None:
+    def __init__(
+        self, state: StoreState, feeding: Feeding, artifacts: Artifacts | None = None
+    ) -> None:
         self._s = state
         self._feeding = feeding
+        self._artifacts = artifacts
 
     @available
     def create_sweep(
@@ -282,8 +286,10 @@ class MongoSweepAdmin(SweepAdmin):
         trials = self._s.trials.delete_many({"sweep_id": sweep_id}).deleted_count
         metrics = self._s.metrics.delete_many({"sweep_id": sweep_id}).deleted_count
         summaries.clear(self._s.db, sweep_id)
-        log.info("deleted sweep %s: %d trials, %d metric rows", sweep_id, trials, metrics)
-        return {"trials": trials, "metrics": metrics}
+        artifacts = self._artifacts.delete_sweep(sweep_id) if self._artifacts else 0
+        log.info("deleted sweep %s: %d trials, %d metric rows, %d artifacts", sweep_id, trials,
+                 metrics, artifacts)  # fmt: skip
+        return {"trials": trials, "metrics": metrics, "artifacts": artifacts}
 
     @available
     def recount(self, sweep_id: str) -> dict[str, int]:

@@ -381,6 +381,48 @@ class MongoTrialLifecycle(TrialLifecycle):
             if others:
                 raise
 
+    @available
+    def resume(self, trial_id: str, attempt: int, from_attempt: int, epoch: int) -> bool:
+        check_id("trial_id", trial_id)
+        check_attempt(attempt)
+        check_attempt(from_attempt)
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise InvalidQuery("epoch", f"must be an integer >= 0, got {epoch!r}")
+        if from_attempt >= attempt:
+            raise InvalidQuery(
+                "from_attempt", f"must be below attempt {attempt}, got {from_attempt}"
+            )
+        entry = {"attempt": attempt, "from_attempt": from_attempt, "epoch": epoch,
+                 "at": self._s.clock()}  # fmt: skip
+        held = self._s.trials.update_one(
+            {"_id": trial_id, "state": _RUNNING, "attempt": attempt},
+            {"$push": {"resumed": entry}},
+        )
+        if not held.matched_count:
+            return False
+        # Rows this attempt has already (a resume begun before) make the move a duplicate.
+        self._s.metrics.delete_many(
+            {"trial_id": trial_id, "attempt": attempt, "epoch": {"$lte": epoch}}
+        )
+        self._s.metrics.update_many(
+            {"trial_id": trial_id, "attempt": from_attempt, "epoch": {"$lte": epoch}},
+            {"$set": {"attempt": attempt}},
+        )
+        return True
+
+    @available
+    def note(self, trial_id: str, attempt: int, text: str) -> bool:
+        check_id("trial_id", trial_id)
+        check_attempt(attempt)
+        if not isinstance(text, str):
+            raise InvalidQuery("text", f"must be a string, got {type(text).__name__}")
+        entry = {"attempt": attempt, "text": text[:1000], "at": self._s.clock()}
+        held = self._s.trials.update_one(
+            {"_id": trial_id, "state": _RUNNING, "attempt": attempt},
+            {"$push": {"notes": entry}},
+        )
+        return bool(held.matched_count)
+
     def _check_attempts(self, attempts: Mapping[str, int]) -> None:
         """`NotFound` for a trial the store does not have, `InvalidQuery` for an attempt it
         has not had: why a progress write matched fewer trials than it named."""

@@ -10,7 +10,9 @@ attribute of `core.store.store.Store`, and may type against these Protocols:
 - `Feeding` (``store.feeding``, the scheduler): a sweep fed in windows after its first;
 - `Reads` (``store.reads``, the API, the dashboard, the CLI and the analysis): sweeps,
   trial pages, the best, a trial and its curve, the change feed of a live page;
-- `Sessions` (``store.sessions``, the web layer): the dashboard's logins.
+- `Sessions` (``store.sessions``, the web layer): the dashboard's logins;
+- `Artifacts` (``store.artifacts``, the workers, the API and the CLI): trials' models,
+  checkpoints and files.
 
 Each role has one implementation, on MongoDB: `core.store.lifecycle.MongoTrialLifecycle`,
 `core.store.admin.MongoSweepAdmin`, `core.store.feeding.MongoFeeding` and
@@ -45,6 +47,7 @@ from core.store.records import JUDGED_ALL, TrialPointLike, Verdict
 
 __all__ = [
     "JUDGED_ALL",
+    "Artifacts",
     "Awaiting",
     "CompleteCurves",
     "EpochRow",
@@ -194,6 +197,20 @@ class TrialLifecycle(Protocol):
         """
 
     @abstractmethod
+    def resume(self, trial_id: str, attempt: int, from_attempt: int, epoch: int) -> bool:
+        """Let running `attempt` go on from a checkpoint that attempt `from_attempt` saved
+        after `epoch`: that attempt's rows up to `epoch` become this attempt's (so the
+        trial's curve is whole and no epoch is written twice), and the resume is noted in
+        the trial's ``resumed`` list. False, changing nothing, when the attempt no longer
+        holds the trial."""
+
+    @abstractmethod
+    def note(self, trial_id: str, attempt: int, text: str) -> bool:
+        """Add a line to running `attempt`'s notes (``notes``: what a reader should know of
+        how the trial ran, such as a checkpoint that could not be read); False when the
+        attempt no longer holds the trial."""
+
+    @abstractmethod
     def trial(self, trial_id: str) -> dict[str, Any]:
         """The trial as it stands (no metric rows); `NotFound` if the store does not have it."""
 
@@ -302,8 +319,8 @@ class SweepAdmin(Protocol):
 
     @abstractmethod
     def delete_sweep(self, sweep_id: str, *, owner: str | None = None) -> dict[str, int]:
-        """Remove a sweep, its trials, their metrics and its summaries; how many trials and
-        metric rows went (``{"trials": n, "metrics": m}``).
+        """Remove a sweep, its trials, their metrics, its summaries and its artifacts; how
+        many went (``{"trials": n, "metrics": m, "artifacts": a}``).
 
         Refused with `InvalidTransition` while any trial is queued or running: a queued
         trial still has a message on the broker, so cancel the sweep first and wait for its
@@ -461,6 +478,77 @@ class Feeding(Protocol):
         all in one write, so that each worker waiting at that epoch (`TrialLifecycle.judged`)
         learns its decision with one read. An attempt no longer running is left alone; the
         epochs of one attempt only grow. The ids of `prune` this call marked."""
+
+
+class Artifacts(Protocol):
+    """Trials' models, checkpoints and files (`core.store.artifacts`): one document each in
+    the store, the bytes in GridFS or under the artifact root (`core.blobs`)."""
+
+    @abstractmethod
+    def put(
+        self,
+        trial_id: str,
+        kind: str,
+        name: str,
+        data: bytes,
+        *,
+        sweep_id: str,
+        attempt: int,
+        epoch: int | None = None,
+        objective: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Store (or replace) the trial's artifact of this kind (``model``, ``checkpoint``,
+        ``file``) and name; its document. The old bytes go only once the new ones are in.
+        `ArtifactTooLarge` over the ceiling per file or per sweep, `InvalidQuery` for a bad
+        kind, name or id."""
+
+    @abstractmethod
+    def find(self, trial_id: str, kind: str, name: str) -> dict[str, Any] | None:
+        """The artifact's document, or None."""
+
+    @abstractmethod
+    def of_trials(self, trial_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+        """Each trial's artifacts' documents (without where the bytes lie)."""
+
+    @abstractmethod
+    def open(self, doc: Mapping[str, Any]) -> Iterable[bytes]:
+        """An artifact's bytes, in chunks, to stream; `NotFound` when they are gone."""
+
+    @abstractmethod
+    def read(self, doc: Mapping[str, Any]) -> bytes:
+        """An artifact's bytes whole, checked against its SHA-256 (`InvalidQuery` if not)."""
+
+    @abstractmethod
+    def models(self, sweep_id: str, direction: str = "minimize") -> list[dict[str, Any]]:
+        """The sweep's kept models, best objective first."""
+
+    @abstractmethod
+    def usage(self, sweep_id: str) -> int:
+        """The bytes the sweep's artifacts take."""
+
+    @abstractmethod
+    def ranks_within(
+        self, sweep_id: str, objective: float | None, direction: str, keep: int | None
+    ) -> bool:
+        """Whether a model of this objective would be among the sweep's `keep` best (None:
+        every one is kept; 0: none)."""
+
+    @abstractmethod
+    def trim_models(self, sweep_id: str, direction: str, keep: int | None) -> int:
+        """Delete the sweep's models beyond its `keep` best; how many went."""
+
+    @abstractmethod
+    def delete(self, trial_id: str, kind: str | None = None) -> int:
+        """Delete the trial's artifacts (of one kind); how many went."""
+
+    @abstractmethod
+    def delete_sweep(self, sweep_id: str) -> int:
+        """Delete every artifact of the sweep; how many went."""
+
+    @abstractmethod
+    def policy(self, sweep_id: str) -> dict[str, Any] | None:
+        """The sweep's spec's ``artifacts`` section as stored (None: not given)."""
 
 
 class Sessions(Protocol):

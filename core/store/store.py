@@ -16,7 +16,9 @@ another:
 - ``store.feeding``, `Feeding` (scheduler; `core.store.feeding`): a sweep fed in windows, below;
 - ``store.reads``, `Reads` (API, dashboard, CLI; `core.store.reads`, its pages read as
   `core.store.pages` says): sweeps, trial pages and the best, a trial and its curve, the
-  change feed and aggregates.
+  change feed and aggregates;
+- ``store.artifacts``, `Artifacts` (workers, API, dashboard, CLI; `core.store.artifacts`):
+  trials' models, checkpoints and files, kept as the sweep's ``artifacts`` policy says.
 
 The document shapes are in `core.store.records`, the checking of user input and the paging order
 in `core.store.query`, the per-sweep summaries (best trials, finish log) in `core.store.summaries`.
@@ -46,6 +48,8 @@ Collections, their indexes (created idempotently by `ensure_indexes`), and what 
   in order.
 - ``sweeps``: ``{owner: 1, created_at: -1}`` and ``{created_at: -1}``: ``list_sweeps``.
 - ``sessions``: the dashboard's logins by their random id (`core.store.sessions`).
+- ``artifacts`` (and GridFS's ``blobs.files``, ``blobs.chunks``): models, checkpoints and a
+  training function's files, by trial (`core.store.artifacts`, its indexes made there).
 
 Sweeps are fed in windows (`core.store.feeding`, `scheduler.feed`): a sweep document also holds
 ``planned`` (trials not created yet; counted as ``queued`` in ``counts`` and in
@@ -103,14 +107,19 @@ from bson.codec_options import CodecOptions
 from pymongo import IndexModel
 from pymongo.errors import ConfigurationError
 
+from core.blobs import root_blobs
 from core.errors import ConfigError
 from core.store.admin import MongoSweepAdmin
+from core.store.artifacts import MAX_BYTES as MAX_ARTIFACT_BYTES
+from core.store.artifacts import MAX_SWEEP_BYTES as MAX_SWEEP_ARTIFACT_BYTES
+from core.store.artifacts import MongoArtifacts
 from core.store.feeding import MongoFeeding
+from core.store.gridfs_blobs import GridFSBlobs
 from core.store.lifecycle import MongoTrialLifecycle
 from core.store.query import check_seconds
 from core.store.reads import MongoReads
 from core.store.records import utcnow
-from core.store.roles import Feeding, Reads, Sessions, SweepAdmin, TrialLifecycle
+from core.store.roles import Artifacts, Feeding, Reads, Sessions, SweepAdmin, TrialLifecycle
 from core.store.sessions import MongoSessions
 from core.store.state import StoreState, available
 
@@ -142,7 +151,8 @@ INDEXES: dict[str, list[IndexModel]] = {
 class Store:
     """Sweeps, trials and metrics in one MongoDB database (see the module docstring).
 
-    Use its roles: `lifecycle`, `admin`, `feeding`, `reads`, `sessions`. `clock` returns the current
+    Use its roles: `lifecycle`, `admin`, `feeding`, `reads`, `sessions`, `artifacts` (its
+    bytes in GridFS, or under `artifact_root`: `core.blobs`). `clock` returns the current
     UTC time (tests pass a fake one); `change_lag` is how many seconds of changes the change
     feed repeats; `insert_batch` trials go in one insert.
     """
@@ -155,6 +165,10 @@ class Store:
         clock: Callable[[], datetime] = utcnow,
         change_lag: float = 2.0,
         insert_batch: int = INSERT_BATCH,
+        artifact_root: str | None = None,
+        s3_endpoint_url: str | None = None,
+        max_artifact_bytes: int = MAX_ARTIFACT_BYTES,
+        max_sweep_artifact_bytes: int = MAX_SWEEP_ARTIFACT_BYTES,
     ) -> None:
         self.client = client
         self.db = client.get_database(
@@ -172,12 +186,18 @@ class Store:
         self.lifecycle: TrialLifecycle = MongoTrialLifecycle(state)
         #: The feeding loop's writes, for the scheduler.
         self.feeding: Feeding = MongoFeeding(state)
-        #: Sweep administration, for the API and the scheduler.
-        self.admin: SweepAdmin = MongoSweepAdmin(state, self.feeding)
         #: Reads, for the API, the dashboard, the CLI and the analysis.
         self.reads: Reads = MongoReads(state)
         #: The dashboard's logins, for the web layer.
         self.sessions: Sessions = MongoSessions(state)
+        blobs = (root_blobs(artifact_root, s3_endpoint_url) if artifact_root
+                 else GridFSBlobs(self.db))  # fmt: skip
+        #: Models, checkpoints and files of trials, for workers, the API and the CLI.
+        self.artifacts: Artifacts = MongoArtifacts(
+            state, blobs, max_bytes=max_artifact_bytes, max_sweep_bytes=max_sweep_artifact_bytes
+        )
+        #: Sweep administration, for the API and the scheduler.
+        self.admin: SweepAdmin = MongoSweepAdmin(state, self.feeding, self.artifacts)
 
     @classmethod
     def connect(

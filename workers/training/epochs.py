@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -25,6 +25,30 @@ T = TypeVar("T")
 Row = dict[str, float]
 OnEpoch = Callable[[int, Row], None]
 ShouldStop = Callable[[], bool]
+#: A trainer's whole state (`workers.training.checkpoints.pack`'s tree) and what it says of it.
+Capture = Callable[[], tuple[Any, dict[str, Any]]]
+
+
+class Checkpointing(Protocol):
+    """What a trainer asks of the worker about checkpoints (`workers.checkpointing`): the
+    state to resume from, where a checkpoint goes, and the trained model to keep."""
+
+    def resumed(self) -> tuple[Any, dict[str, Any]] | None:
+        """The (state, meta) of the trial's last checkpoint, or None: train from epoch 1."""
+
+    def resuming(self, meta: dict[str, Any]) -> None:
+        """The trainer restored the checkpoint of `meta` and goes on after its epoch."""
+
+    def after_epoch(self, epoch: int, capture: Capture) -> None:
+        """`epoch` was trained and reported: save `capture()` if a checkpoint is due."""
+
+    def unusable(self, err: Exception) -> None:
+        """The checkpoint `resumed` gave could not be taken up: note why, and give None
+        from now on (the trial trains from epoch 1)."""
+
+    def trained(self, model: Any, meta: dict[str, Any]) -> None:
+        """The trial trained every epoch: `model` (with `meta`, what rebuilds it) is the
+        one to keep if the sweep keeps it."""
 
 
 def run_epochs(

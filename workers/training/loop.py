@@ -35,6 +35,7 @@ from torch import nn
 
 from core.errors import TrainingError
 from core.spec.config import TrialConfig
+from workers.training.checkpoints import CheckpointError
 from workers.training.datasets import Dataset, load_dataset
 from workers.training.device import (
     MIXED_DTYPES,
@@ -43,7 +44,7 @@ from workers.training.device import (
     select_device,
     select_dtype,
 )
-from workers.training.epochs import fresh_seed, run_epochs
+from workers.training.epochs import Checkpointing, fresh_seed, run_epochs
 from workers.training.models import build_mlp, check_fits, count_parameters
 from workers.training.optim import build_optimizer, build_scheduler, current_lr
 from workers.training.result import TrainResult
@@ -101,6 +102,47 @@ class Trainer:
         )
         self.setup_seconds = time.perf_counter() - started
 
+    def state(self) -> dict[str, Any]:
+        """Everything the next epochs depend on: weights, optimiser, schedule, loss scaler
+        and random streams (`workers.training.checkpoints.pack` writes it)."""
+        rng: dict[str, Any] = {"torch": torch.get_rng_state(), "shuffle": self.shuffle.get_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng": rng,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take up a `state` of the same config; `CheckpointError` when it does not fit."""
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler is not None:
+                self.scheduler.load_state_dict(state["scheduler"])
+            if self.scaler is not None and state.get("scaler"):
+                self.scaler.load_state_dict(state["scaler"])
+            torch.set_rng_state(state["rng"]["torch"])
+            self.shuffle.set_state(state["rng"]["shuffle"])
+            if self.device.type == "cuda" and "cuda" in state["rng"]:
+                torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"the checkpoint does not fit this trial: {exc}") from exc
+
+    def model_meta(self) -> dict[str, Any]:
+        """What rebuilds the trained model (`workers.models_io`): its config and shapes."""
+        return {
+            "kind": "mlp",
+            "config": self.config.model_dump(mode="json"),
+            "n_in": self.data.n_features,
+            "n_out": self.data.out_features,
+            "task": self.data.task,
+            "dtype": str(parameter_dtype(self.dtype)).removeprefix("torch."),
+        }
+
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.mixed:
             return torch.autocast(self.device.type, dtype=self.dtype)
@@ -121,19 +163,45 @@ class Trainer:
         self,
         on_epoch: Callable[[int, dict[str, float]], None] | None,
         should_stop: Callable[[], bool] | None,
+        checkpoints: Checkpointing | None = None,
     ) -> TrainResult:
         """Train every epoch of the config (`epochs.run_epochs`), or evaluate the untrained
-        model for `epochs: 0`, and put the result together."""
+        model for `epochs: 0`, and put the result together. With `checkpoints`, go on from
+        the trial's last checkpoint if it has one, and save one when due after an epoch."""
         started = time.perf_counter()
         epochs = self.config.training.epochs
-        metrics, stopped = run_epochs(
-            range(1, epochs + 1), lambda epoch: self._epoch(epoch, should_stop),
-            on_epoch, should_stop,
-        )
+        done: list[dict[str, float]] = []  # the epochs trained before a resume, then all
+        before = 0.0  # the seconds of training before a resume
+        found = checkpoints.resumed() if checkpoints is not None else None
+        if found is not None and checkpoints is not None:
+            state, meta = found
+            self.restore(state)
+            done, before = list(meta["metrics"]), float(meta.get("train_seconds", 0.0))
+            self.seed = int(meta.get("seed", self.seed))
+            checkpoints.resuming(meta)
+
+        def reported(epoch: int, row: dict[str, float]) -> None:
+            if on_epoch is not None:
+                on_epoch(epoch, row)
+            done.append(row)
+            if checkpoints is not None:
+                seconds = before + time.perf_counter() - started
+                checkpoints.after_epoch(epoch, lambda: (self.state(), {
+                    "epoch": epoch, "metrics": list(done), "train_seconds": seconds,
+                    "seed": self.seed}))  # fmt: skip
+
+        first = len(done) + 1
+        _, stopped = run_epochs(
+            range(first, epochs + 1), lambda epoch: self._epoch(epoch, should_stop),
+            reported, should_stop,
+        )  # fmt: skip
+        metrics = done
         final: dict[str, float] = metrics[-1] if metrics else {}
         if epochs == 0:
             final = self._untrained_row()
-        train_seconds = time.perf_counter() - started
+        train_seconds = before + time.perf_counter() - started
+        if checkpoints is not None and not stopped:
+            checkpoints.trained(self.model, self.model_meta())
         logger.info(
             "trained %d epoch(s) in %.3fs (setup %.3fs)%s",
             len(metrics),

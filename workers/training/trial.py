@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.spec.config import TrialConfig
-from workers.training.epochs import failures_as_results
+from workers.training.checkpoints import CheckpointError
+from workers.training.epochs import Checkpointing, failures_as_results
 from workers.training.loop import Trainer
 from workers.training.parallel import train_parallel
 from workers.training.result import TrainResult
@@ -23,13 +24,26 @@ def train(
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     data_dir: Path | None = None,
+    checkpoints: Checkpointing | None = None,
 ) -> TrainResult:
     """Train the trial `config` describes and return its metrics.
 
     Raises `TrainingError` for failures that are the trial's result: non-finite loss, out of
     memory, a model that cannot be built, an unavailable device, bad data. A trial with
     `execution.parallel.world_size` above 1 trains on that many processes of this host.
+    With `checkpoints`, a one-process trial goes on from its last checkpoint (one that does
+    not fit is noted, `Checkpointing.unusable`, and the trial starts from epoch 1).
     """
     if config.execution.parallel.enabled:
         return train_parallel(config, on_epoch=on_epoch, should_stop=should_stop, data_dir=data_dir)
-    return failures_as_results(lambda: Trainer(config, data_dir).run(on_epoch, should_stop))
+
+    def run() -> TrainResult:
+        try:
+            return Trainer(config, data_dir).run(on_epoch, should_stop, checkpoints)
+        except CheckpointError as err:
+            if checkpoints is None:
+                raise
+            checkpoints.unusable(err)  # noted; `resumed` is None from now on
+            return Trainer(config, data_dir).run(on_epoch, should_stop, checkpoints)
+
+    return failures_as_results(run)

@@ -37,6 +37,7 @@ from typing import Any
 from pydantic import BaseModel, PrivateAttr, TypeAdapter, ValidationError
 
 from core.errors import Problem, SpecError
+from core.spec.artifacts import Artifacts
 from core.spec.caffe.checks import check_points, first_param_count, first_params, first_problems
 from core.spec.caffe.prototxt import Message, PrototxtError, dumps, parse
 from core.spec.caffe.section import parse_caffe
@@ -71,6 +72,7 @@ _KNOWN = (
     "search",
     "pruning",
     "limits",
+    "artifacts",
 )
 DTYPES = ("float32", "float64")
 #: Leaves whose rule differs for a Caffe net: its data set may be a folder of images.
@@ -250,6 +252,7 @@ def load_caffe_spec(data: dict[str, Any]) -> CaffeSpec:
         ("search", Search),
         ("pruning", Pruning),
         ("limits", Limits),
+        ("artifacts", Artifacts),
     ):
         if key in data:
             try:

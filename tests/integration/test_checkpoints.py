@@ -1,0 +1,121 @@
+"""Checkpoints and kept models on real RabbitMQ, a real MongoDB wire-protocol server and real
+Celery workers (#30).
+
+kill -9 of the training child at epoch 15 of 20: the retried attempt resumes after the last
+checkpoint, its curve is whole with no epoch written twice, and its final metrics equal an
+uninterrupted run's to 1e-6; the checkpoint is gone once the trial ends, and the sweep keeps
+the weights of its best trials only (``keep: top_k``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from typing import Any
+
+import pytest
+import torch
+
+from core.spec.config import TrialConfig
+from tests.integration.stack import Stack, wait_for
+from workers.training import train
+
+pytestmark = pytest.mark.integration
+
+EPOCHS = 20
+
+
+def _spec(name: str, body: str) -> str:
+    return (
+        f"name: {name}-{uuid.uuid4().hex[:6]}\n"
+        "dataset: {name: synthetic_classification, samples: 3000, features: 20, classes: 4}\n"
+        "objective: {metric: val_accuracy, direction: max}\n" + body
+    )
+
+
+def _progress(stack: Stack, trial_id: str) -> int:
+    doc = stack.store.lifecycle.trial(trial_id)
+    return int((doc.get("progress") or {}).get("epoch", 0)) if doc["state"] == "running" else 0
+
+
+def _rows(stack: Stack, trial_id: str) -> list[tuple[int, int]]:
+    found = stack.store.db["metrics"].find({"trial_id": trial_id}, {"attempt": 1, "epoch": 1})
+    rows = sorted((row["attempt"], row["epoch"]) for row in found)
+    assert len(rows) == len(set(rows)), rows
+    return rows
+
+
+def _killed_at(stack: Stack, sweep_id: str, epoch: int) -> dict[str, Any]:
+    def there() -> dict[str, Any] | None:
+        running, _ = stack.store.reads.trials(sweep_id, state="running")
+        for doc in running:
+            if _progress(stack, doc["_id"]) >= epoch:
+                return doc
+        return None
+
+    doc = wait_for(there, 180, f"a trial past epoch {epoch}", every=0.05)
+    os.kill(doc["worker"]["pid"], signal.SIGKILL)
+    return doc
+
+
+def test_kill_9_at_epoch_15_resumes_from_the_checkpoint(stack: Stack) -> None:
+    stack.start_worker()
+    sweep_id, count = stack.submit(
+        _spec(
+            "resume",
+            "model: {hidden_units: 256, hidden_layers: 2, dropout: 0.1}\n"
+            f"training: {{optimizer: adam, lr: 0.001, epochs: {EPOCHS}, batch_size: 16, seed: 5,"
+            " lr_schedule: step, lr_step_size: 4, lr_gamma: 0.7}\n"
+            "execution: {device: cpu, fuse: off}\n"
+            "artifacts: {keep: top_k, top_k: 1, checkpoint_every: 5}\n",
+        )
+    )
+    assert count == 1
+    doc = _killed_at(stack, sweep_id, 15)
+    counts = stack.wait_finished(sweep_id, timeout=240)
+    assert counts["complete"] == 1, stack.logs()
+
+    full = stack.store.reads.get_trial(doc["_id"])
+    assert [h["state"] for h in full["history"]] == ["lost", "complete"]
+    (resumed,) = full["resumed"]
+    assert resumed["attempt"] == 2 and resumed["from_attempt"] == 1
+    assert resumed["epoch"] in (15, 20), resumed  # the last checkpoint before the kill
+    rows = _rows(stack, doc["_id"])
+    assert [e for a, e in rows if a == 2] == list(range(1, EPOCHS + 1))
+    # What attempt 1 trained after its last checkpoint stays its own, for the record.
+    assert all(e > resumed["epoch"] for a, e in rows if a == 1)
+    assert [m["epoch"] for m in full["metrics"]] == list(range(1, EPOCHS + 1))
+
+    torch.set_num_threads(1)
+    alone = train(TrialConfig.model_validate(full["config"]))
+    for row, expected in zip(full["metrics"], alone.metrics, strict=True):
+        for key in ("train_loss", "val_loss", "val_accuracy", "lr"):
+            assert row["metrics"][key] == pytest.approx(expected[key], rel=1e-6, abs=1e-9), key
+    assert full["objective"] == pytest.approx(alone.best["val_accuracy"], abs=1e-9)
+
+    kinds = {a["kind"] for a in stack.store.artifacts.of_trials([doc["_id"]])[doc["_id"]]}
+    assert kinds == {"model"}  # the checkpoint went when the trial ended
+
+
+def test_top_k_keeps_the_best_models_only(stack: Stack) -> None:
+    stack.start_worker()
+    sweep_id, count = stack.submit(
+        _spec(
+            "top-k",
+            "model: {hidden_units: [4, 8, 16, 32]}\n"
+            "training: {optimizer: adam, lr: 0.01, epochs: 2, seed: 1}\n"
+            "execution: {device: cpu}\n"
+            "artifacts: {keep: top_k, top_k: 2}\n",
+        )
+    )
+    assert count == 4
+    stack.wait_finished(sweep_id, timeout=180)
+    best = stack.store.reads.best(sweep_id, k=2)
+    models = stack.store.artifacts.models(sweep_id, "maximize")
+    assert [m["trial_id"] for m in models] == [b["_id"] for b in best]
+    assert all(m["size"] > 0 and not m.get("epoch") for m in models)
+    assert stack.store.db["artifacts"].count_documents({"sweep_id": sweep_id}) == 2
+    stack.store.admin.delete_sweep(sweep_id)
+    assert stack.store.db["artifacts"].count_documents({"sweep_id": sweep_id}) == 0
+    assert stack.store.db["blobs.files"].count_documents({}) == 0
