@@ -30,15 +30,16 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import InvalidQuery, NotFound, StoreUnavailable
 from core.spec.artifacts import Artifacts, sweep_artifacts
 from core.store.roles import Artifacts as ArtifactStore
 from core.store.roles import TrialLifecycle
 from workers.claims import with_retry
-from workers.training.checkpoints import CheckpointError, model_file, pack, unpack
-from workers.training.epochs import Capture
+
+if TYPE_CHECKING:
+    from workers.training.epochs import Capture
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,8 @@ class TrialCheckpoints:
     # -- resume ----------------------------------------------------------------------------
 
     def resumed(self) -> tuple[Any, dict[str, Any]] | None:
+        from workers.training.checkpoints import CheckpointError, unpack  # torch: on use
+
         if not self._usable:
             return None
         try:
@@ -143,6 +146,8 @@ class TrialCheckpoints:
     # -- save ------------------------------------------------------------------------------
 
     def after_epoch(self, epoch: int, capture: Capture) -> None:
+        from workers.training.checkpoints import pack
+
         if not self.policy.due(epoch, time.monotonic() - self.last_saved):
             return
         self.flush()
@@ -179,6 +184,8 @@ class TrialCheckpoints:
     def keep_model(self, state: str, objective: dict[str, str], value: float | None) -> bool:
         """Store the trained model if the trial ended `state` complete and the policy keeps
         it (module docstring); whether it did. Never raises for the store's refusal."""
+        from workers.training.checkpoints import model_file
+
         if self.model is None or state != "complete":
             return False
         keep, direction = self.policy.kept, objective["direction"]

@@ -55,7 +55,7 @@ import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
@@ -65,6 +65,7 @@ from core.spec.config import TrialConfig
 from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
 from core.store.roles import Artifacts, EpochRow, Finish, TrialLifecycle
+from workers.checkpointing import TrialCheckpoints, sweep_policy
 from workers.claims import (
     EpochRows,
     HeartbeatSender,
@@ -81,6 +82,9 @@ from workers.runner import (
     sweep_objective,
     versions,
 )
+
+if TYPE_CHECKING:
+    from workers.training.epochs import Checkpointing
 
 log = logging.getLogger(__name__)
 MAX_GROUP_TIME_LIMIT = 7 * 24 * 3600.0
@@ -164,6 +168,24 @@ class _Run:
         self.fused = 0
         self.pruner: SweepPruner | None = None  # the sweep's pruner, run here (`judge_here`)
         self.own: dict[str, TrialReports] = {}  # trial id -> its reports to that pruner
+        self.saving: dict[str, TrialCheckpoints] = {}  # trial id -> its checkpoints
+
+    def keep_checkpoints(self, artifacts: Artifacts | None, docs: list[dict[str, Any]]) -> None:
+        """Each trial's checkpoints and kept model (`workers.checkpointing`), when the store
+        keeps artifacts."""
+        if artifacts is None or not docs:
+            return
+        policy = sweep_policy(artifacts, docs[0]["sweep_id"], self.options.artifacts_keep,
+                              self.options.artifacts_top_k, self.budget)  # fmt: skip
+        for doc in docs:
+            self.saving[doc["_id"]] = TrialCheckpoints(
+                artifacts, self.lifecycle, doc, policy, self.write_now, self.budget
+            )
+
+    def write_now(self) -> None:
+        """Write the rows kept so far and wait for them (before a checkpoint is saved)."""
+        self.writer.submit(self._write_rows, self.rows.take())
+        self.writer.sync()
 
     def objective(self, sweep_id: str) -> dict[str, str]:
         return sweep_objective(self.lifecycle, sweep_id, self.budget)
@@ -256,10 +278,13 @@ class _Run:
         ended = with_retry(self.lifecycle.finish_many, finishes, budget=self.budget)
         for finish in finishes:
             self.beats.release(finish.trial_id)
-            if not ended.get(finish.trial_id, False):
+            recorded = ended.get(finish.trial_id, False)
+            if not recorded:
                 # Not this attempt's to end any more (its claim vanished, or it was taken
                 # over): lost, which the task may send again (`workers.tasks`).
                 self.outcomes[finish.trial_id] = "lost"
+            if (saver := self.saving.get(finish.trial_id)) is not None:
+                saver.ended(recorded)
 
     def finish(self, doc: dict[str, Any], outcome: Any, dtype: str | None = None) -> None:
         """Record how one trial ended (a `TrainResult`, or an error or reason); at most once.
@@ -299,6 +324,8 @@ class _Run:
             error = failure_reason(outcome)
         else:
             error = str(outcome)
+        if (saver := self.saving.get(trial_id)) is not None and result is not None:
+            saver.keep_model(state.value, self.objective(doc["sweep_id"]), result.get("objective"))
         self.outcomes[trial_id] = state.value
         self.ending.append(Finish(trial_id, doc["attempt"], state, result, error, extra))
 
@@ -326,6 +353,7 @@ def _train(
     on_done: Callable[[int, Any], None],
     data_dir: Path | None = None,
     on_epoch_end: Callable[[int], None] = lambda epoch: None,
+    checkpoints: list[Checkpointing | None] | None = None,
 ) -> None:
     """Train the configs as one fused model, or (not `fused`) one by one, unfused; dataset
     files are read from `data_dir` (the worker's datasets folder); `on_epoch_end` runs
@@ -341,6 +369,7 @@ def _train(
             on_done=on_done,
             data_dir=data_dir,
             on_epoch_end=lambda fused_epoch: on_epoch_end(fused_epoch.epoch),
+            checkpoints=checkpoints,
         )
         return
     for k, config in enumerate(configs):
@@ -355,6 +384,7 @@ def _train(
                 on_epoch=one_epoch,
                 should_stop=lambda k=k: should_stop(k),
                 data_dir=data_dir,
+                checkpoints=checkpoints[k] if checkpoints is not None else None,
             )
         except TrainingError as err:
             outcome = err
@@ -428,6 +458,7 @@ def execute_group(
             if not fused:  # one by one, no two end together: each finish is written now
                 run.flush()
 
+        run.keep_checkpoints(artifacts, [doc for doc, _ in members])
         try:
             _train(
                 configs,
@@ -437,6 +468,7 @@ def execute_group(
                 on_done=done,
                 data_dir=options.data_dir,
                 on_epoch_end=run.epoch_end,
+                checkpoints=[run.saving.get(doc["_id"]) for doc, _ in members],
             )
         except SoftTimeLimitExceeded:
             reason = (
@@ -461,4 +493,6 @@ def execute_group(
                 log.warning("group %s: writes after the error failed: %s", run.group, exc)
         for doc in docs:
             beats.release(doc["_id"])
+            if (saver := run.saving.get(doc["_id"])) is not None:
+                saver.wait()
     return run.outcomes

@@ -46,17 +46,22 @@ def _rows(stack: Stack, trial_id: str) -> list[tuple[int, int]]:
     return rows
 
 
-def _killed_at(stack: Stack, sweep_id: str, epoch: int) -> dict[str, Any]:
-    def there() -> dict[str, Any] | None:
+def _killed_at(stack: Stack, sweep_id: str, epoch: int) -> tuple[dict[str, Any], int]:
+    """kill -9 the training child once a running trial's checkpoint of `epoch` (or later) is
+    stored; the trial, and the epoch of the checkpoint seen (a later one may come before the
+    kill lands)."""
+
+    def there() -> tuple[dict[str, Any], int] | None:
         running, _ = stack.store.reads.trials(sweep_id, state="running")
         for doc in running:
-            if _progress(stack, doc["_id"]) >= epoch:
-                return doc
+            found = stack.store.artifacts.find(doc["_id"], "checkpoint", "last")
+            if found is not None and found["epoch"] >= epoch:
+                return doc, found["epoch"]
         return None
 
-    doc = wait_for(there, 180, f"a trial past epoch {epoch}", every=0.05)
+    doc, saved = wait_for(there, 180, f"a checkpoint of epoch {epoch}", every=0.02)
     os.kill(doc["worker"]["pid"], signal.SIGKILL)
-    return doc
+    return doc, saved
 
 
 def test_kill_9_at_epoch_15_resumes_from_the_checkpoint(stack: Stack) -> None:
@@ -72,7 +77,7 @@ def test_kill_9_at_epoch_15_resumes_from_the_checkpoint(stack: Stack) -> None:
         )
     )
     assert count == 1
-    doc = _killed_at(stack, sweep_id, 15)
+    doc, saved = _killed_at(stack, sweep_id, 15)
     counts = stack.wait_finished(sweep_id, timeout=240)
     assert counts["complete"] == 1, stack.logs()
 
@@ -80,16 +85,17 @@ def test_kill_9_at_epoch_15_resumes_from_the_checkpoint(stack: Stack) -> None:
     assert [h["state"] for h in full["history"]] == ["lost", "complete"]
     (resumed,) = full["resumed"]
     assert resumed["attempt"] == 2 and resumed["from_attempt"] == 1
-    assert resumed["epoch"] in (15, 20), resumed  # the last checkpoint before the kill
+    assert resumed["epoch"] in (saved, saved + 5), resumed  # the last one before the kill
     rows = _rows(stack, doc["_id"])
     assert [e for a, e in rows if a == 2] == list(range(1, EPOCHS + 1))
     # What attempt 1 trained after its last checkpoint stays its own, for the record.
     assert all(e > resumed["epoch"] for a, e in rows if a == 1)
-    assert [m["epoch"] for m in full["metrics"]] == list(range(1, EPOCHS + 1))
+    final = [m for m in full["metrics"] if m["attempt"] == 2]
+    assert [m["epoch"] for m in final] == list(range(1, EPOCHS + 1))
 
     torch.set_num_threads(1)
     alone = train(TrialConfig.model_validate(full["config"]))
-    for row, expected in zip(full["metrics"], alone.metrics, strict=True):
+    for row, expected in zip(final, alone.metrics, strict=True):
         for key in ("train_loss", "val_loss", "val_accuracy", "lr"):
             assert row["metrics"][key] == pytest.approx(expected[key], rel=1e-6, abs=1e-9), key
     assert full["objective"] == pytest.approx(alone.best["val_accuracy"], abs=1e-9)
@@ -119,3 +125,45 @@ def test_top_k_keeps_the_best_models_only(stack: Stack) -> None:
     stack.store.admin.delete_sweep(sweep_id)
     assert stack.store.db["artifacts"].count_documents({"sweep_id": sweep_id}) == 0
     assert stack.store.db["blobs.files"].count_documents({}) == 0
+
+
+def test_kill_9_mid_fused_group_resumes_each_member_from_its_slice(stack: Stack) -> None:
+    stack.start_worker()
+    sweep_id, count = stack.submit(
+        _spec(
+            "fused-resume",
+            "model: {hidden_units: [32, 48, 64], dropout: 0.1}\n"
+            "training: {optimizer: adam, lr: 0.003, epochs: 30, batch_size: 8, seed: 9}\n"
+            "execution: {device: cpu, fuse: 64}\n"
+            "artifacts: {keep: all, checkpoint_every: 5}\n",
+        )
+    )
+    assert count == 3
+    _, saved = _killed_at(stack, sweep_id, 15)
+    counts = stack.wait_finished(sweep_id, timeout=300)
+    assert counts["complete"] == 3, stack.logs()
+    trials, _ = stack.store.reads.trials(sweep_id)
+    configs, fulls, starts = [], [], []
+    for trial in trials:
+        full = stack.store.reads.get_trial(trial["_id"])
+        assert [h["state"] for h in full["history"]] == ["lost", "complete"]
+        assert full["group"] == trials[0]["group"] and full["fused"] == 3
+        (resumed,) = full["resumed"]
+        # Members' checkpoints upload one after another: the kill may land between them,
+        # and members resumed at different epochs train on in separate fused runs.
+        assert resumed["epoch"] >= saved - 5 and resumed["epoch"] % 5 == 0
+        starts.append(resumed["epoch"])
+        rows = _rows(stack, trial["_id"])
+        assert [e for a, e in rows if a == 2] == list(range(1, 31))
+        configs.append(TrialConfig.model_validate(full["config"]))
+        fulls.append(full)
+    assert max(starts) >= saved
+    torch.set_num_threads(1)
+    from workers.training.fused import train_fused
+
+    for full, alone in zip(fulls, train_fused(configs), strict=True):
+        got = [row["metrics"]["val_loss"] for row in full["metrics"] if row["attempt"] == 2]
+        want = [row["val_loss"] for row in alone.metrics]  # type: ignore[union-attr]
+        assert got == pytest.approx(want, rel=1e-6)
+    artifacts = stack.store.artifacts.of_trials([t["_id"] for t in trials])
+    assert all({a["kind"] for a in found} == {"model"} for found in artifacts.values())

@@ -40,7 +40,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,13 +50,14 @@ import torch.nn.functional as F
 
 from core.errors import TrainingError
 from core.spec.config import TrialConfig
+from workers.training.checkpoints import CheckpointError
 from workers.training.device import MIXED_DTYPES, seed_torch
-from workers.training.epochs import fresh_seed, oom_reason
+from workers.training.epochs import Checkpointing, fresh_seed, oom_reason
 from workers.training.fused_model import FusedMLP, parameter_count
 from workers.training.fused_optim import FusedOptimizer, LrClock
 from workers.training.fused_plan import GroupData, chunks, fit_count
 from workers.training.loop import CHECK_EVERY_STEPS, EVAL_CHUNK_ROWS
-from workers.training.models import build_mlp, check_fits
+from workers.training.models import build_mlp, check_fits, model_meta
 from workers.training.result import TrainResult
 
 logger = logging.getLogger(__name__)
@@ -122,6 +123,7 @@ class _Member:
     clock: LrClock
     param_count: int
     metrics: list[dict[str, float]] = field(default_factory=list)
+    before: float = 0.0  # seconds trained before a resume
 
 
 def train_fused(
@@ -132,6 +134,7 @@ def train_fused(
     on_done: Callable[[int, Outcome], None] | None = None,
     data_dir: Path | None = None,
     on_epoch_end: Callable[[FusedEpoch], None] | None = None,
+    checkpoints: Sequence[Checkpointing | None] | None = None,
 ) -> list[Outcome]:
     """Train `configs` as one fused model; outcome k is trial k's `TrainResult` or error.
 
@@ -141,6 +144,12 @@ def train_fused(
     within it; `on_done(k, outcome)` is called once per model, as soon as it ends (a
     diverged model before the others finish). Raises `ValueError` for trials that cannot
     be fused (`check_compatible`).
+
+    `checkpoints[k]` (None: none) is model k's (`workers.training.epochs.Checkpointing`): a
+    model with a checkpoint takes up its own slice of the state (weights, optimiser state,
+    data order, dropout stream, schedule) and trains on from the epoch after it, in a run
+    with the models resumed at the same epoch; each saves its slice when due, as a plain
+    model's state, and hands over its trained model as a plain `build_mlp` module.
     """
     check_compatible(configs)
     outcomes: list[Outcome | None] = [None] * len(configs)
@@ -156,10 +165,21 @@ def train_fused(
         for k in range(len(configs)):
             done(k, err)
         return outcomes  # type: ignore[return-value]
-    for chunk in chunks(len(configs), fit_count(configs, shared)):
+    saving = list(checkpoints) if checkpoints is not None else [None] * len(configs)
+    resumes = _resumes(configs, shared, saving)
+    by_start: dict[int, list[int]] = {}
+    for k in range(len(configs)):
+        by_start.setdefault(int(resumes[k][1]["epoch"]) if k in resumes else 0, []).append(k)
+    runs = [
+        [ids[i] for i in part]
+        for ids in by_start.values()
+        for part in chunks(len(ids), fit_count([configs[i] for i in ids], shared))
+    ]
+    for chunk in runs:
         reason = None
         try:
-            _Group(configs, chunk, shared, done).run(on_epoch, should_stop, on_epoch_end)
+            group = _Group(configs, chunk, shared, done, resumes, saving)
+            group.run(on_epoch, should_stop, on_epoch_end)
         except (torch.OutOfMemoryError, MemoryError, RuntimeError) as err:
             reason = oom_reason(err)  # worded as `train` words it
             if reason is None:
@@ -175,6 +195,32 @@ def train_fused(
     return outcomes  # type: ignore[return-value]
 
 
+def _resumes(
+    configs: list[TrialConfig], shared: GroupData, saving: list[Checkpointing | None]
+) -> dict[int, tuple[Any, dict[str, Any]]]:
+    """The checkpoints the models take up, by position: each one read, and its weights
+    tried on a fresh model of its config; one that does not fit is noted and left out."""
+    out: dict[int, tuple[Any, dict[str, Any]]] = {}
+    for k, saver in enumerate(saving):
+        found = saver.resumed() if saver is not None else None
+        if saver is None or found is None:
+            continue
+        state, meta = found
+        try:
+            with torch.random.fork_rng(devices=[]):
+                net = build_mlp(configs[k].model, shared.data.n_features,
+                                shared.data.out_features, dtype=shared.param_dtype)  # fmt: skip
+            net.load_state_dict(state["model"])
+            if not isinstance(state["optimizer"]["steps"], int) or "shuffle" not in state["rng"]:
+                raise KeyError("optimizer steps or data order")
+        except (KeyError, TypeError, RuntimeError) as exc:
+            saver.unusable(CheckpointError(f"the checkpoint does not fit this trial: {exc}"))
+            continue
+        out[k] = (state, meta)
+        saver.resuming(meta)
+    return out
+
+
 class _Group:
     """The members of one fused run and their stacked model, optimiser and results."""
 
@@ -184,10 +230,15 @@ class _Group:
         chunk: list[int],
         shared: GroupData,
         done: Callable[[int, Outcome], None],
+        resumes: dict[int, tuple[Any, dict[str, Any]]] | None = None,
+        saving: list[Checkpointing | None] | None = None,
     ) -> None:
         started = time.perf_counter()
+        resumes = resumes or {}
         self.shared, self.done = shared, done
+        self.saving = saving or [None] * len(configs)
         self.first = configs[chunk[0]]
+        self.start = int(resumes[chunk[0]][1]["epoch"]) if chunk[0] in resumes else 0
         self.mixed = shared.dtype in MIXED_DTYPES
         n_in, n_out = shared.data.n_features, shared.data.out_features
         self.members: list[_Member] = []
@@ -195,6 +246,7 @@ class _Group:
         for k in chunk:
             config = configs[k]
             seed = config.training.seed if config.training.seed is not None else fresh_seed()
+            state, meta = resumes.get(k, (None, {}))
             try:
                 # The unfused loop's order: seed, then its shuffle generator, then the model.
                 seed_torch(seed, shared.device)
@@ -207,17 +259,64 @@ class _Group:
             except TrainingError as err:
                 done(k, err)
                 continue
+            stream = self._dropout_stream(config, seed)
+            if state is not None:
+                net.load_state_dict(state["model"])
+                shuffle.set_state(state["rng"]["shuffle"])
+                if stream is not None and state["rng"].get("dropout") is not None:
+                    stream.set_state(state["rng"]["dropout"])
+                for _ in range(self.start):
+                    clock.end_epoch()
             models.append(net)
-            streams.append(self._dropout_stream(config, seed))
+            streams.append(stream)
             (count,) = parameter_count([net])
-            self.members.append(_Member(k, config, seed, shuffle, clock, count))
+            member = _Member(k, config, seed, shuffle, clock, count)
+            member.metrics = list(meta.get("metrics", []))
+            member.before = float(meta.get("train_seconds", 0.0))
+            self.members.append(member)
         self.model: FusedMLP | None = None
         if self.members:
             self.model = FusedMLP(models, [m.config.model for m in self.members], streams)
             trainings = [m.config.training for m in self.members]
             self.optimizer = FusedOptimizer(self.first.training.optimizer, trainings)
+            if self.start:
+                self.optimizer.load_members(
+                    self.model.parameters(),
+                    [resumes[m.index][0]["optimizer"] for m in self.members],
+                    [self.model.member_slices(p) for p in range(len(self.members))],
+                )
         self.setup_seconds = time.perf_counter() - started
         self.started = time.perf_counter()
+
+    def _plain(self, position: int, member: _Member) -> torch.nn.Module:
+        """The member at `position` as the plain model `train` would have trained."""
+        assert self.model is not None
+        shared = self.shared
+        with torch.random.fork_rng(devices=[]):  # the global stream is left as it was
+            net = build_mlp(member.config.model, shared.data.n_features,
+                            shared.data.out_features, device=shared.device,
+                            dtype=shared.param_dtype)  # fmt: skip
+        return self.model.copy_into(position, net)
+
+    def _state(self, position: int, member: _Member, epoch: int) -> tuple[Any, dict[str, Any]]:
+        """The member's own slice of the group's state after `epoch`, for its checkpoint."""
+        assert self.model is not None
+        stream = self.model.streams[position]
+        state = {
+            "model": self._plain(position, member).state_dict(),
+            "optimizer": self.optimizer.member_state(self.model.member_slices(position)),
+            "rng": {
+                "shuffle": member.shuffle.get_state(),
+                "dropout": stream.get_state() if stream is not None else None,
+            },
+        }
+        meta = {
+            "epoch": epoch,
+            "metrics": list(member.metrics),
+            "train_seconds": member.before + time.perf_counter() - self.started,
+            "seed": member.seed,
+        }
+        return state, meta
 
     def _dropout_stream(self, config: TrialConfig, seed: int) -> torch.Generator | None:
         if config.model.dropout <= 0:
@@ -238,7 +337,7 @@ class _Group:
             member.metrics,
             final if final is not None else (member.metrics[-1] if member.metrics else {}),
             param_count=member.param_count,
-            train_seconds=time.perf_counter() - self.started,
+            train_seconds=member.before + time.perf_counter() - self.started,
             setup_seconds=self.setup_seconds,
             seed=member.seed,
             device=shared.device,
@@ -276,7 +375,7 @@ class _Group:
         if epochs == 0 and self.members:
             self._untrained()
             return
-        for epoch in range(1, epochs + 1):
+        for epoch in range(self.start + 1, epochs + 1):
             self._remove(self._stops(should_stop))
             if not self.members:
                 return
@@ -289,7 +388,17 @@ class _Group:
             if on_epoch_end is not None and self.members and self.model is not None:
                 size = sum(p.numel() for p in self.model.parameters())
                 on_epoch_end(FusedEpoch(epoch, tuple(m.index for m in self.members), size))
-        for member in self.members:
+            for position, member in enumerate(self.members):
+                saver = self.saving[member.index]
+                if saver is not None:
+                    saver.after_epoch(
+                        epoch, lambda p=position, m=member, e=epoch: self._state(p, m, e)
+                    )
+        for position, member in enumerate(self.members):
+            saver = self.saving[member.index]
+            if saver is not None:
+                saver.trained(self._plain(position, member), model_meta(
+                    member.config, self.shared.data, self.shared.param_dtype))  # fmt: skip
             self.done(member.index, self._result(member, stopped=False))
         logger.info(
             "trained %d fused model(s) for %d epoch(s) in %.3fs (setup %.3fs)",

@@ -150,6 +150,39 @@ class FusedMLP:
         self.dropout = [self.dropout[i] for i in index]
         self.streams = [self.streams[i] for i in index]
 
+    def member_slices(self, position: int) -> list[tuple[slice, ...]]:
+        """For each tensor of `parameters()`, the part of it that is model `position`'s own
+        (its row, without padding): weights [in, out], biases and batch-norm [out]."""
+        widths = self.widths[position]
+        n_in = self.weights[0].shape[1]
+        n_out = self.weights[-1].shape[2]
+        sizes = [n_in, *widths, n_out]
+        out: list[tuple[slice, ...]] = []
+        for layer in range(self.depth + 1):
+            fan_in, fan_out = sizes[layer], sizes[layer + 1]
+            out.append((slice(position, position + 1), slice(0, fan_in), slice(0, fan_out)))
+            out.append((slice(position, position + 1), slice(0, fan_out)))
+            if self.batch_norm and layer < self.depth:
+                out += [(slice(position, position + 1), slice(0, fan_out))] * 2
+        return out
+
+    @torch.no_grad()
+    def copy_into(self, position: int, model: nn.Module) -> nn.Module:
+        """Model `position`'s current weights (and batch-norm statistics) copied into
+        `model`, a fresh `build_mlp` of its config: the member as a plain model."""
+        linears, norms = _layers(model)
+        for layer, linear in enumerate(linears):
+            n, m = linear.in_features, linear.out_features
+            linear.weight.copy_(self.weights[layer][position, :n, :m].T)
+            linear.bias.copy_(self.biases[layer][position, :m])
+        for layer, norm in enumerate(norms):
+            n = norm.num_features
+            norm.weight.copy_(self.bn_weight[layer][position, :n])
+            norm.bias.copy_(self.bn_bias[layer][position, :n])
+            norm.running_mean.copy_(self.bn_mean[layer][position, :n])
+            norm.running_var.copy_(self.bn_var[layer][position, :n])
+        return model
+
     def __call__(self, x: Tensor, train: bool) -> Tensor:
         """Outputs [K, rows, out] for `x` [K, rows, in] (own rows) or [rows, in] (shared)."""
         h = x

@@ -24,6 +24,8 @@ the schedule's values are torch's own, float for float.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
@@ -108,6 +110,38 @@ class FusedOptimizer:
             {key: value.index_select(0, rows.to(value.device)) for key, value in slot.items()}
             for slot in self.state
         ]
+        self._cache.clear()
+        self._lrs = ()
+
+    def member_state(self, slices: list[tuple[slice, ...]]) -> dict[str, Any]:
+        """One model's own part of the state (`FusedMLP.member_slices` says where it lies)."""
+        slots = [
+            {key: value[part].squeeze(0).clone() for key, value in slot.items()}
+            for slot, part in zip(self.state, slices, strict=True)
+        ] if self.state else []  # fmt: skip
+        return {"steps": self.steps, "slots": slots}
+
+    def load_members(
+        self, params: list[Tensor], states: list[dict[str, Any]],
+        slices: list[list[tuple[slice, ...]]],
+    ) -> None:  # fmt: skip
+        """Take up each model's `member_state` (model k's at `slices[k]`), the padding zero
+        (what training leaves it). Every model must have taken as many steps."""
+        steps = {int(s["steps"]) for s in states}
+        if len(steps) != 1:
+            raise ValueError(f"the models' states have taken different numbers of steps: {steps}")
+        self.steps = steps.pop()
+        if not any(s["slots"] for s in states):
+            return
+        self.state = []
+        for i, param in enumerate(params):
+            slot: dict[str, Tensor] = {}
+            for key in states[0]["slots"][i]:
+                full = torch.zeros_like(param)
+                for state, parts in zip(states, slices, strict=True):
+                    full[parts[i]] = state["slots"][i][key].to(full).unsqueeze(0)
+                slot[key] = full
+            self.state.append(slot)
         self._cache.clear()
         self._lrs = ()
 

@@ -45,7 +45,7 @@ from workers.training.device import (
     select_dtype,
 )
 from workers.training.epochs import Checkpointing, fresh_seed, run_epochs
-from workers.training.models import build_mlp, check_fits, count_parameters
+from workers.training.models import build_mlp, check_fits, count_parameters, model_meta
 from workers.training.optim import build_optimizer, build_scheduler, current_lr
 from workers.training.result import TrainResult
 
@@ -133,15 +133,8 @@ class Trainer:
             raise CheckpointError(f"the checkpoint does not fit this trial: {exc}") from exc
 
     def model_meta(self) -> dict[str, Any]:
-        """What rebuilds the trained model (`workers.models_io`): its config and shapes."""
-        return {
-            "kind": "mlp",
-            "config": self.config.model_dump(mode="json"),
-            "n_in": self.data.n_features,
-            "n_out": self.data.out_features,
-            "task": self.data.task,
-            "dtype": str(parameter_dtype(self.dtype)).removeprefix("torch."),
-        }
+        """What rebuilds the trained model (`workers.training.models.model_meta`)."""
+        return model_meta(self.config, self.data, parameter_dtype(self.dtype))
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.mixed:

@@ -14,12 +14,16 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from core.errors import TrainingError
-from core.spec.config import ModelConfig
+from core.spec.config import ModelConfig, TrialConfig
+
+if TYPE_CHECKING:
+    from workers.training.datasets import Dataset
 
 logger = logging.getLogger(__name__)
 
@@ -177,3 +181,16 @@ def check_fits(
         f"weights, gradients and optimiser state need {needed / gib:.1f} GiB in "
         f"{str(dtype).removeprefix('torch.')} but {free / gib:.1f} GiB is free"
     )
+
+
+def model_meta(config: TrialConfig, data: Dataset, dtype: torch.dtype) -> dict[str, Any]:
+    """What rebuilds a trained MLP from its weights (`workers.models_io`): its trial's
+    config, its input and output widths, its task and its parameters' dtype."""
+    return {
+        "kind": "mlp",
+        "config": config.model_dump(mode="json"),
+        "n_in": data.n_features,
+        "n_out": data.out_features,
+        "task": data.task,
+        "dtype": str(dtype).removeprefix("torch."),
+    }
