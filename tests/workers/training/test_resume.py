@@ -20,6 +20,7 @@ from workers.training.checkpoints import (
     read_model_file,
     unpack,
 )
+from workers.training.datasets import load_dataset
 from workers.training.epochs import Capture
 from workers.training.fused import train_fused
 
@@ -58,8 +59,9 @@ class MemoryCheckpoints:
 def _config(**training: Any) -> TrialConfig:
     return TrialConfig.model_validate(
         {
-            "dataset": {"name": "synthetic_classification", "samples": 400, "features": 8,
-                        "classes": 3},  # fmt: skip
+            "dataset": {
+                "name": "synthetic_classification", "samples": 400, "features": 8, "classes": 3
+            },
             "model": {"hidden_units": training.pop("units", 16), "hidden_layers": 2,
                       "dropout": 0.2, "batch_norm": training.pop("batch_norm", False)},
             "training": {"epochs": EPOCHS, "batch_size": 32, "seed": 3, "optimizer": "adam",
@@ -103,9 +105,8 @@ def test_a_plain_trial_resumed_matches_an_uninterrupted_one(optimizer: str) -> N
 @pytest.mark.parametrize("batch_norm", [False, True])
 def test_fused_members_resumed_match_an_uninterrupted_group(batch_norm: bool) -> None:
     torch.set_num_threads(1)
-    configs = [
-        _config(units=u, lr=lr, batch_norm=batch_norm) for u, lr in ((8, 0.01), (16, 0.003), (12, 0.02))
-    ]
+    settings = ((8, 0.01), (16, 0.003), (12, 0.02))
+    configs = [_config(units=u, lr=lr, batch_norm=batch_norm) for u, lr in settings]
     whole = train_fused(configs)
     first = [MemoryCheckpoints(every=5) for _ in configs]
     seen = {"epoch": 0}
@@ -124,11 +125,16 @@ def test_fused_members_resumed_match_an_uninterrupted_group(batch_norm: bool) ->
         for a, b in zip(got.metrics, want.metrics, strict=True):
             for key in ("train_loss", "val_loss", "val_accuracy", "lr"):
                 assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-9), (a["epoch"], key)
-    # Each kept model is the member as a plain model: it predicts as the fused one scored.
+    # Each kept model is the member as a plain model: it scores what the fused one did.
+    data = load_dataset(configs[0].dataset, None)
+    x_val = torch.tensor(data.x_val, dtype=torch.float32)
     for config, saver, outcome in zip(configs, again, rest, strict=True):
         model, meta = saver.model  # type: ignore[misc]
         assert meta["config"]["model"]["hidden_units"] == config.model.hidden_units
-        assert outcome.metrics[-1]["val_accuracy"] > 0  # type: ignore[union-attr]
+        model.eval()
+        with torch.no_grad():
+            hits = (model(x_val).argmax(1).numpy() == data.y_val).mean()
+        assert hits == pytest.approx(outcome.metrics[-1]["val_accuracy"])  # type: ignore[union-attr]
 
 
 def test_a_resume_with_fewer_members_and_another_start_splits_the_group() -> None:
