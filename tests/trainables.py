@@ -11,6 +11,7 @@ installed into the environment.
 from __future__ import annotations
 
 import itertools
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ FUNCTIONS = {
     "test_slow": "slow",
     "test_out_of_memory": "out_of_memory",
     "test_final_only": "final_only",
+    "test_resumable": "resumable",
 }
 
 
@@ -61,6 +63,24 @@ def slow(params: dict[str, Any], ctx: Any) -> None:
         ctx.report(epoch, val_loss=1.0 / epoch, val_accuracy=1.0 - 1.0 / (epoch + 1))
         if ctx.should_stop():
             return
+
+
+def resumable(params: dict[str, Any], ctx: Any) -> None:
+    """`slow`, with its running total in a checkpoint after every epoch: a later attempt goes
+    on from it, and the last row's ``total`` is 1 + 2 + ... + epochs only if it did."""
+    state = ctx.load_checkpoint() or {"epoch": 0, "total": 0.0}
+    total = float(state["total"])
+    for epoch in range(int(state["epoch"]) + 1, ctx.epochs + 1):
+        time.sleep(float(params.get("sleep", 0.2)))
+        total += epoch
+        ctx.report(epoch, val_loss=1.0 / epoch, total=total)
+        ctx.save_checkpoint({"epoch": epoch, "total": total})
+        if ctx.should_stop():
+            return
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "notes.txt"
+        path.write_text(f"total {total}\n", encoding="utf-8")
+        ctx.save_artifact("notes.txt", path)
 
 
 def out_of_memory(params: dict[str, Any], ctx: Any) -> None:

@@ -146,17 +146,28 @@ class TrialCheckpoints:
     # -- save ------------------------------------------------------------------------------
 
     def after_epoch(self, epoch: int, capture: Capture) -> None:
+        if self.policy.due(epoch, time.monotonic() - self.last_saved):
+            state, meta = capture()
+            self.save(epoch, state, meta)
+
+    def save(self, epoch: int, state: Any, meta: dict[str, Any]) -> None:
+        """Save a checkpoint of `state` after `epoch` now (`meta` says what it holds: at
+        least the rows trained so far, ``metrics``): the rows first, then the bytes, in
+        the background."""
         from workers.training.checkpoints import pack
 
-        if not self.policy.due(epoch, time.monotonic() - self.last_saved):
-            return
         self.flush()
-        state, meta = capture()
-        meta.update(trial_id=self.trial_id, attempt=self.attempt)
+        meta = {**meta, "epoch": epoch, "trial_id": self.trial_id, "attempt": self.attempt}
         data = pack(state, meta)
         self.wait()
         self.pending = _uploads().submit(self._put, data, epoch)
         self.last_saved = time.monotonic()
+
+    def save_file(self, name: str, data: bytes) -> dict[str, Any]:
+        """Keep a file of the trial's own (a training function's ``ctx.save_artifact``)."""
+        return with_retry(self.artifacts.put, self.trial_id, "file", name, data,
+                          sweep_id=self.sweep_id, attempt=self.attempt,
+                          budget=self.budget)  # fmt: skip
 
     def _put(self, data: bytes, epoch: int) -> None:
         try:

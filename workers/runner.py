@@ -232,6 +232,7 @@ def _train_caffe(config: dict[str, Any], run: Training) -> TrainResult:
         should_stop=run.should_stop,
         data_dir=run.data_dir,
         extra=run.extra,
+        checkpoints=run.checkpoints,
     )
 
 
@@ -247,6 +248,7 @@ def _train_function(config: dict[str, Any], run: Training) -> TrainResult:
         data_dir=run.data_dir,
         objective=run.objective,
         extra=run.extra,
+        checkpoints=run.checkpoints,
     )
 
 

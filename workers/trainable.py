@@ -8,7 +8,9 @@ A package declares its functions as entry points of the ``sweepstack.trainables`
 and each is called as ``train(params, ctx)``: `params` the trial's resolved ``params``
 section (nested as the spec writes it), `ctx` a `TrialContext` with what else it needs
 (``report``, ``should_stop``, ``device``, ``seed``, ``epochs``, ``data_dir``, ``trial_id``,
-``dataset()``). It may return a mapping of final metrics, which joins the last reported row.
+``dataset()``, and ``save_checkpoint(state)``, ``load_checkpoint()``,
+``save_artifact(name, path)`` for what it trains: `workers.checkpointing`). It may return
+a mapping of final metrics, which joins the last reported row.
 
 The runner (`workers.runner`) gives it the same guarantees as a built-in trial: the claim,
 the heartbeats, epoch rows written as `workers.claims` says, the time limit (Celery's soft
@@ -41,12 +43,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.errors import TrainingError
+from core.errors import InvalidQuery, TrainingError
 from core.spec.config import DatasetConfig, ExecutionConfig
 from core.spec.trainable import KEY_PATTERN, TrainableConfig, installed_trainables
 from workers.training.datasets import Dataset, load_dataset
 from workers.training.device import describe, seed_torch, select_device
-from workers.training.epochs import failures_as_results
+from workers.training.epochs import Checkpointing, failures_as_results
 from workers.training.result import TrainResult, best_values
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,8 @@ class TrialContext:
     rows: list[dict[str, float]] = field(default_factory=list, repr=False)
     stopped: bool = field(default=False, repr=False)
     loaded: Dataset | None = field(default=None, repr=False)
+    _checkpoints: Checkpointing | None = field(default=None, repr=False)
+    _loaded_checkpoint: bool = field(default=False, repr=False)
 
     def report(self, epoch: int, **metrics: float) -> None:
         """Record the metrics after `epoch` (counted from 1, each higher than the last):
@@ -145,6 +149,53 @@ class TrialContext:
         if self._should_stop():
             self.stopped = True
         return self.stopped
+
+    def save_checkpoint(self, state: Any) -> None:
+        """Save `state` as the trial's checkpoint, after the last epoch reported: a tree of
+        dicts, lists and tuples of tensors, numbers and strings (``model.state_dict()``,
+        ``optimizer.state_dict()``, ...), stored as safetensors and JSON, never pickled. Only
+        the last one is kept; a later attempt of the trial gets it from `load_checkpoint`.
+        """
+        if self._checkpoints is None:
+            log.info("ctx.save_checkpoint(): nothing keeps checkpoints here; not saved")
+            return
+        epoch = int(self.rows[-1]["epoch"]) if self.rows else 0
+        try:
+            self._checkpoints.save(epoch, state, {"metrics": list(self.rows)})
+        except TypeError as exc:
+            raise TrainingError(f"ctx.save_checkpoint(): {exc}") from None
+
+    def load_checkpoint(self) -> Any | None:
+        """The state the trial's last `save_checkpoint` saved (in an earlier attempt: its
+        worker was killed or lost), or None. Call it before the first `report`: the epochs
+        that checkpoint covers count as reported, so go on with the next one."""
+        if self._checkpoints is None or self._loaded_checkpoint:
+            return None
+        self._loaded_checkpoint = True
+        if self.rows:
+            raise TrainingError("ctx.load_checkpoint(): call it before the first report")
+        found = self._checkpoints.resumed()
+        if found is None:
+            return None
+        state, meta = found
+        self.rows = [dict(row) for row in meta.get("metrics", [])]
+        self._checkpoints.resuming(meta)
+        return state
+
+    def save_artifact(self, name: str, path: str | Path) -> None:
+        """Keep the file at `path` with the trial, as `name` (a model the function trained,
+        a plot): downloadable with the trial, deleted with its sweep; held to the server's
+        size ceilings."""
+        if self._checkpoints is None:
+            log.info("ctx.save_artifact(%r): nothing keeps artifacts here; not saved", name)
+            return
+        source = Path(path)
+        if not source.is_file():
+            raise TrainingError(f"ctx.save_artifact(): {name!r}: not a file")
+        try:
+            self._checkpoints.save_file(name, source.read_bytes())
+        except InvalidQuery as exc:
+            raise TrainingError(f"ctx.save_artifact(): {exc}") from None
 
     def dataset(self) -> Dataset:
         """The spec's ``dataset`` section loaded, split and standardised, as the built-in
@@ -210,6 +261,7 @@ def run_trainable(
     data_dir: Path | None,
     objective: Mapping[str, str],
     extra: dict[str, Any],
+    checkpoints: Checkpointing | None = None,
 ) -> TrainResult:
     """Call the trial's training function and return what it gave as a `TrainResult`.
 
@@ -240,6 +292,7 @@ def run_trainable(
         _on_epoch=on_epoch,
         _should_stop=should_stop,
         _dataset=config.dataset,
+        _checkpoints=checkpoints,
     )
     _seed_everything(seed, device)
     setup = time.perf_counter() - started

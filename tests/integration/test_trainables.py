@@ -168,6 +168,37 @@ def test_a_trainable_killed_with_9_is_taken_over_by_attempt_2(tstack: Stack) -> 
     assert sorted(row["epoch"] for row in rows) == list(range(1, 16))
 
 
+def test_a_trainable_killed_with_9_resumes_from_its_own_checkpoint(tstack: Stack) -> None:
+    sweep_id, _ = tstack.submit(
+        _spec("test_resumable", "params: {sleep: 0.1}\ntraining: {epochs: 15}\n")
+    )
+
+    def checkpointed() -> dict[str, Any] | None:
+        docs, _ = tstack.store.reads.trials(sweep_id, state="running")
+        if docs and (found := tstack.store.artifacts.find(docs[0]["_id"], "checkpoint", "last")):
+            return docs[0] if found["epoch"] >= 4 else None
+        return None
+
+    doc = wait_for(checkpointed, 60, "the trial's checkpoint after epoch 4")
+    os.kill(doc["worker"]["pid"], signal.SIGKILL)
+    assert tstack.wait_finished(sweep_id, timeout=90)["complete"] == 1, tstack.logs()
+    full = _trial(tstack, sweep_id)
+    assert [h["state"] for h in full["history"]] == ["lost", "complete"]
+    (resumed,) = full["resumed"]
+    assert resumed["epoch"] >= 4
+    rows = sorted(
+        (row["epoch"], row["metrics"]["total"])
+        for row in tstack.store.db["metrics"].find({"trial_id": full["_id"], "attempt": 2})
+    )
+    # The function went on from its checkpoint: its running total is whole.
+    assert rows == [(e, float(sum(range(1, e + 1)))) for e in range(1, 16)]
+    kept = tstack.store.artifacts.of_trials([full["_id"]])[full["_id"]]
+    (notes,) = kept
+    assert (notes["kind"], notes["name"]) == ("file", "notes.txt")
+    found = tstack.store.artifacts.find(full["_id"], "file", "notes.txt")
+    assert tstack.store.artifacts.read(found) == b"total 120.0\n"
+
+
 def test_a_trainable_asked_to_stop_ends_pruned(tstack: Stack) -> None:
     spec = load_spec(_spec("test_slow", "params: {sleep: 0.2}\ntraining: {epochs: 40}\n"))
     trials = expand(spec, with_config=True)

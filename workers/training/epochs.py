@@ -42,6 +42,12 @@ class Checkpointing(Protocol):
     def after_epoch(self, epoch: int, capture: Capture) -> None:
         """`epoch` was trained and reported: save `capture()` if a checkpoint is due."""
 
+    def save(self, epoch: int, state: Any, meta: dict[str, Any]) -> None:
+        """Save a checkpoint of `state` after `epoch` now."""
+
+    def save_file(self, name: str, data: bytes) -> dict[str, Any]:
+        """Keep a file of the trial's own."""
+
     def unusable(self, err: Exception) -> None:
         """The checkpoint `resumed` gave could not be taken up: note why, and give None
         from now on (the trial trains from epoch 1)."""

@@ -7,7 +7,10 @@ twice as many), ``kernel_size`` (odd), ``conv_layers`` (1 or 2), ``hidden`` (uni
 dense layer), ``dropout``, ``lr`` (Adam's learning rate) and ``batch_size``.
 
 Every epoch reports ``train_loss``, ``val_loss`` and ``val_accuracy``, and the function asks
-`ctx.should_stop()` after each one, so a pruner or a cancel ends it between epochs.
+`ctx.should_stop()` after each one, so a pruner or a cancel ends it between epochs. It saves
+its model, optimiser and data order with `ctx.save_checkpoint` every ``checkpoint_every``
+epochs (default 5) and starts with `ctx.load_checkpoint()`, so a trial whose worker was
+killed goes on where its last checkpoint left it.
 """
 
 from __future__ import annotations
@@ -68,7 +71,15 @@ def train(params: dict[str, Any], ctx: Any) -> None:
     optimizer = torch.optim.Adam(model.parameters(), lr=float(params.get("lr", 1e-3)))
     batch = int(params.get("batch_size", 64))
     order = torch.Generator(device="cpu").manual_seed(ctx.seed)
-    for epoch in range(1, ctx.epochs + 1):
+    every = int(params.get("checkpoint_every", 5))
+    first = 1
+    state = ctx.load_checkpoint()
+    if state is not None:  # an earlier attempt's: go on from it
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        order.set_state(state["order"])
+        first = int(state["epoch"]) + 1
+    for epoch in range(first, ctx.epochs + 1):
         total, seen = 0.0, 0
         for index in torch.randperm(len(x_train), generator=order).split(batch):
             index = index.to(device)
@@ -80,5 +91,8 @@ def train(params: dict[str, Any], ctx: Any) -> None:
             seen += len(index)
         val_loss, val_accuracy = _evaluate(model, x_val, y_val)
         ctx.report(epoch, train_loss=total / seen, val_loss=val_loss, val_accuracy=val_accuracy)
+        if epoch % every == 0:
+            ctx.save_checkpoint({"epoch": epoch, "model": model.state_dict(),
+                                 "optimizer": optimizer.state_dict(), "order": order.get_state()})
         if ctx.should_stop():
             return

@@ -50,7 +50,13 @@ class MemoryCheckpoints:
     def after_epoch(self, epoch: int, capture: Capture) -> None:
         if self.policy.due(epoch, 0.0):
             state, meta = capture()
-            self.saved = pack(state, meta)
+            self.save(epoch, state, meta)
+
+    def save(self, epoch: int, state: Any, meta: dict[str, Any]) -> None:
+        self.saved = pack(state, {**meta, "epoch": epoch})
+
+    def save_file(self, name: str, data: bytes) -> dict[str, Any]:
+        raise AssertionError("no files here")
 
     def trained(self, model: Any, meta: dict[str, Any]) -> None:
         self.model = (model, meta)
@@ -176,3 +182,52 @@ def test_a_checkpoint_cut_short_or_of_another_net_starts_from_epoch_1() -> None:
     assert wrong.notes and "does not fit" in wrong.notes[0]
     alone = train(config).metrics
     assert [r["val_loss"] for r in result.metrics] == [r["val_loss"] for r in alone]
+
+
+CAFFE_NET = """name: "Small"
+layer { name: "data" type: "Input" top: "data" top: "label"
+  input_param { shape { dim: 16 dim: 1 dim: 8 dim: 8 } shape { dim: 16 } } }
+layer { name: "scale" type: "Power" bottom: "data" top: "scaled" power_param { scale: 0.0625 } }
+layer { name: "ip1" type: "InnerProduct" bottom: "scaled" top: "ip1"
+  inner_product_param { num_output: 32 weight_filler { type: "xavier" } } }
+layer { name: "relu" type: "ReLU" bottom: "ip1" top: "ip1" }
+layer { name: "drop" type: "Dropout" bottom: "ip1" top: "ip1" dropout_param { dropout_ratio: 0.2 } }
+layer { name: "ip2" type: "InnerProduct" bottom: "ip1" top: "ip2"
+  inner_product_param { num_output: 10 weight_filler { type: "xavier" } } }
+layer { name: "accuracy" type: "Accuracy" bottom: "ip2" bottom: "label" top: "accuracy"
+  include { phase: TEST } }
+layer { name: "loss" type: "SoftmaxWithLoss" bottom: "ip2" bottom: "label" top: "loss" }
+"""
+CAFFE_SOLVER = """type: "Adam"
+base_lr: 0.01
+lr_policy: "step"
+gamma: 0.5
+stepsize: 20
+max_iter: 60
+test_iter: 3
+test_interval: 10
+random_seed: 7
+"""
+
+
+def test_a_caffe_net_resumed_by_iteration_matches_an_uninterrupted_one() -> None:
+    from core.spec.sweep import load_spec
+    from scheduler.expand import expand
+    from workers.training.caffe.loop import train_caffe
+
+    torch.set_num_threads(1)
+    spec = load_spec({"name": "resume", "dataset": {"name": "digits"}, "training": {"seed": 3},
+                      "caffe": {"net_text": CAFFE_NET, "solver_text": CAFFE_SOLVER}})  # fmt: skip
+    (trial,) = expand(spec, with_config=True)
+    whole = train_caffe(trial.config)
+    first = MemoryCheckpoints(every=2)
+    on_epoch, stop = _stopper(3)
+    train_caffe(trial.config, on_epoch=on_epoch, should_stop=stop, checkpoints=first)
+    again = MemoryCheckpoints(every=2, saved=first.saved)
+    rest = train_caffe(trial.config, checkpoints=again)
+    assert again.resumed_at == 2
+    assert [r["iteration"] for r in rest.metrics] == [r["iteration"] for r in whole.metrics]
+    for got, want in zip(rest.metrics, whole.metrics, strict=True):
+        for key in ("train_loss", "val_loss", "val_accuracy", "lr"):
+            assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-12), (got["epoch"], key)
+    assert again.model is not None and again.model[1]["kind"] == "caffe"

@@ -26,6 +26,10 @@ Caffe's ``Solver::Step`` does:
   ``epoch_seconds``. Without ``test_interval`` or ``test_iter`` there is one row, at the
   end, without validation metrics.
 
+**Checkpoints** (`workers.training.epochs.Checkpointing`) are taken after an evaluation when
+due: the net, the solver's history, the iteration and the training data's cursor, as Caffe's
+snapshot and ``.solverstate`` hold them; a later attempt resumes at that iteration.
+
 ``should_stop`` is asked before every iteration: a stopped trial keeps its rows (pruned or
 cancelled, as `workers.runner.settle` decides). A non-finite loss is a `TrainingError`.
 """
@@ -52,8 +56,9 @@ from core.spec.config import ExecutionConfig
 from workers.training.caffe.images import ImageSet, Transform, load_images, sequential_batch
 from workers.training.caffe.model import CaffeNet
 from workers.training.caffe.solver import CaffeSolver
+from workers.training.checkpoints import CheckpointError
 from workers.training.device import seed_torch, select_device
-from workers.training.epochs import failures_as_results, fresh_seed, run_epochs
+from workers.training.epochs import Checkpointing, failures_as_results, fresh_seed, run_epochs
 from workers.training.result import TrainResult
 
 log = logging.getLogger(__name__)
@@ -108,6 +113,7 @@ class CaffeTrainer:
 
     def __init__(self, raw: dict[str, Any], data_dir: Path | None) -> None:
         started = time.perf_counter()
+        self.raw = raw
         self.config = config = CaffeTrialConfig.model_validate(raw)
         try:
             net = parse(config.caffe.net_text, config.caffe.net_source)
@@ -217,26 +223,75 @@ class CaffeTrainer:
             raise TrainingError(f"validation loss became {row['val_loss']} at epoch {epoch}")
         return row
 
+    def state(self) -> dict[str, Any]:
+        """The net's weights, the solver's state, the iteration, the data cursor and the
+        random streams: what the next iterations depend on (a Caffe ``.solverstate``)."""
+        return {
+            "model": self.model.state_dict(),
+            "solver": self.solver.state(),
+            "iteration": self.iteration,
+            "cursor": self.train_batches.step,
+            "rng": {"torch": torch.get_rng_state(), "draws": self.train_batches.draws.get_state()},
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take up a `state` of the same trial; `CheckpointError` when it does not fit."""
+        try:
+            self.model.load_state_dict(state["model"])
+            self.solver.restore(state["solver"])
+            self.iteration = int(state["iteration"])
+            self.train_batches.step = int(state["cursor"])
+            self.train_batches.draws.set_state(state["rng"]["draws"])
+            torch.set_rng_state(state["rng"]["torch"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise CheckpointError(f"the checkpoint does not fit this trial: {exc}") from exc
+
     def run(
         self,
         on_epoch: Callable[[int, dict[str, float]], None] | None,
         should_stop: Callable[[], bool] | None,
+        checkpoints: Checkpointing | None = None,
     ) -> TrainResult:
-        """Train every evaluation's stretch of iterations as an epoch (`epochs.run_epochs`)."""
+        """Train every evaluation's stretch of iterations as an epoch (`epochs.run_epochs`);
+        with `checkpoints`, from the trial's last checkpoint (by iteration) and saving one
+        after an evaluation when due."""
         started = time.perf_counter()
         untils = list(self.schedule())
         self.iteration = 0
-        rows, stopped = run_epochs(
-            range(1, len(untils) + 1),
+        done: list[dict[str, float]] = []
+        before = 0.0
+        found = checkpoints.resumed() if checkpoints is not None else None
+        if found is not None and checkpoints is not None:
+            state, meta = found
+            self.restore(state)
+            done, before = list(meta["metrics"]), float(meta.get("train_seconds", 0.0))
+            checkpoints.resuming(meta)
+
+        def reported(epoch: int, row: dict[str, float]) -> None:
+            if on_epoch is not None:
+                on_epoch(epoch, row)
+            done.append(row)
+            if checkpoints is not None:
+                seconds = before + time.perf_counter() - started
+                checkpoints.after_epoch(epoch, lambda: (self.state(), {
+                    "metrics": list(done), "train_seconds": seconds, "seed": self.seed,
+                    "iteration": self.iteration}))  # fmt: skip
+
+        _, stopped = run_epochs(
+            range(len(done) + 1, len(untils) + 1),
             lambda epoch: self._epoch(epoch, untils[epoch - 1], should_stop),
-            on_epoch,
+            reported,
             should_stop,
         )
+        rows = done
+        if checkpoints is not None and not stopped:
+            checkpoints.trained(self.model, {"kind": "caffe", "config": self.raw,
+                                             "dtype": str(self.dtype).removeprefix("torch.")})
         return TrainResult.assemble(
             rows,
             rows[-1] if rows else {},
             param_count=self.train_graph.param_count,
-            train_seconds=time.perf_counter() - started,
+            train_seconds=before + time.perf_counter() - started,
             setup_seconds=self.setup_seconds,
             seed=self.seed,
             device=self.device,
@@ -275,16 +330,28 @@ def train_caffe(
     should_stop: Callable[[], bool] | None = None,
     data_dir: Path | None = None,
     extra: dict[str, Any] | None = None,
+    checkpoints: Checkpointing | None = None,
 ) -> TrainResult:
     """Train the Caffe trial `raw` describes (module docstring); `extra` gets its record's
-    own fields: the layer table of the TRAIN net (the trial page shows it) and the dtype."""
+    own fields: the layer table of the TRAIN net (the trial page shows it) and the dtype.
+    With `checkpoints`, go on from the trial's last checkpoint (one that does not fit is
+    noted, and the trial starts from iteration 0)."""
 
-    def run() -> TrainResult:
+    def attempt() -> TrainResult:
         trainer = CaffeTrainer(raw, data_dir)
         if extra is not None:
             extra["layer_table"] = trainer.train_graph.layer_table()
             extra["dtype"] = trainer.config.execution.dtype
             extra["solver"] = trainer.solver_config.hyperparameters()
-        return trainer.run(on_epoch, should_stop)
+        return trainer.run(on_epoch, should_stop, checkpoints)
+
+    def run() -> TrainResult:
+        try:
+            return attempt()
+        except CheckpointError as err:
+            if checkpoints is None:
+                raise
+            checkpoints.unusable(err)
+            return attempt()
 
     return failures_as_results(run)

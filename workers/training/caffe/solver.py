@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -79,6 +79,21 @@ class CaffeSolver:
             "Adam": self._adam,
         }
         self._update = updates[config.type]
+
+    def state(self) -> dict[str, Any]:
+        """The solver's history (Caffe's ``SolverState``: its ``history`` blobs) and rate."""
+        return {"lr": self.lr, "history": list(self._history), "history2": list(self._history2)}
+
+    @torch.no_grad()
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take up a `state` of a solver over the same parameters (`ValueError` if not)."""
+        for mine, theirs in ((self._history, state["history"]),
+                             (self._history2, state["history2"])):  # fmt: skip
+            if len(mine) != len(theirs):
+                raise ValueError("the solver state holds another number of blobs")
+            for blob, saved in zip(mine, theirs, strict=True):
+                blob.copy_(saved)
+        self.lr = float(state["lr"])
 
     def zero_grad(self) -> None:
         """Forget the gradients (Caffe's ClearParamDiffs), before an iteration's passes."""
