@@ -35,7 +35,7 @@ What every method of every role holds to:
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, Protocol
@@ -512,7 +512,7 @@ class Artifacts(Protocol):
         """Each trial's artifacts' documents (without where the bytes lie)."""
 
     @abstractmethod
-    def open(self, doc: Mapping[str, Any]) -> Iterable[bytes]:
+    def open(self, doc: Mapping[str, Any]) -> Iterator[bytes]:
         """An artifact's bytes, in chunks, to stream; `NotFound` when they are gone."""
 
     @abstractmethod

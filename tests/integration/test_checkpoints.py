@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import uuid
 from typing import Any
 
@@ -167,3 +168,43 @@ def test_kill_9_mid_fused_group_resumes_each_member_from_its_slice(stack: Stack)
         assert got == pytest.approx(want, rel=1e-6)
     artifacts = stack.store.artifacts.of_trials([t["_id"] for t in trials])
     assert all({a["kind"] for a in found} == {"model"} for found in artifacts.values())
+
+
+def test_a_broker_restart_mid_trial_ends_it_once_with_an_uninterrupted_runs_metrics(
+    stack: Stack,
+) -> None:
+    stack.start_worker()
+    sweep_id, _ = stack.submit(
+        _spec(
+            "broker-restart",
+            "model: {hidden_units: 256, hidden_layers: 2}\n"
+            f"training: {{optimizer: adam, lr: 0.001, epochs: {EPOCHS}, batch_size: 16, seed: 4}}\n"
+            "execution: {device: cpu, fuse: off}\n"
+            "artifacts: {checkpoint_every: 5}\n",
+        )
+    )
+
+    def checkpointed() -> dict[str, Any] | None:
+        running, _ = stack.store.reads.trials(sweep_id, state="running")
+        for doc in running:
+            found = stack.store.artifacts.find(doc["_id"], "checkpoint", "last")
+            if found is not None and found["epoch"] >= 5:
+                return doc
+        return None
+
+    doc = wait_for(checkpointed, 180, "a checkpoint of epoch 5", every=0.05)
+    for action in ("stop_app", "start_app"):
+        subprocess.run(["rabbitmqctl", action], check=True, capture_output=True, timeout=120)
+    subprocess.run(["rabbitmqctl", "await_startup"], check=True, capture_output=True, timeout=120)
+    counts = stack.wait_finished(sweep_id, timeout=300)
+    assert counts["complete"] == 1, stack.logs()
+    full = stack.store.reads.get_trial(doc["_id"])
+    assert [h["state"] for h in full["history"]][-1] == "complete"
+    assert sum(h["state"] == "complete" for h in full["history"]) == 1
+    rows = _rows(stack, doc["_id"])
+    final = [m for m in full["metrics"] if m["attempt"] == full["attempt"]]
+    assert [m["epoch"] for m in final] == list(range(1, EPOCHS + 1)), rows
+    torch.set_num_threads(1)
+    alone = train(TrialConfig.model_validate(full["config"]))
+    for row, expected in zip(final, alone.metrics, strict=True):
+        assert row["metrics"]["val_loss"] == pytest.approx(expected["val_loss"], rel=1e-6)

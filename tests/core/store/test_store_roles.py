@@ -14,6 +14,7 @@ import pytest
 
 from core.store import roles
 from core.store.admin import MongoSweepAdmin
+from core.store.artifacts import MongoArtifacts
 from core.store.feeding import MongoFeeding
 from core.store.lifecycle import MongoTrialLifecycle
 from core.store.reads import MongoReads
@@ -24,6 +25,7 @@ ROLES = [
     (roles.SweepAdmin, MongoSweepAdmin, "admin"),
     (roles.Feeding, MongoFeeding, "feeding"),
     (roles.Reads, MongoReads, "reads"),
+    (roles.Artifacts, MongoArtifacts, "artifacts"),
 ]
 
 
