@@ -33,6 +33,9 @@ class Checkpointing(Protocol):
     """What a trainer asks of the worker about checkpoints (`workers.checkpointing`): the
     state to resume from, where a checkpoint goes, and the trained model to keep."""
 
+    #: The sweep's policy (`core.spec.artifacts.Artifacts`): when checkpoints are due.
+    policy: Any
+
     def resumed(self) -> tuple[Any, dict[str, Any]] | None:
         """The (state, meta) of the trial's last checkpoint, or None: train from epoch 1."""
 

@@ -165,11 +165,13 @@ class Trainer:
         epochs = self.config.training.epochs
         done: list[dict[str, float]] = []  # the epochs trained before a resume, then all
         before = 0.0  # the seconds of training before a resume
+        first = 1
         found = checkpoints.resumed() if checkpoints is not None else None
         if found is not None and checkpoints is not None:
             state, meta = found
             self.restore(state)
             done, before = list(meta["metrics"]), float(meta.get("train_seconds", 0.0))
+            first = int(meta.get("epoch", len(done))) + 1
             self.seed = int(meta.get("seed", self.seed))
             checkpoints.resuming(meta)
 
@@ -183,7 +185,6 @@ class Trainer:
                     "epoch": epoch, "metrics": list(done), "train_seconds": seconds,
                     "seed": self.seed}))  # fmt: skip
 
-        first = len(done) + 1
         _, stopped = run_epochs(
             range(first, epochs + 1), lambda epoch: self._epoch(epoch, should_stop),
             reported, should_stop,

@@ -31,11 +31,13 @@ def train(
     Raises `TrainingError` for failures that are the trial's result: non-finite loss, out of
     memory, a model that cannot be built, an unavailable device, bad data. A trial with
     `execution.parallel.world_size` above 1 trains on that many processes of this host.
-    With `checkpoints`, a one-process trial goes on from its last checkpoint (one that does
-    not fit is noted, `Checkpointing.unusable`, and the trial starts from epoch 1).
+    With `checkpoints`, the trial goes on from its last checkpoint (for a one-process trial,
+    one that does not fit is noted, `Checkpointing.unusable`, and it starts from epoch 1; a
+    data-parallel trial's ranks all take up rank 0's state).
     """
     if config.execution.parallel.enabled:
-        return train_parallel(config, on_epoch=on_epoch, should_stop=should_stop, data_dir=data_dir)
+        return train_parallel(config, on_epoch=on_epoch, should_stop=should_stop,
+                              data_dir=data_dir, checkpoints=checkpoints)  # fmt: skip
 
     def run() -> TrainResult:
         try:

@@ -231,3 +231,32 @@ def test_a_caffe_net_resumed_by_iteration_matches_an_uninterrupted_one() -> None
         for key in ("train_loss", "val_loss", "val_accuracy", "lr"):
             assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-12), (got["epoch"], key)
     assert again.model is not None and again.model[1]["kind"] == "caffe"
+
+
+def test_a_data_parallel_trial_resumes_every_rank_from_rank_0s_state() -> None:
+    torch.set_num_threads(2)
+    config = TrialConfig.model_validate(
+        {
+            "dataset": {"name": "synthetic_classification", "samples": 400, "features": 8},
+            "model": {"hidden_units": 16, "hidden_layers": 2},
+            "training": {"epochs": 6, "batch_size": 32, "seed": 3, "optimizer": "adam",
+                         "lr": 0.01, "lr_schedule": "step", "lr_step_size": 2},
+            "execution": {"device": "cpu", "dtype": "float64",
+                          "parallel": {"world_size": 2, "strategy": "allreduce"}},
+        }
+    )  # fmt: skip
+    whole = train(config)
+    first = MemoryCheckpoints(every=2)
+    on_epoch, stop = _stopper(3)
+    cut = train(config, on_epoch=on_epoch, should_stop=stop, checkpoints=first)
+    assert cut.stopped_early and first.saved is not None
+    again = MemoryCheckpoints(every=2, saved=first.saved)
+    reported: list[int] = []
+    rest = train(config, on_epoch=lambda e, r: reported.append(e), checkpoints=again)
+    assert again.resumed_at == 2 and reported == [3, 4, 5, 6]
+    assert [r["epoch"] for r in rest.metrics] == list(range(1, 7))
+    for got, want in zip(rest.metrics, whole.metrics, strict=True):
+        for key in ("train_loss", "val_loss", "val_accuracy", "lr"):
+            assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-12), (got["epoch"], key)
+    model, meta = again.model  # type: ignore[misc]
+    assert meta["n_in"] == 8 and sum(p.numel() for p in model.parameters()) == rest.param_count

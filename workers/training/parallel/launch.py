@@ -33,6 +33,9 @@ import torch
 from core.errors import TrainingError
 from core.procs import die_with_parent, free_port
 from core.spec.config import TrialConfig
+from workers.training.checkpoints import pack, read_model_file, unpack
+from workers.training.epochs import Checkpointing
+from workers.training.models import build_mlp
 from workers.training.result import TrainResult, best_values
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,7 @@ class _Follow:
     errors: list[tuple[int, str]] = field(default_factory=list)
     stop: Callable[[], bool] | None = None
     stopped: bool = False
+    saving: _Saving | None = None
 
 
 def _gpu_ids(world_size: int) -> list[str]:
@@ -101,10 +105,14 @@ def train_parallel(
     on_epoch: Callable[[int, dict[str, float]], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     data_dir: Path | None = None,
+    checkpoints: Checkpointing | None = None,
 ) -> TrainResult:
     """Train `config` on `execution.parallel.world_size` local processes; rank 0's result.
 
-    Raises `TrainingError` naming the rank and the cause when any rank fails.
+    With `checkpoints`, every rank goes on from the trial's last checkpoint (rank 0's state,
+    handed to each), and rank 0's checkpoints and trained model are stored as it reports
+    them (`rank.RankCheckpoints`). Raises `TrainingError` naming the rank and the cause when
+    any rank fails.
     """
     parallel = config.execution.parallel
     size = parallel.world_size
@@ -112,6 +120,18 @@ def train_parallel(
     folder = Path(tempfile.mkdtemp(prefix="sweepstack-ranks-"))
     config_path = folder / "trial.json"
     config_path.write_text(config.model_dump_json())
+    saving: list[str] = []
+    resumed: list[dict[str, float]] = []
+    if checkpoints is not None:
+        saving = ["--checkpoint-dir", str(folder),
+                  "--checkpoint-policy", checkpoints.policy.model_dump_json()]  # fmt: skip
+        found = checkpoints.resumed()
+        if found is not None:
+            state, meta = found
+            (folder / "resume").write_bytes(pack(state, meta))
+            saving += ["--resume", str(folder / "resume")]
+            resumed = list(meta["metrics"])
+            checkpoints.resuming(meta)
     master = f"127.0.0.1:{free_port()}"
     # The worker's share of the cores, split among its ranks.
     threads = max(1, torch.get_num_threads() // size)
@@ -133,6 +153,7 @@ def train_parallel(
             ]  # fmt: skip
             if data_dir is not None:
                 argv += ["--data-dir", str(data_dir)]
+            argv += saving
             proc = subprocess.Popen(
                 argv,
                 env=env,
@@ -143,7 +164,7 @@ def train_parallel(
             os.close(write_fd)
             ranks.append(_Rank(index, proc, read_fd))
         log.info("trial started %d ranks (%s, master %s)", size, parallel.strategy, master)
-        follow = _follow(ranks, on_epoch, should_stop)
+        follow = _follow(ranks, on_epoch, should_stop, _Saving(config, checkpoints), resumed)
     finally:
         _end(ranks)
         shutil.rmtree(folder, ignore_errors=True)
@@ -154,12 +175,38 @@ def train_parallel(
     return TrainResult(**fields)
 
 
+class _Saving:
+    """What the launcher does with rank 0's ``checkpoint`` and ``model`` events: store them
+    through the trial's checkpoints (`workers.checkpointing`)."""
+
+    def __init__(self, config: TrialConfig, checkpoints: Checkpointing | None) -> None:
+        self.config, self.checkpoints = config, checkpoints
+
+    def handle(self, event: dict[str, Any]) -> None:
+        if self.checkpoints is None:
+            return
+        path = Path(event["path"])
+        data = path.read_bytes()
+        path.unlink(missing_ok=True)
+        if event["event"] == "checkpoint":
+            state, meta = unpack(data)
+            self.checkpoints.save(int(event["epoch"]), state, meta)
+            return
+        weights, meta = read_model_file(data)
+        dtype = getattr(torch, str(meta.get("dtype", "float32")))
+        model = build_mlp(self.config.model, int(meta["n_in"]), int(meta["n_out"]), dtype=dtype)
+        model.load_state_dict(weights)
+        self.checkpoints.trained(model, meta)
+
+
 def _follow(
     ranks: list[_Rank],
     on_epoch: Callable[[int, dict[str, float]], None] | None,
     should_stop: Callable[[], bool] | None,
+    saving: _Saving | None = None,
+    resumed: list[dict[str, float]] | None = None,
 ) -> _Follow:
-    follow = _Follow(stop=should_stop)
+    follow = _Follow(stop=should_stop, saving=saving, metrics=list(resumed or []))
     while True:
         _read(ranks, follow, on_epoch, POLL_SECONDS)
         if follow.stopped:
@@ -225,6 +272,8 @@ def _handle(
             on_epoch(int(event["epoch"]), event["row"])
         if follow.stop is not None and follow.stop():
             follow.stopped = True  # what the ranks said after this is not taken
+    elif kind in ("checkpoint", "model") and follow.saving is not None:
+        follow.saving.handle(event)
     elif kind == "result":
         follow.result = event["result"]
 

@@ -11,7 +11,8 @@ each host, start one process per rank with the same trial config::
 Rank 0 must run on the host named by ``--master`` and that port must be reachable from the
 others; set ``GLOO_SOCKET_IFNAME`` (and ``TP_SOCKET_IFNAME`` for RPC) to the interface the
 ranks share when a host has several. Rank 0 writes its events (``ready``, one ``epoch`` per
-epoch, ``result``) as JSON lines to ``--report-fd`` or to stdout; any rank writes an
+epoch, ``checkpoint`` and ``model`` with ``--checkpoint-dir``, ``result``) as JSON lines
+to ``--report-fd`` or to stdout; any rank writes an
 ``error`` event and exits 1 when training fails. Every collective and RPC has
 ``execution.parallel.timeout``, so a rank whose peer died fails instead of hanging.
 """
@@ -37,7 +38,9 @@ import torch.distributed as dist
 import torch.distributed.rpc as rpc
 
 from core.errors import TrainingError
+from core.spec.artifacts import Artifacts
 from core.spec.config import TrialConfig
+from workers.training.checkpoints import model_file, pack, unpack
 from workers.training.epochs import error_headline, oom_reason
 from workers.training.loop import CHECK_EVERY_STEPS, Trainer, check_finite
 from workers.training.models import count_parameters
@@ -189,14 +192,71 @@ def _connect(config: TrialConfig, trainer: RankTrainer, master: str) -> str:
     return backend
 
 
+class RankCheckpoints:
+    """A rank's side of the trial's checkpoints (`workers.training.epochs.Checkpointing`):
+    every rank takes up the checkpoint the launcher hands it (``--resume``, rank 0's state
+    of an earlier attempt); rank 0 writes a checkpoint into ``--checkpoint-dir`` when the
+    sweep's policy says one is due, and its trained model at the end, and reports each as
+    an event (``checkpoint``, ``model``) that the launcher stores."""
+
+    def __init__(
+        self, rank: int, report: Report, folder: Path, policy: Artifacts, resume: Path | None
+    ) -> None:
+        self.rank, self.report, self.folder, self.policy = rank, report, folder, policy
+        self.resume = resume
+        self.last = time.monotonic()
+
+    def resumed(self) -> tuple[Any, dict[str, Any]] | None:
+        if self.resume is None:
+            return None
+        state, meta = unpack(self.resume.read_bytes())
+        if self.rank:  # rank 0's rows: the others evaluate nothing, and report nothing
+            meta = {**meta, "metrics": []}
+        return state, meta
+
+    def resuming(self, meta: dict[str, Any]) -> None:
+        self.last = time.monotonic()
+
+    def unusable(self, err: Exception) -> None:
+        raise err
+
+    def _write(self, name: str, data: bytes) -> Path:
+        path = self.folder / name
+        part = path.with_suffix(".part")
+        part.write_bytes(data)
+        part.replace(path)
+        return path
+
+    def after_epoch(self, epoch: int, capture: Any) -> None:
+        if self.rank or not self.policy.due(epoch, time.monotonic() - self.last):
+            return
+        state, meta = capture()
+        self.save(epoch, state, meta)
+
+    def save(self, epoch: int, state: Any, meta: dict[str, Any]) -> None:
+        path = self._write(f"checkpoint-{epoch}", pack(state, {**meta, "epoch": epoch}))
+        self.report({"event": "checkpoint", "epoch": epoch, "path": str(path)})
+        self.last = time.monotonic()
+
+    def save_file(self, name: str, data: bytes) -> dict[str, Any]:
+        raise TrainingError("a data-parallel trial keeps no files of its own")
+
+    def trained(self, model: Any, meta: dict[str, Any]) -> None:
+        if self.rank == 0:
+            path = self._write("model", model_file(model, meta))
+            self.report({"event": "model", "path": str(path)})
+
+
 def run_rank(
     config: TrialConfig,
     rank: int,
     master: str,
     report: Report,
     data_dir: Path | None = None,
+    checkpoints: RankCheckpoints | None = None,
 ) -> None:
-    """Train this rank's share of the trial; rank 0 reports its epochs and result."""
+    """Train this rank's share of the trial; rank 0 reports its epochs and result (and,
+    with `checkpoints`, its checkpoints and trained model)."""
     trainer = RankTrainer(config, data_dir, rank)
     transport = _connect(config, trainer, master)
     strategy = build_strategy(config.execution.parallel, rank, trainer.model, trainer.device)
@@ -217,7 +277,7 @@ def run_rank(
             if rank == 0:
                 report({"event": "epoch", "epoch": epoch, "row": row})
 
-        result = trainer.run(on_epoch, None)
+        result = trainer.run(on_epoch, None, checkpoints)
         strategy.close()
         if rank == 0:
             result.device.update(
@@ -294,6 +354,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-fd", type=int, default=None, help="write events here, not stdout")
     parser.add_argument("--data-dir", type=Path, default=None, help="base for dataset paths")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--resume", type=Path, default=None,
+                        help="a checkpoint (rank 0's, of an earlier attempt) to go on from")
+    parser.add_argument("--checkpoint-dir", type=Path, default=None,
+                        help="where rank 0 writes its checkpoints and trained model")
+    parser.add_argument("--checkpoint-policy", default=None,
+                        help="the sweep's artifacts policy, as JSON (when checkpoints are due)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")
@@ -304,7 +370,12 @@ def main(argv: list[str] | None = None) -> int:
         size = config.execution.parallel.world_size
         if not 0 <= args.rank < size:
             raise TrainingError(f"--rank must be in 0..{size - 1}, got {args.rank}")
-        run_rank(config, args.rank, args.master, report, args.data_dir)
+        checkpoints = None
+        if args.checkpoint_dir is not None:
+            policy = Artifacts.model_validate_json(args.checkpoint_policy or "{}")
+            checkpoints = RankCheckpoints(args.rank, report, args.checkpoint_dir, policy,
+                                          args.resume)  # fmt: skip
+        run_rank(config, args.rank, args.master, report, args.data_dir, checkpoints)
     except Exception as exc:  # every failure is reported as an event, then exit 1
         report({"event": "error", "rank": args.rank, "reason": failure_reason(exc, args.rank)})
         return 1
