@@ -140,7 +140,8 @@ def _schemas(settings: Settings) -> dict[str, Any]:
         "SweepCreated": obj({"id": STR, "name": STR, "trials": INT, "links": ANY_OBJ}),
         "Cancelled": obj({"cancelled": INT, "stopping": INT, "sweep": ref("Sweep")}),
         "Retried": obj({"retried": INT, "requeued_stale": INT, "sweep": ref("Sweep")}),
-        "Deleted": obj({"id": STR, "deleted": {"const": True}, "trials": INT, "metrics": INT}),
+        "Deleted": obj({"id": STR, "deleted": {"const": True}, "trials": INT, "metrics": INT,
+                           "artifacts": INT}),
         "Health": obj({"status": {"const": "ok"}, "store": part, "broker": part}),
         "Workers": obj({"queue": STR, "workers": {"type": "array", "items": worker}}),
         "Analysis": ANALYSIS,
@@ -362,7 +363,7 @@ def _paths() -> dict[str, Any]:
         f"{PREFIX}/sweeps/{{sweep_id}}": {
             "get": _op("A sweep with counts, best trial, throughput and ETA",
                        {"200": _json(ref("SweepDetail"), "The sweep")}, common, parameters=sweep),
-            "delete": _op("Delete a sweep, its trials and metrics",
+            "delete": _op("Delete a sweep, its trials, metrics and artifacts",
                           {"200": _json(ref("Deleted"), "Deleted")}, (*common, "409"),
                           parameters=sweep),
         },
