@@ -7,7 +7,8 @@ objective, training seconds, parameter count) at the last step, and the HParams 
 session start (the trial's parameters, group name its id) and end (status: complete and
 pruned SUCCESS, failed FAILURE, cancelled UNKNOWN, queued and running RUNNING). ``DIR``
 itself gets the HParams experiment summary: every parameter with its type and the values the
-sweep tried, every metric. What each trial holds is `core.store.trackers`.
+sweep tried, every metric (the objective and its metric first: the tab shows the first few
+unasked). What each trial holds is `core.store.trackers`.
 
 Written with TensorBoard's own event writer and HParams protos, with neither TensorFlow nor
 torch: the package is the ``tensorboard`` extra (``pip install 'sweepstack[tensorboard]'``),
@@ -146,7 +147,9 @@ class Experiment:
             self.values.setdefault(name, {})[(type(value), value)] = value
         self.metrics += [m for m in metrics if m not in self.metrics]
 
-    def summary(self, created_secs: float) -> Summary:
+    def summary(self, created_secs: float, first: Iterable[str] = ()) -> Summary:
+        """The summary, its metrics led by `first` (those the HParams tab shows unasked:
+        the objective)."""
         from google.protobuf import struct_pb2
         from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
@@ -167,7 +170,9 @@ class Experiment:
                 listed.extend(sorted(values))  # type: ignore[type-var]
                 info.domain_discrete.CopyFrom(listed)
             infos.append(info)  # values of several types: the plugin reads their type itself
-        metrics = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m)) for m in self.metrics]
+        order = [m for m in first if m in self.metrics]
+        order += [m for m in self.metrics if m not in order]
+        metrics = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m)) for m in order]
         experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=metrics,
                                         time_created_secs=created_secs)  # fmt: skip
         return _summary(metadata.EXPERIMENT_TAG,
@@ -228,5 +233,6 @@ def export(
         written += 1
         advance()
     created = (sweep.start_ms or time.time() * 1000) / 1000
-    _write(root, [(created, 0, experiment.summary(created))])
+    first = ("objective", sweep.objective.get("metric", ""))
+    _write(root, [(created, 0, experiment.summary(created, first))])
     return written
