@@ -24,6 +24,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from cli import trackers
 from cli.failures import print_failures, sweep_failures
 from cli.local import NoResults, find_sweep, open_store, reached, with_data_dir
 from cli.options import data_option
@@ -268,33 +269,50 @@ def ls(data_dir: str | None, limit: int, as_json: bool, quiet: bool) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["csv", "jsonl", "parquet"]),
+    type=click.Choice(["csv", "jsonl", "parquet", *trackers.FORMATS]),
     default="csv",
     show_default=True,
-    help="CSV (one column per parameter and metric), JSON Lines, or Parquet (typed columns).",
+    help="CSV (one column per parameter and metric), JSON Lines, Parquet (typed columns); "
+    "or a tracker: mlflow (a run per trial under one for the sweep, with --tracking-uri) or "
+    "tensorboard (an event folder per trial with the HParams summary, with -o DIR).",
 )
 @click.option(
     "--out",
     "-o",
     "out_path",
-    type=click.Path(dir_okay=False, writable=True),
-    help="Write to this file [default: standard output; parquet needs a file].",
+    type=click.Path(writable=True),
+    help="Write to this file (tensorboard: this new or empty folder) [default: standard "
+    "output; parquet needs a file].",
 )
 @click.option(
     "--epochs",
     is_flag=True,
     help="One row per epoch of each trial (its final attempt's curve) instead of per trial.",
 )
+@click.option(
+    "--tracking-uri",
+    help="mlflow: the tracking server (http://HOST:5000) or store (sqlite:///mlflow.db) "
+    "[default: MLFLOW_TRACKING_URI].",
+)
+@click.option("--experiment", help="mlflow: the experiment [default: the sweep's name].")
 def export(
-    sweep_id: str, data_dir: str | None, fmt: str, out_path: str | None, epochs: bool
+    sweep_id: str, data_dir: str | None, fmt: str, out_path: str | None, epochs: bool,
+    tracking_uri: str | None, experiment: str | None,
 ) -> None:
     """Every trial of a sweep, one row each: id, state, objective, params, final metrics,
-    epochs, seconds, parameter count, device, error (the API's export, the same rows).
-    With --epochs, one row per epoch of each trial instead: its curve."""
+    epochs, seconds, parameter count, device and error (the API's export, the same rows).
+    With --epochs, one row per epoch of each trial instead: its curve. Or the sweep into
+    MLflow or TensorBoard, each trial with its parameters, curve, final metrics and tags."""
+    trackers.check_options(fmt, out_path, tracking_uri, experiment, epochs)
     if fmt == "parquet" and not out_path:
         raise click.UsageError("--format parquet writes a binary file: give it with -o FILE")
+    if fmt not in trackers.FORMATS and out_path and Path(out_path).is_dir():
+        raise click.BadParameter(f"File {out_path!r} is a directory.", param_hint="'--out' / '-o'")
     store = open_store(with_data_dir(read_settings(), data_dir))
     sweep = find_sweep(store, sweep_id)
+    if fmt in trackers.FORMATS:
+        trackers.export(store, sweep, fmt, out_path, tracking_uri, experiment)
+        return
     trials = sum(sweep["counts"].values()) - int(sweep.get("planned") or 0)
     what = "epoch rows" if epochs else "trials"
     reads = store.reads

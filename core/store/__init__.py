@@ -13,8 +13,9 @@ implementation module holding all of its code: `core.store.lifecycle`, `core.sto
 `core.store.feeding`, `core.store.reads` (the windows and orderings its pages of trials are
 read in: `core.store.pages`). Below them: the document shapes (`core.store.records`), the
 checking of what callers send and the paging order (`core.store.query`), the per-sweep
-summaries (`core.store.summaries`) and the CSV / JSON Lines / Parquet export
-(`core.store.export`, over `Reads`).
+summaries (`core.store.summaries`), the CSV / JSON Lines / Parquet export
+(`core.store.export`, over `Reads`) and a sweep as the runs of an experiment tracker
+(`core.store.trackers`, what the MLflow and TensorBoard exports write).
 
 It imports the plumbing and the spec language of `core`, never the analysis.
 """

@@ -232,9 +232,10 @@ def write_parquet(reads: Reads, sweep: dict[str, Any], path: str) -> int:
 EPOCH_HEAD = ("id", "index", "state", "attempt", "epoch")
 
 
-def _epoch_pages(reads: Reads, sweep_id: str) -> Iterator[list[dict[str, Any]]]:
-    """Each page of trials, in index order, with ``rows``: its final attempt's epoch rows,
-    by epoch (one read of the metrics per page)."""
+def epoch_pages(reads: Reads, sweep_id: str) -> Iterator[list[dict[str, Any]]]:
+    """Each page of trials (whole records), in index order, each with ``rows``: its final
+    attempt's epoch rows, by epoch (one read of the metrics per page). The per-epoch rows
+    here and the trackers' runs (`core.store.trackers`) are read through it."""
     cursor = None
     while True:
         docs, cursor = reads.trials(sweep_id, limit=PAGE, cursor=cursor)
@@ -252,7 +253,7 @@ def epoch_rows(reads: Reads, sweep_id: str) -> Iterator[dict[str, Any]]:
     attempt, with the trial's id, index, state, attempt and parameters, and that epoch's
     metrics (every one the trial reported: a Caffe net's evaluation, a training function's
     own)."""
-    for docs in _epoch_pages(reads, sweep_id):
+    for docs in epoch_pages(reads, sweep_id):
         for doc in docs:
             params = flatten_params(doc.get("params"))
             for epoch in sorted(doc["rows"]):
