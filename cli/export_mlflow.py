@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import posixpath
 import re
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -98,10 +100,16 @@ def batches(
 class Export:
     """One sweep's export into one MLflow experiment, through `client`."""
 
-    def __init__(self, client: MlflowClient, experiment: str) -> None:
+    def __init__(
+        self,
+        client: MlflowClient,
+        experiment: str,
+        model: Callable[[str], bytes | None] = lambda trial_id: None,
+    ) -> None:
         self.client = client
         self.experiment = experiment
         self.experiment_id = ""
+        self.model = model
 
     def prepare(self, sweep: SweepRun) -> None:
         """Find or create the experiment; refuse (`click.ClickException`) when it holds a run of
@@ -171,6 +179,12 @@ class Export:
                 if k != f"{TAG}trial_id"]  # fmt: skip
         for some_metrics, some_params, some_tags in batches(metrics, params, tags):
             self.client.log_batch(run_id, some_metrics, some_params, some_tags, synchronous=True)
+        weights = self.model(trial.trial_id)
+        if weights is not None:  # the trial's kept model, as the artifact model/model.safetensors
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / "model.safetensors"
+                path.write_bytes(weights)
+                self.client.log_artifact(run_id, str(path), artifact_path="model")
         status = STATUS.get(trial.state)
         if status == "SCHEDULED":
             self.client.update_run(run_id, status=status)
@@ -196,11 +210,13 @@ def export(
     sweep: SweepRun,
     trials: Iterable[TrialRun],
     advance: Callable[[], Any] = lambda: None,
+    model: Callable[[str], bytes | None] = lambda trial_id: None,
 ) -> tuple[str, int]:
     """Write the sweep and its trials into `experiment` (`Export`), `WORKERS` trials at a time
-    and `advance` called as each is written; the parent run's id and the trials written.
-    Refused, writing nothing, when the experiment has a run of the sweep already."""
-    job = Export(client, experiment)
+    and `advance` called as each is written, with each trial's kept model (`model` gives its
+    bytes, or None) as an artifact; the parent run's id and the trials written. Refused,
+    writing nothing, when the experiment has a run of the sweep already."""
+    job = Export(client, experiment, model)
     job.prepare(sweep)
     parent = job.start(sweep)
     written = 0

@@ -29,6 +29,12 @@ FORMATS = ("mlflow", "tensorboard")
 MLFLOW_RETRIES = "3"
 
 
+def kept_model(store: Store, trial_id: str) -> bytes | None:
+    """The trial's kept model (safetensors bytes), or None when the sweep kept none for it."""
+    doc = store.artifacts.find(trial_id, "model", "model")
+    return store.artifacts.read(doc) if doc is not None else None
+
+
 @contextmanager
 def progress_bar(total: int, what: str) -> Iterator[Callable[[], None]]:
     """A progress bar of `total` trials on standard error when it is a terminal (nothing
@@ -108,7 +114,9 @@ def export(
     name = experiment or parent.name
     try:
         with progress_bar(total, "mlflow") as advance:
-            run_id, written = export_mlflow.export(client, name, parent, trials, advance)
+            run_id, written = export_mlflow.export(
+                client, name, parent, trials, advance, model=lambda t: kept_model(store, t)
+            )
     except MlflowException as exc:
         raise click.ClickException(f"MLflow at {client.tracking_uri}: {exc.message}") from exc
     click.echo(f"exported {written:,} trials of sweep {sweep_id} to MLflow experiment {name!r} "

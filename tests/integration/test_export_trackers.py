@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -45,6 +46,7 @@ from core.store.records import flatten_params
 from tests.integration.stack import ROOT
 from tests.integration.test_run import SWEEPSTACK, clean_env
 from tests.services import SecantusProcess, free_port
+from workers.training.checkpoints import read_model_file
 
 pytestmark = pytest.mark.integration
 
@@ -246,8 +248,15 @@ def test_mlflow_export_reads_back_with_the_trials_curves_and_tags(
         if trial["state"] == "complete":
             assert tags["sweepstack.dataset_fingerprint"] == trial["dataset_fingerprint"]
             assert "sweepstack.error" not in tags
+            # Kept (the default keeps the 10 best): its weights are the run's model artifact.
+            with tempfile.TemporaryDirectory() as folder:
+                path = client.download_artifacts(run.info.run_id, "model/model.safetensors",
+                                                 folder)  # fmt: skip
+                _, meta = read_model_file(Path(path).read_bytes())
+            assert meta["trial_id"] == trial_id and meta["objective"] == trial["objective"]
         else:
             assert tags["sweepstack.error"] == trial["error"]
+            assert not client.list_artifacts(run.info.run_id)
         curve = finished.curves[trial_id]
         assert curve, trial_id  # every trial reported at least its first epoch
         for metric in numbers(curve[min(curve)]):
