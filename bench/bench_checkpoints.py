@@ -9,14 +9,19 @@
    time (submit to the last terminal record) and the training time (the sum of the trials'
    ``train_seconds``, checkpoints included: they are taken inside the epoch loop), and the
    overhead of checkpoints against the run without, from the medians.
-2. **Store size of a 50,000-trial sweep under the default retention**: 50,000 complete
+2. **Checkpoint cost, trial by trial**: the same 48 trials trained in this process (one
+   torch thread), each twice in turn, without checkpoints and with ``checkpoint_every: 5``
+   into a SecantusDB started here (the worker's own keeper, `TrialCheckpoints`, its
+   background writer included), so the machine's load falls on both alike; prints the
+   summed ``train_seconds`` of each and the overhead.
+3. **Store size of a 50,000-trial sweep under the default retention**: 50,000 complete
    trials (``--trials``) with random objectives each hand their trained model (a 2 x 64
    MLP on digits) to the worker's own keeper (`workers.checkpointing.TrialCheckpoints`,
    default policy: the 10 best), as the workers would when they finish; prints the models
    kept, the bytes the sweep's artifacts take, and the time per finish.
 
     python -m bench.bench_checkpoints [--repeat 2] [--workers 2] [--trials 50000]
-                                      [--no-platform] [--no-store-size]
+                                      [--no-platform] [--no-in-process] [--no-store-size]
 """
 
 from __future__ import annotations
@@ -92,6 +97,40 @@ def platform(repeat: int, workers: int) -> None:
               f"overhead {100 * (b - a) / a:+.1f} %")  # fmt: skip
 
 
+def in_process() -> None:
+    from core.spec.sweep import load_spec
+    from scheduler.expand import expand
+    from workers.training import train
+
+    print(f"== checkpoint cost: {DEMO.name}, trial by trial in this process, one thread ==")
+    torch.set_num_threads(1)
+    trials = expand(load_spec(DEMO.read_text()), with_config=True)
+    policy = Artifacts(checkpoint_every=5)
+    totals = {"without": 0.0, "with": 0.0}
+    saved = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        server = SecantusProcess(Path(tmp) / "data")
+        store = Store.connect(server.url, "bench_in_process")
+        try:
+            sweep_id = uuid.uuid4().hex[:12]
+            for i, trial in enumerate(trials):
+                config = TrialConfig.model_validate(trial.config)
+                totals["without"] += train(config).train_seconds
+                doc = {"_id": f"{sweep_id}-{i:03d}", "sweep_id": sweep_id, "attempt": 1}
+                keeper = TrialCheckpoints(store.artifacts, _Lifecycle(), doc, policy,  # type: ignore[arg-type]
+                                          lambda: None, budget=60.0)  # fmt: skip
+                totals["with"] += train(config, checkpoints=keeper).train_seconds
+                keeper.wait()
+                saved += keeper.saved_any
+                store.artifacts.delete(doc["_id"])
+        finally:
+            store.close()
+            server.stop()
+    a, b = totals["without"], totals["with"]
+    print(f"  {len(trials)} trials ({saved} checkpointed): training {a:.1f} s without, "
+          f"{b:.1f} s with checkpoint_every: 5: overhead {100 * (b - a) / a:+.1f} %")
+
+
 class _Lifecycle:
     """The keeper asks the lifecycle nothing when it only keeps models."""
 
@@ -140,8 +179,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--trials", type=int, default=50_000)
     parser.add_argument("--no-platform", action="store_true")
+    parser.add_argument("--no-in-process", action="store_true")
     parser.add_argument("--no-store-size", action="store_true")
     args = parser.parse_args()
+    if not args.no_in_process:
+        in_process()
     if not args.no_store_size:
         store_size(args.trials)
     if not args.no_platform:

@@ -260,3 +260,34 @@ def test_a_data_parallel_trial_resumes_every_rank_from_rank_0s_state() -> None:
             assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-12), (got["epoch"], key)
     model, meta = again.model  # type: ignore[misc]
     assert meta["n_in"] == 8 and sum(p.numel() for p in model.parameters()) == rest.param_count
+
+
+def test_a_kept_caffe_net_scores_the_validation_batches_as_its_trial_did() -> None:
+    from core.spec.sweep import load_spec
+    from scheduler.expand import expand
+    from workers.training.caffe.images import load_images, sequential_batch
+    from workers.training.caffe.inference import caffe_module
+    from workers.training.caffe.loop import train_caffe
+
+    torch.set_num_threads(1)
+    spec = load_spec({"name": "kept", "dataset": {"name": "digits"}, "training": {"seed": 3},
+                      "caffe": {"net_text": CAFFE_NET, "solver_text": CAFFE_SOLVER}})  # fmt: skip
+    (trial,) = expand(spec, with_config=True)
+    keeper = MemoryCheckpoints(every=1000)
+    result = train_caffe(trial.config, checkpoints=keeper)
+    model, meta = keeper.model  # type: ignore[misc]
+    weights, read = read_model_file(model_file(model, meta))
+    module = caffe_module(weights, read)
+    images = load_images(_caffe_dataset(trial.config))
+    hits = 0
+    with torch.no_grad():
+        for step in range(3):  # test_iter batches of the TEST data layer's 16 rows
+            x, y = sequential_batch(images.x_val, images.y_val, 16, step)
+            hits += int((module(x).argmax(1) == y).sum())
+    assert hits / 48 == pytest.approx(result.metrics[-1]["val_accuracy"])
+
+
+def _caffe_dataset(config: dict[str, Any]) -> Any:
+    from core.spec.caffe.trial import CaffeTrialConfig
+
+    return CaffeTrialConfig.model_validate(config).dataset

@@ -285,8 +285,10 @@ class CaffeTrainer:
         )
         rows = done
         if checkpoints is not None and not stopped:
-            checkpoints.trained(self.model, {"kind": "caffe", "config": self.raw,
-                                             "dtype": str(self.dtype).removeprefix("torch.")})
+            checkpoints.trained(self.model, {
+                "kind": "caffe", "config": self.raw, "shape": list(self.images.shape),
+                "classes": self.images.n_classes, "task": "classification",
+                "dtype": str(self.dtype).removeprefix("torch.")})  # fmt: skip
         return TrainResult.assemble(
             rows,
             rows[-1] if rows else {},
