@@ -347,7 +347,8 @@ def export(
 @data_option
 @click.option("--yes", "-y", is_flag=True, help="Delete without asking (needed with no terminal).")
 def delete(sweep_id: str, data_dir: str | None, yes: bool) -> None:
-    """Delete a sweep: its trials, their epoch rows and its summaries, for good.
+    """Delete a sweep: its trials, their epoch rows, its summaries and its kept models,
+    checkpoints and files, for good.
 
     A sweep still running is refused: stop its run (Ctrl-C), or cancel it through the API
     and wait for its trials to stop. A sweep of a data folder whose run ended before it did
@@ -376,5 +377,5 @@ def delete(sweep_id: str, data_dir: str | None, yes: bool) -> None:
     removed = store.admin.delete_sweep(sweep_id)
     click.echo(
         f"deleted sweep {sweep_id}: {removed['trials']:,} trials, "
-        f"{removed['metrics']:,} epoch rows"
+        f"{removed['metrics']:,} epoch rows, {removed.get('artifacts', 0):,} models and files"
     )
