@@ -71,7 +71,7 @@ from typing import Any
 
 from celery import Celery
 
-from core.errors import NotFound, SweepstackError
+from core.errors import NotFound, StoreUnavailable, SweepstackError
 from core.settings import Settings
 from core.spec.search import IN_WORKER, decides, decision_epochs
 from core.spec.sweep import SweepSpec, load_spec
@@ -172,6 +172,8 @@ class Feeder:
         self._points: list[TrialPoint] | None = None  # grid/random: the expansion, by cost
         self._next = 0  # position in `_points`
         self._created: set[str] = set()  # point ids stored
+        # Points asked but not stored when the store failed: the next `ask` gives them first.
+        self._pending: tuple[list[TrialPoint], dict[str, dict[str, Any]]] | None = None
         self._index = 0  # the next adaptive trial's index
         self._numbers: dict[str, int] = {}  # in-flight trial id -> Optuna number
         self._units: dict[str, int] = {}  # adaptive: in-flight trial id -> its unit's key
@@ -373,15 +375,22 @@ class Feeder:
         """Ask up to `n` new points (in at most `units` units: `ask`), store them, send
         them; how many were created."""
         points, extras = self.ask(n, units)
-        if len(points) < n and (units is None or self.used_up):
-            dropped = self.store.feeding.shrink_plan(self.sweep_id, n - len(points))
-            if dropped:
-                log.warning("sweep %s: the space is used up; %d trials fewer", self.sweep_id,
-                            dropped)  # fmt: skip
-        if not points:
-            return 0
-        self.store.feeding.begin_sending(self.sweep_id, [f"{self.sweep_id}-{p.id}" for p in points])
-        self.store.feeding.add_trials(self.sweep_id, self.spec, points, extras)
+        try:
+            if len(points) < n and (units is None or self.used_up):
+                dropped = self.store.feeding.shrink_plan(self.sweep_id, n - len(points))
+                if dropped:
+                    log.warning("sweep %s: the space is used up; %d trials fewer",
+                                self.sweep_id, dropped)  # fmt: skip
+            if not points:
+                return 0
+            ids = [f"{self.sweep_id}-{p.id}" for p in points]
+            self.store.feeding.begin_sending(self.sweep_id, ids)
+            self.store.feeding.add_trials(self.sweep_id, self.spec, points, extras)
+        except StoreUnavailable:
+            # Asked, not (all) stored: the next pass stores them again (`add_trials` skips
+            # those already in), so the sweep ends with exactly its planned trials.
+            self._pending = (points, extras)
+            raise
         self._created.update(p.id for p in points)
         self._send(points, unit_keys(extras))
         if self.session is not None:
@@ -400,6 +409,9 @@ class Feeder:
         An adaptive search asks in units of points to train together, at most `units` of
         them (`scheduler.units.ask_unit`); each point's Optuna fields name its unit
         (``unit``: the Optuna number of the unit's first point)."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            return pending
         extras: dict[str, dict[str, Any]] = {}
         points: list[TrialPoint] = []
         if self._points is not None:
