@@ -61,6 +61,17 @@ class ConfigError(SweepstackError):
     """A setting read from the environment is malformed."""
 
 
+class AttemptLost(SweepstackError):
+    """An attempt that cannot go on for a reason outside the trial: a data-parallel rank's
+    process killed by a signal (the OOM killer, kill -9, a lost host). Not the trial's result:
+    the attempt ends lost, as if its worker had died, and the trial is retaken (counted by
+    the poison rule, `SWEEPSTACK_MAX_ATTEMPTS`), from its last checkpoint where it has one."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
 class TrainingError(SweepstackError):
     """Training could not go on (NaN loss, out of memory, an unbuildable shape).
 

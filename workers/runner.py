@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from core.errors import InvalidQuery, NotFound, TrainingError
+from core.errors import AttemptLost, InvalidQuery, NotFound, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.config import TrialConfig
 from core.spec.kinds import kind_of
@@ -373,6 +373,12 @@ def execute_trial(
             )
             if not kind.counts_parameters:
                 extra.pop("param_count", None)  # the function's model is its own
+        except AttemptLost as exc:
+            # Not the trial's result: leave the attempt running and silent, as a dead
+            # worker's is, so that the stale requeue retakes it (counting the loss).
+            log.warning("trial %s: attempt %s lost: %s", trial_id, attempt, exc.reason)
+            write_rows(rows.take())
+            return "lost"
         except SoftTimeLimitExceeded:
             limit = doc.get("config", {}).get("execution", {}).get("time_limit")
             error = f"time limit exceeded: execution.time_limit is {limit} s"

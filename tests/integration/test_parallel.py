@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli.app import create_app
-from tests.integration.stack import Stack, wait_for
+from tests.integration.stack import Scheduler, Stack, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -170,3 +170,45 @@ def test_time_limit_fails_a_parallel_trial_and_ends_its_ranks(stack: Stack) -> N
     (doc,), _ = stack.store.reads.trials(sweep_id)
     assert "time limit" in doc["error"]
     assert _all_gone(_ranks_of(worker.proc.pid), timeout=5)
+
+
+def test_a_rank_killed_loses_the_attempt_and_the_retaken_trial_resumes_from_rank_0s_checkpoint(
+    stack: Stack,
+) -> None:
+    # The worker stays; its attempt goes silent, and the scheduler requeues it once stale.
+    stack.env["SWEEPSTACK_STALE_AFTER_SECONDS"] = "4"
+    scheduler = Scheduler(stack.env, stack.tmp / "scheduler.log")
+    try:
+        stack.start_worker()
+        sweep_id, _ = stack.submit(
+            _spec(
+                "rank-lost",
+                "{optimizer: sgd, lr: 0.05, epochs: 40, batch_size: 16, seed: 0}",
+                "{world_size: 2, strategy: allreduce}",
+            )
+            + "artifacts: {checkpoint_every: 5}\n"
+        )
+
+        def checkpointed() -> dict | None:
+            trials, _ = stack.store.reads.trials(sweep_id, state="running")
+            for doc in trials:
+                found = stack.store.artifacts.find(doc["_id"], "checkpoint", "last")
+                if found is not None and found["epoch"] >= 5:
+                    return doc
+            return None
+
+        doc = wait_for(checkpointed, 180, "a parallel trial's checkpoint of epoch 5")
+        ranks = _ranks_of(doc["worker"]["pid"])
+        assert len(ranks) == 2, ranks
+        os.kill(ranks[-1], signal.SIGKILL)
+        stack.wait_finished(sweep_id, timeout=300)
+    finally:
+        scheduler.stop()
+    full = stack.store.reads.get_trial(doc["_id"])
+    assert full["state"] == "complete", (full.get("error"), stack.logs())
+    assert [h["state"] for h in full["history"]] == ["lost", "complete"]
+    assert full["lost_attempts"] == 1
+    (resumed,) = full["resumed"]
+    assert resumed["epoch"] >= 5 and resumed["epoch"] % 5 == 0
+    final = [m["epoch"] for m in full["metrics"] if m["attempt"] == full["attempt"]]
+    assert final == list(range(1, 41))

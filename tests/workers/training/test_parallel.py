@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from core.errors import TrainingError
+from core.errors import AttemptLost, TrainingError
 from core.procs import free_port
 from core.spec.config import TrialConfig
 from workers.training import train
@@ -151,7 +151,7 @@ def test_easgd_sync_and_async_reach_the_accuracy_of_allreduce() -> None:
     assert sum(row["comm_bytes"] for row in asynchronous.metrics) > 0
 
 
-def test_a_rank_killed_fails_the_trial_and_leaves_no_rank_behind() -> None:
+def test_a_rank_killed_loses_the_attempt_and_leaves_no_rank_behind() -> None:
     killed: dict[int, int] = {}
 
     def kill_rank_1(epoch: int, row: dict[str, float]) -> None:
@@ -160,7 +160,7 @@ def test_a_rank_killed_fails_the_trial_and_leaves_no_rank_behind() -> None:
             os.kill(killed[1], signal.SIGKILL)
 
     config = _config({"world_size": 2}, training={"epochs": 200})
-    with pytest.raises(TrainingError, match="rank 1 of 2 was killed by SIGKILL"):
+    with pytest.raises(AttemptLost, match="rank 1 of 2 was killed by SIGKILL"):
         train(config, on_epoch=kill_rank_1)
     assert set(killed) == {0, 1}
     assert _gone(killed)

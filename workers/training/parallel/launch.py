@@ -3,7 +3,9 @@
 The worker that claimed the trial calls `train_parallel` in place of the one-process loop:
 it starts `world_size` processes of `rank.py` (gloo on the CPU; one GPU each with NCCL),
 relays rank 0's epochs to `on_epoch`, and returns rank 0's result. Whatever happens, no
-rank outlives the call: the first rank to fail ends the others, a `should_stop` (the
+rank outlives the call: the first rank to fail ends the others (a rank killed by a signal
+from outside, `AttemptLost`: the attempt is lost and the trial retaken; a rank's own error,
+`TrainingError`: the trial fails), a `should_stop` (the
 sweep was cancelled, the trial pruned, the claim was lost) ends them all, a time limit
 raised in the worker ends them all, and every rank dies with the worker process (Linux
 parent-death signal). `should_stop` is asked after every epoch relayed (and between
@@ -30,7 +32,7 @@ from typing import Any
 
 import torch
 
-from core.errors import TrainingError
+from core.errors import AttemptLost, TrainingError
 from core.procs import die_with_parent, free_port
 from core.spec.config import TrialConfig
 from workers.training.checkpoints import pack, read_model_file, unpack
@@ -217,7 +219,10 @@ def _follow(
             deadline = time.monotonic() + SETTLE_SECONDS
             while time.monotonic() < deadline and any(r.proc.poll() is None for r in ranks):
                 _read(ranks, follow, on_epoch, 0.05)
-            raise TrainingError(_failure(ranks, follow))
+            reason = _failure(ranks, follow)
+            if _signalled(ranks):  # killed from outside: the attempt is lost, not the trial
+                raise AttemptLost(reason)
+            raise TrainingError(reason)
         if all(r.proc.poll() == 0 for r in ranks):
             _read(ranks, follow, on_epoch, 0)  # whatever is left in the pipes
             if follow.stopped:
@@ -276,6 +281,13 @@ def _handle(
         follow.saving.handle(event)
     elif kind == "result":
         follow.result = event["result"]
+
+
+def _signalled(ranks: list[_Rank]) -> bool:
+    """Whether a rank died of a signal that this launcher did not send."""
+    return any(
+        (code := r.proc.poll()) is not None and code < 0 and not r.killed_by_us for r in ranks
+    )
 
 
 def _failure(ranks: list[_Rank], follow: _Follow) -> str:
