@@ -1,7 +1,7 @@
 """The `sweepstack` command line: the click group, assembled from the command modules.
 
 The commands live one module a subject (`cli.specs`, `cli.commands`, `cli.worker`,
-`cli.results`, `cli.report`, `cli.open_dashboard`, `cli.run`, `cli.api_server`,
+`cli.results`, `cli.report`, `cli.model`, `cli.open_dashboard`, `cli.run`, `cli.api_server`,
 `cli.dashboard_server`); what they share (exit codes, settings, the spec as read) is
 `cli.shared`, their common options `cli.options`. Nothing imports this module.
 
@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "delete": "cli.results:delete",
     "open": "cli.open_dashboard:open_command",
     "report": "cli.report:report",
+    "model": "cli.model:model",
 }
 
 
@@ -72,7 +73,8 @@ def main() -> None:
 
     Start with `sweepstack validate SPEC`, look at the trials with
     `sweepstack generate SPEC`, run them here with `sweepstack run SPEC`; then
-    `sweepstack ls`, `status`, `export` and `open` reach the results it kept.
+    `sweepstack ls`, `status`, `export` and `open` reach the results it kept, and
+    `sweepstack model` the best trials' trained models.
     """
 
 

@@ -96,6 +96,22 @@ class NotFound(SweepstackError):
         super().__init__(f"{kind} {ident!r} not found")
 
 
+class NoModel(NotFound):
+    """A trial the caller may see that has no kept model, and why: `reason` is
+    ``not_complete`` (only a complete trial's model is kept), ``not_kept`` (the sweep's
+    ``artifacts:`` policy did not keep it, or no longer does) or ``gone`` (its bytes are
+    missing from the store); the message says it in words."""
+
+    def __init__(self, trial_id: str, reason: str, message: str) -> None:
+        super().__init__("model", trial_id)
+        self.reason = reason
+        self.message = message
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class InvalidTransition(SweepstackError):
     """A trial was asked to move between states the lifecycle does not connect."""
 

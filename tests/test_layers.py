@@ -6,7 +6,10 @@ string that names one of our modules as an entry point (``"cli.wsgi:app"`` for g
 The floors, bottom up: `core` (itself in floors: the plumbing modules, then `core.spec`, then
 `core.store`, then `core.analysis`); `scheduler` and `workers` on `core`; the shared web
 layer `web` on `core`; `api` (which may also use the scheduler) and `dashboard` on `web`,
-never each other; `cli` on top of everything, imported by nothing. Only `core.store` imports
+never each other; `cli` on top of everything, imported by nothing. Beside `cli`, the library
+`sweepstack` (what a user's own Python imports: `sweepstack.load_model`) stands on `core` and
+`workers` alone, and nothing of ours imports it: it needs the workers' model code but no
+server, CLI or web layer. Only `core.store` imports
 pymongo; only `workers` imports torch; only `scheduler`, `workers` and `core.spec.pruners`
 import optuna (the spec's pruner is built in one place, for the scheduler and for the
 workers that run the pruners needing no other trial in flight, `workers.pruning`);
@@ -24,7 +27,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OURS = ("core", "scheduler", "workers", "web", "api", "dashboard", "cli")
+OURS = ("core", "scheduler", "workers", "web", "api", "dashboard", "cli", "sweepstack")
 #: package -> the packages of ours it may import (itself always).
 ALLOWED = {
     "core": set(),
@@ -34,6 +37,7 @@ ALLOWED = {
     "api": {"core", "web", "scheduler"},
     "dashboard": {"core", "web"},
     "cli": {"core", "scheduler", "workers", "web", "api", "dashboard"},
+    "sweepstack": {"core", "workers"},
 }
 #: The floors inside `core`, bottom up: each may import only itself and those below.
 CORE_FLOORS = ("core", "core.spec", "core.store", "core.analysis")
@@ -135,6 +139,9 @@ def test_the_rules_catch_a_wrong_import() -> None:
     assert _problems("dashboard.data", {"api.errors"}) == ["api"]
     assert _problems("web.auth", {"cli.app"}) == ["cli"]
     assert _problems("cli.main", {"api.app", "workers.main", "torch"}) == ["torch"]
+    assert _problems("sweepstack", {"cli.local", "workers.models_io", "torch"}) == [
+        "cli", "torch"
+    ]
 
 
 def test_string_entry_points_name_modules_that_exist() -> None:
