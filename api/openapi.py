@@ -144,6 +144,17 @@ def _schemas(settings: Settings) -> dict[str, Any]:
                            "artifacts": INT}),
         "Health": obj({"status": {"const": "ok"}, "store": part, "broker": part}),
         "Workers": obj({"queue": STR, "workers": {"type": "array", "items": worker}}),
+        "KeptModel": obj(
+            {"trial_id": STR, "objective": nullable(NUM), "metric": nullable(STR),
+             "size": INT, "sha256": STR, "created_at": TIME,
+             "links": obj({"download": STR})},
+            description="a trial's kept model (the sweep's artifacts: policy keeps them)",
+        ),
+        "KeptModels": obj(
+            {"items": {"type": "array", "items": ref("KeptModel"),
+                       "description": "best objective first, at most 1,000"},
+             "total": INT},
+        ),
         "Analysis": ANALYSIS,
         "SweepSpec": _spec_schema(settings),
     }
@@ -266,7 +277,8 @@ ERRORS = {
     "400": "A query parameter, path value or body key is unknown, malformed or an operator; "
     "a body that is not plain JSON or YAML (a key given twice, NUL, a 4,300-digit number)",
     "401": "No bearer token, or one the server does not know",
-    "404": "No such sweep or trial, or it belongs to someone else",
+    "404": "No such sweep or trial, or it belongs to someone else; for a trial's model, also "
+    "a trial of the caller's with no kept model (details.reason: not_complete, not_kept, gone)",
     "409": "The sweep's state forbids it (active trials, or cancelled)",
     "413": "The body is over the size limit, with a Content-Length or chunked",
     "415": "The body is neither JSON nor YAML",
@@ -348,6 +360,17 @@ def _paths() -> dict[str, Any]:
         "description": "One row per trial, streamed",
         "content": {"text/csv": {"schema": STR}, "application/x-ndjson": {"schema": STR}},
     }
+    model_file = {
+        "description": "The model's weights and its trial's config (safetensors; "
+        "sweepstack.load_model reads it), streamed",
+        "headers": {
+            "ETag": {"schema": STR, "description": "the file's SHA-256, quoted"},
+            "Content-Disposition": {"schema": STR,
+                                    "description": "attachment; filename=<trial>.safetensors"},
+        },
+        "content": {"application/octet-stream": {"schema": {
+            "type": "string", "contentMediaType": "application/octet-stream"}}},
+    }  # fmt: skip
     return {
         f"{PREFIX}/sweeps": {
             "post": _op(
@@ -389,6 +412,17 @@ def _paths() -> dict[str, Any]:
         f"{PREFIX}/sweeps/{{sweep_id}}/analysis": {
             "get": _op("What the sweep found: plateaus, cost laws, importance, the front",
                        {"200": _json(ref("Analysis"), "The analysis")}, common, parameters=sweep),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/models": {
+            "get": _op("The sweep's kept models, best first",
+                       {"200": _json(ref("KeptModels"), "The kept models")}, common,
+                       parameters=sweep),
+        },
+        f"{PREFIX}/trials/{{trial_id}}/model": {
+            "get": _op("The trial's kept model: a safetensors file, streamed",
+                       {"200": model_file, "304": {"description": "If-None-Match named the "
+                                                   "file's ETag: unchanged"}},
+                       common, parameters=_params("TrialId")),
         },
         f"{PREFIX}/trials/{{trial_id}}": {
             "get": _op("A trial's record and per-epoch metrics",

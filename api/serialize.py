@@ -55,6 +55,7 @@ def sweep_links(sweep_id: str) -> dict[str, str]:
         "export": f"{base}/export?format=csv",
         "cancel": f"{base}/cancel",
         "retry": f"{base}/retry",
+        "models": f"{base}/models",
     }
 
 

@@ -1,5 +1,6 @@
 """``/api/v1/sweeps``: submit, list, show, cancel, retry, delete, page trials, export,
-and what a sweep found (``/analysis``: `core.analysis`).
+what a sweep found (``/analysis``: `core.analysis`) and the models it kept (``/models``,
+best first; each downloads from ``/api/v1/trials/{id}/model``).
 
 Every route needs a bearer token, and a sweep is visible only to the name of the token
 that submitted it: anyone else gets the same 404 as for a sweep that does not exist.
@@ -33,6 +34,7 @@ from api.serialize import PREFIX, sweep_detail, sweep_links, sweep_view, trial_v
 from api.submission import read_spec
 from core.analysis import sweep_analysis
 from core.store import export
+from core.store.kept_models import model_entry
 from scheduler.retry import broker_reachable, retry_sweep
 from scheduler.submit import submit_sweep
 from web.context import AppContext, context
@@ -149,6 +151,25 @@ def export_trials(sweep_id: str) -> Response:
     filename = f"sweep-{sweep_id}.{fmt}"
     headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
     return Response(body, mimetype=mimetype, headers=headers)
+
+
+#: The most kept models `models` lists (a sweep keeps at most `top_k`, itself at most
+#: 1,000, unless its spec asks for ``keep: all``).
+MAX_MODELS = 1000
+
+
+@blueprint.get("/<sweep_id>/models")
+def models(sweep_id: str) -> dict[str, Any]:
+    """The sweep's kept models, best objective first, each with its download link."""
+    accept(())
+    store = context().store
+    sweep = store.reads.get_sweep(sweep_id, owner=owner())
+    docs = store.artifacts.models(sweep_id, sweep["objective"]["direction"])
+    items = [
+        {**model_entry(doc), "links": {"download": f"{PREFIX}/trials/{doc['trial_id']}/model"}}
+        for doc in docs[:MAX_MODELS]
+    ]
+    return {"items": items, "total": len(docs)}
 
 
 @blueprint.get("/<sweep_id>/analysis")

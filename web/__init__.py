@@ -6,6 +6,8 @@
   cookie, CSRF, throttling of failed attempts);
 - `web.headers`: the security headers of every response (no framing, no sniffing, no
   shared caching of a user's data);
+- `web.downloads`: a trial's kept model as a streamed download (the API's route and the
+  dashboard's link give the same response);
 - `web.errors`: the one JSON error body ``{"code", "message", "details"}`` and the handlers
   that give every error, routing and unexpected ones included, that shape.
 

@@ -13,6 +13,8 @@ sees a stack trace: an unexpected exception is logged here and answered with a g
 - 400 ``csrf_failed``: a dashboard form without this session's CSRF token;
 - 401 ``unauthorized``: no bearer token, or one the server does not know;
 - 404 ``not_found``: a missing sweep or trial, one owned by someone else, an unknown URL;
+  a trial of the caller's with no kept model (``details.reason``: ``not_complete``,
+  ``not_kept`` or ``gone``, and the message says why: `core.errors.NoModel`);
 - 405 ``method_not_allowed``: a method the URL does not serve (with ``Allow``);
 - 409 ``conflict``: deleting a sweep with queued or running trials, retrying a cancelled one;
 - 413 ``body_too_large``: a body over ``SWEEPSTACK_API_MAX_BODY_BYTES``;
@@ -39,6 +41,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from core.errors import (
     InvalidQuery,
     InvalidTransition,
+    NoModel,
     NotFound,
     SpecError,
     StoreUnavailable,
@@ -140,6 +143,11 @@ def _not_found(exc: NotFound) -> Response:
     return error_response(404, "not_found", f"no {exc.kind} {exc.ident}", {"kind": exc.kind})
 
 
+def _no_model(exc: NoModel) -> Response:
+    details = {"kind": "model", "reason": exc.reason}
+    return error_response(404, "not_found", str(exc), details)
+
+
 def _conflict(exc: InvalidTransition) -> Response:
     return error_response(409, "conflict", str(exc))
 
@@ -172,6 +180,7 @@ def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(SpecError, _spec_error)
     app.register_error_handler(InvalidQuery, _invalid_query)
     app.register_error_handler(NotFound, _not_found)
+    app.register_error_handler(NoModel, _no_model)
     app.register_error_handler(InvalidTransition, _conflict)
     app.register_error_handler(StoreUnavailable, _store_down)
     app.register_error_handler(OperationalError, _broker_down)
