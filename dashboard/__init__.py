@@ -11,7 +11,8 @@ Optuna's plots are: rows from the store's records, then figures from the rows.
   `payloads` puts a page's JSON together, `snapshots` keeps a finished sweep's first page in
   the store, `plotlyjs` serves the installed plotly.js, `blueprint` holds the routes;
   `trials` (the table of every trial), `compare` (trials side by side) and `trial_routes`
-  (their routes, downloads and the owner's cancel and retry) are the trials table.
+  (their routes, downloads and the owner's cancel and retry) are the trials table;
+  `models` says which trials have a kept model to download (the top trials, a trial page).
 
 It imports `core` and the shared web layer (`web`), never `api`; `cli.app` mounts it, and
 `cli.dashboard_wsgi` serves it alone.

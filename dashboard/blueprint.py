@@ -1,12 +1,13 @@
 """The dashboard's Flask blueprint: four pages, their JSON, and plotly.js from the package.
 
 Pages: ``/`` (sweeps, a page at a time), ``/sweeps/<id>``, ``/trials/<id>``,
-``/workers``. Their data is under ``/dashboard/data/…`` and their files under
-``/dashboard/static/…``; plotly.js is served from the installed ``plotly`` package at
-``/dashboard/plotly.min.js`` (gzipped where accepted: `dashboard.plotlyjs`), so pages need
-no network beyond this server. Each view
-parses its arguments, calls `payloads`, and answers; data errors get the one JSON shape
-of the API (``{"code", "message", "details"}``), pages an HTML page with the same status.
+``/workers``; ``/trials/<id>/model`` downloads a trial's kept model (`dashboard.models`),
+behind the same login as its page. Their data is under ``/dashboard/data/…`` and their
+files under ``/dashboard/static/…``; plotly.js is served from the installed ``plotly``
+package at ``/dashboard/plotly.min.js`` (gzipped where accepted: `dashboard.plotlyjs`), so
+pages need no network beyond this server. Each view parses its arguments, calls `payloads`,
+and answers; data errors get the one JSON shape of the API (``{"code", "message",
+"details"}``), pages an HTML page with the same status.
 The sweep page's trials table has its routes in a nested blueprint (`trial_routes`), under
 the same guard and error handlers.
 
@@ -38,13 +39,15 @@ from flask import (
 )
 from flask.blueprints import BlueprintSetupState
 
-from core.errors import InvalidQuery, NotFound, StoreUnavailable
-from dashboard import payloads, plotlyjs, snapshots
+from core.errors import InvalidQuery, NoModel, NotFound, StoreUnavailable
+from core.store.kept_models import kept_model
+from dashboard import models, payloads, plotlyjs, snapshots
 from dashboard.analysis import panel_payload
 from dashboard.figures import STATE_COLOURS
 from dashboard.payloads import DashboardState
 from dashboard.trial_routes import RetrySweep, trials_blueprint
 from web.context import AppContext, Identity, context, error_response, identity
+from web.downloads import model_response
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +172,10 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
         message = f"no {exc.kind} {exc.ident}" if data else str(exc)
         return _error(404, "not_found", message, {"kind": exc.kind})
 
+    @bp.errorhandler(NoModel)
+    def no_model(exc: NoModel) -> Any:
+        return _error(404, "not_found", str(exc), {"kind": "model", "reason": exc.reason})
+
     @bp.errorhandler(InvalidQuery)
     def invalid(exc: InvalidQuery) -> Any:
         return _error(400, "invalid_parameter", str(exc), {"parameter": exc.field})
@@ -197,7 +204,17 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
     @bp.get("/trials/<trial_id>")
     def trial(trial_id: str) -> str:
         initial = payloads.trial_payload(_services().store.reads, trial_id, _now(), owner=_owner())
+        initial["model"] = _model_info(trial_id)
         return render_template("dashboard/trial.html", initial=initial, **_page_context())
+
+    @bp.get("/trials/<trial_id>/model")
+    def trial_model(trial_id: str) -> Response:
+        services = _services()
+        settings = services.settings
+        doc = kept_model(services.store.reads, services.store.artifacts, trial_id,
+                         owner=_owner(), default_keep=settings.artifacts_keep,
+                         default_top_k=settings.artifacts_top_k)  # fmt: skip
+        return model_response(services.store.artifacts, doc)
 
     @bp.get("/sweeps/<sweep_id>/trials/<int:index>")
     def trial_by_index(sweep_id: str, index: int) -> Response:
@@ -232,8 +249,10 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
         mode = request.args.get("mode", "best")
         if mode not in ("best", "recent"):
             raise InvalidQuery("mode", f"must be best or recent, got {mode!r}")
-        return _json(snapshots.first_payload(_state(), _services().store.reads, sweep_id, _now(),
-                                            param=request.args.get("param"), mode=mode))
+        payload = snapshots.first_payload(_state(), _services().store.reads, sweep_id, _now(),
+                                          param=request.args.get("param"), mode=mode)
+        payload["models"] = models.kept_ids(_services().store.artifacts, payload["top"])
+        return _json(payload)
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/summary")
     def sweep_summary(sweep_id: str) -> Response:
@@ -246,7 +265,10 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
         _own_sweep(sweep_id)
         table = _state().tables.get(_services().store.reads, sweep_id)
         versions = {name: request.args.get(name, "") for name in payloads.AGGREGATES}
-        return _json(payloads.sweep_changes(table, _now(), _int_arg("since"), versions))
+        changes = payloads.sweep_changes(table, _now(), _int_arg("since"), versions)
+        if "top" in changes:  # which of them have a model changes only with them
+            changes["models"] = models.kept_ids(_services().store.artifacts, changes["top"])
+        return _json(changes)
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>/scatter")
     def sweep_scatter(sweep_id: str) -> Response:
@@ -279,9 +301,12 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
     def trial_data(trial_id: str) -> Response:
         reads = _services().store.reads
         if request.args.get("attempt") is None:
-            return _json(payloads.trial_payload(reads, trial_id, _now(), owner=_owner()))
-        return _json(payloads.trial_changes(reads, trial_id, _now(), _int_arg("attempt"),
-                                            _int_arg("epoch", -1, low=-1), owner=_owner()))
+            payload = payloads.trial_payload(reads, trial_id, _now(), owner=_owner())
+        else:
+            payload = payloads.trial_changes(reads, trial_id, _now(), _int_arg("attempt"),
+                                             _int_arg("epoch", -1, low=-1), owner=_owner())
+        payload["model"] = _model_info(trial_id)
+        return _json(payload)
 
     @bp.get("/dashboard/data/workers")
     def workers_data() -> Response:
@@ -291,6 +316,13 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
         ))
 
     return bp
+
+
+def _model_info(trial_id: str) -> dict[str, Any] | None:
+    """The trial's kept model for its page (`dashboard.models.model_info`), once the
+    caller's right to the trial was checked."""
+    url = url_for("dashboard.trial_model", trial_id=trial_id)
+    return models.model_info(_services().store.artifacts, trial_id, url)
 
 
 def _partial(sweep_id: str, which: str) -> dict[str, Any]:

@@ -8,7 +8,8 @@ caller may see, or raises:
   sweep: the same error for both, so a download route never tells that a trial exists;
 - `NoModel` for a visible trial with no model, naming why: the trial is not complete, the
   sweep's ``artifacts:`` policy did not keep it (or dropped it when better trials came),
-  or the bytes are gone.
+  its worker stored none though the policy would keep it (a trial kind that keeps no
+  model, or a store that refused it), or the bytes are gone.
 
 `best_kept_model` is the sweep's best one (what ``sweepstack model SWEEP`` downloads), and
 `model_entry` what a listing shows of one (``GET /api/v1/sweeps/{id}/models``).
@@ -73,14 +74,18 @@ def kept_model(
     section = (sweep.get("spec") or {}).get("artifacts")
     policy = sweep_artifacts(section if isinstance(section, Mapping) else None,
                              default_keep, default_top_k)  # fmt: skip
-    metric = (sweep.get("objective") or {}).get("metric", "the objective")
-    raise NoModel(trial_id, "not_kept", f"trial {trial_id} has no kept model: "
-                  + _why(policy, metric, given=isinstance(section, Mapping)))  # fmt: skip
+    objective = sweep.get("objective") or {}
+    ranks = policy.kept is None or artifacts.ranks_within(
+        sweep["_id"], trial.get("objective"), objective.get("direction", "minimize"), policy.kept
+    )
+    why = _why(policy, objective.get("metric", "the objective"),
+               given=isinstance(section, Mapping), ranks=ranks)  # fmt: skip
+    raise NoModel(trial_id, "not_kept", f"trial {trial_id} has no kept model: {why}")
 
 
-def _why(policy: Policy, metric: str, *, given: bool) -> str:
+def _why(policy: Policy, metric: str, *, given: bool, ranks: bool) -> str:
     """The policy that left a complete trial without a model, as its spec or the server
-    set it."""
+    set it; `ranks`: whether the trial would be among the models it keeps."""
     if given:
         setting = f"its spec's artifacts.keep: {policy.keep}"
         if policy.keep == "top_k":
@@ -91,9 +96,11 @@ def _why(policy: Policy, metric: str, *, given: bool) -> str:
             setting += f", SWEEPSTACK_ARTIFACTS_TOP_K={policy.top_k}"
     if policy.keep == "none":
         return f"its sweep keeps no models ({setting})"
-    if policy.keep == "all":
-        return (f"its worker stored none, though its sweep keeps every complete trial's "
-                f"({setting}); the worker's log says why")  # fmt: skip
+    if ranks:  # kept by the policy, yet not stored: a trial kind that keeps no model, or
+        # a store that refused it (a ceiling), which the worker logged
+        return (f"its worker stored none, though its sweep would keep it ({setting}): its "
+                "kind of trial may keep no model (a training function's model is its own), "
+                "or the store refused it, which the worker logged")
     best = "the best model" if policy.kept == 1 else f"the {policy.kept} best models"
     return f"its sweep keeps {best} by {metric} ({setting}), and this trial is not among them"
 

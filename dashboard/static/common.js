@@ -44,6 +44,15 @@ const SS = (function () {
     return Number(value.toPrecision(digits || 4)).toString();
   }
 
+  /** A size in bytes as people read it: 812 B, 104 kB, 2.1 MB (powers of 1,000). */
+  function bytes(n) {
+    if (n === null || n === undefined) return "–";
+    const units = ["B", "kB", "MB", "GB", "TB"];
+    let i = 0;
+    while (n >= 1000 && i < units.length - 1) { n /= 1000; i += 1; }
+    return (i === 0 || n >= 100 ? Math.round(n) : Number(n.toPrecision(2))) + " " + units[i];
+  }
+
   function seconds(value) {
     if (value === null || value === undefined) return "–";
     if (value < 1) return value.toFixed(2) + " s";
@@ -155,6 +164,6 @@ const SS = (function () {
 
   window.__dashboard = { pageId: Math.random().toString(36).slice(2), drawn: false };
 
-  return { STATES, PLOT_CONFIG, el, num, grouped, seconds, time, ago, fillTimes, getJSON, setLive, poll,
-           progressBar, card, drawn, painted };
+  return { STATES, PLOT_CONFIG, el, num, grouped, bytes, seconds, time, ago, fillTimes, getJSON,
+           setLive, poll, progressBar, card, drawn, painted };
 })();

@@ -11,7 +11,7 @@
   const POLL_MS = 2000;
   const S = {
     since: 0, versions: {}, sweep: null, params: [], param: null, mode: "best",
-    limits: {}, plotted: new Set(), par: null, curves: [], top: [],
+    limits: {}, plotted: new Set(), par: null, curves: [], top: [], models: new Set(),
     failed: [], failedSeen: new Set(), summary: null, history: null, historyFigs: null,
     recent: [], reasons: [],
     historyAxis: "trials",
@@ -72,6 +72,15 @@
     return SS.el("a", { href: cfg.trialsUrl + row.id, text: "#" + row.index });
   }
 
+  // A download of the trial's kept model, if its sweep kept one (`S.models`: their ids).
+  function modelLink(row) {
+    if (!S.models.has(row.id)) return "–";
+    return SS.el("a", { href: cfg.trialsUrl + row.id + "/model", download: true,
+      class: "download", title: "download the trained model of trial #" + row.index +
+        " (safetensors)", "aria-label": "download the model of trial #" + row.index,
+      text: "↓" });
+  }
+
   function paramCells(row, paths) {
     return paths.map((p) => SS.el("td", { class: typeof row.params[p] === "number" ? "num" : null,
       text: row.text[p] === undefined ? "–" : row.text[p] }));
@@ -87,12 +96,13 @@
     const head = SS.el("tr", {}, SS.el("th", { class: "num", text: "rank" }),
       SS.el("th", { text: "trial" }), paths.map((p) => SS.el("th", { text: short(p) })),
       SS.el("th", { class: "num", text: S.sweep.metric }),
-      SS.el("th", { class: "num", text: "train time" }));
+      SS.el("th", { class: "num", text: "train time" }), SS.el("th", { text: "model" }));
     const rows = top.map((row, i) => SS.el("tr", { "data-index": row.index },
       SS.el("td", { class: "num", text: i + 1 }), SS.el("td", {}, trialLink(row)),
       paramCells(row, paths),
       SS.el("td", { class: "num", text: SS.num(row.objective, 5) }),
-      SS.el("td", { class: "num nowrap", text: SS.seconds(row.train_seconds) })));
+      SS.el("td", { class: "num nowrap", text: SS.seconds(row.train_seconds) }),
+      SS.el("td", {}, modelLink(row))));
     $("top-table").replaceChildren(SS.el("thead", {}, head), SS.el("tbody", {}, rows));
     if (!top.length) {
       $("top-table").append(SS.el("tbody", {}, SS.el("tr", {},
@@ -424,6 +434,7 @@
     fillParamSelect();
     setParallel(figs.parallel);
     $("loading").hidden = true;
+    S.models = new Set(payload.models || []);
     renderTop(payload.top);
     renderFailed();
     renderPruned(payload.pruned);
@@ -461,6 +472,7 @@
     if (d.width) await plot("fig-width", d.width);
     if (d.timing) await plotTiming(d.timing);
     if (d.reasons) renderReasons(d.reasons);
+    if (d.models) S.models = new Set(d.models);
     if (d.top) { renderTop(d.top); await updateCurves(d.top, "top", S.limits.curves); }
     if (d.history) { await plotHistory(d.history); renderSummary(d.summary, d.sweep); }
     if (d.pruned) {

@@ -1,5 +1,6 @@
-/* The trial page: config, per-epoch curves, timings, worker, device and error. While the
-   trial runs, polls for the epochs after the last one drawn and extends the curves. */
+/* The trial page: config, per-epoch curves, timings, worker, device and error, and the
+   download of its kept model when it has one. While the trial runs, polls for the epochs
+   after the last one drawn and extends the curves. */
 "use strict";
 
 (function () {
@@ -21,6 +22,16 @@
     if (typeof value === "number") return SS.num(value, 6);
     if (typeof value === "object") return JSON.stringify(value);
     return String(value);
+  }
+
+  // The kept model's download link (`model`: its URL and size, or null: none kept).
+  function renderModel(model) {
+    const link = $("model-download");
+    link.hidden = !model;
+    if (!model) { link.removeAttribute("href"); return; }
+    link.href = model.url;
+    link.title = "safetensors, SHA-256 " + model.sha256;
+    link.textContent = "download model (" + SS.bytes(model.size) + ")";
   }
 
   function render(t) {
@@ -147,6 +158,7 @@
     last = d.series.last;
     names = { loss: d.series.losses, metrics: d.series.metrics };
     render(d.trial);
+    renderModel(d.model);
     await plotAll(d.figures);
   }
 
@@ -159,11 +171,13 @@
     // Pruned just now: draw the figures again, with the epoch it stopped at marked.
     if (d.reset || (d.trial.state === "pruned" && trial.state !== "pruned")) return reload();
     render(d.trial);
+    renderModel(d.model);
     await extend(d.series);
   }
 
   async function start() {
     render(trial);
+    renderModel(initial.model);
     await plotAll(initial.figures);
     await SS.painted();
     SS.drawn();

@@ -39,6 +39,7 @@ from tests.dashboard.conftest import (
     login,
     small_sweep_spec,
 )
+from tests.kept_models import keep_model
 from tests.services import free_port, wait_listening
 from web.local_open import local_open_note
 
@@ -65,6 +66,7 @@ def settings(secantus_url: str, db_name: str) -> Settings:
 def app(settings: Settings, sweep: Sweep, monkeypatch: pytest.MonkeyPatch) -> Flask:
     monkeypatch.setattr(payloads, "PREPARED_SECONDS", 0)
     sweep.finish(0, objective=0.75, epochs=2)
+    keep_model(sweep.store, sweep.store.reads.get_trial(sweep.ids[0]), 0.75)  # its download
     return dashboard_app(settings, sweep.store)
 
 
@@ -91,7 +93,7 @@ def dashboard_urls(app: Flask, sweep: Sweep, method: str = "GET") -> list[tuple[
                 (rule.endpoint, url_for(rule.endpoint, **args) + QUERIES.get(rule.endpoint, ""))
             )
     if method == "GET":
-        assert len(urls) >= 17, urls  # four pages, a redirect, twelve data routes
+        assert len(urls) >= 18, urls  # four pages, a redirect, a download, twelve data routes
     return urls
 
 
