@@ -402,11 +402,13 @@ def test_the_block_runs_as_written(block: Block, sandbox: Sandbox) -> None:
 @pytest.mark.integration
 def test_the_blocks_left_what_they_promise(sandbox: Sandbox) -> None:
     """A check that the runs above did their work, so an empty success cannot pass: the
-    data folder of `run` and the CSV `export` writes."""
+    data folder of `run`, the CSV `export` writes and the models `model` writes."""
     for block in _runnable_now():
         sandbox.run(block)
     assert (Path(sandbox.env["HOME"]) / ".sweepstack" / "db").is_dir()
     assert (sandbox.checkout / "trials.csv").read_text().startswith("id,")
+    for model in ("best.safetensors", "best.onnx", "best.pt"):
+        assert (sandbox.checkout / model).stat().st_size > 1000, model
     api_csv = (sandbox.checkout / "results.csv").read_text().splitlines()
     assert api_csv[0].startswith("id,") and len(api_csv) == 13, api_csv[:3]  # quickstart: 12
     demo = next(b for b in _runnable_now() if b.text.startswith("make demo"))
