@@ -16,7 +16,7 @@ import sweepstack
 from core.errors import ConfigError
 from core.spec.config import TrialConfig
 from workers import models_io
-from workers.models_io import CheckpointError, MissingExtra, load_model_bytes
+from workers.models_io import CheckpointError, ExportError, MissingExtra, load_model_bytes
 from workers.training.checkpoints import model_file, pack
 from workers.training.models import build_mlp
 
@@ -76,15 +76,16 @@ def _with_meta(**changes: object) -> bytes:
         (lambda: _trained()[2][:-10], "cut short|cannot be read"),
         (lambda: pack({"w": torch.zeros(2)}, {}), "not a sweepstack model file"),
         (lambda: b"\x00" * 4, "cut short"),
-        (lambda: _with_meta(kind="caffe"), "kind 'caffe' cannot be rebuilt here"),
+        (lambda: _with_meta(kind="keras"), "kind 'keras' cannot be rebuilt here"),
+        (lambda: _with_meta(kind="caffe"), "does not describe its Caffe net"),
         (lambda: _with_meta(dtype="Tensor"), "unknown dtype 'Tensor'"),
         (lambda: _with_meta(n_in=5), "do not fit its config"),
         (lambda: _with_meta(config={"model": {"hidden_units": -1}}), "do not fit its config"),
         (lambda: st_save({"x": torch.zeros(1)}, metadata={
             "format": "sweepstack-model-1", "meta": json.dumps([1])}), "not a JSON object"),
     ],
-    ids=["truncated", "a-checkpoint", "tiny", "unknown-kind", "dtype", "shape", "config",
-         "meta-list"],
+    ids=["truncated", "a-checkpoint", "tiny", "unknown-kind", "caffe-meta", "dtype", "shape",
+         "config", "meta-list"],
 )
 def test_anything_but_a_whole_model_file_is_refused(data, why: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(CheckpointError, match=why):
@@ -99,3 +100,29 @@ def test_onnx_without_its_extra_names_the_extra(
     with pytest.raises(MissingExtra, match=r"onnxscript package: .*sweepstack\[onnx\]"):
         models_io.to_onnx(module, meta, tmp_path / "m.onnx")
     assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
+def test_a_caffe_net_loads_and_traces_and_onnx_says_it_cannot(tmp_path: Path) -> None:
+    from core.spec.sweep import load_spec
+    from scheduler.expand import expand
+    from tests.workers.training.test_resume import CAFFE_NET, CAFFE_SOLVER, MemoryCheckpoints
+    from workers.training.caffe.loop import train_caffe
+
+    torch.set_num_threads(1)
+    spec = load_spec({"name": "kept", "dataset": {"name": "digits"}, "training": {"seed": 3},
+                      "caffe": {"net_text": CAFFE_NET, "solver_text": CAFFE_SOLVER}})  # fmt: skip
+    (trial,) = expand(spec, with_config=True)
+    keeper = MemoryCheckpoints(every=1000)
+    train_caffe(trial.config, checkpoints=keeper)
+    assert keeper.model is not None
+    loaded, meta = load_model_bytes(model_file(*keeper.model))
+    x = torch.randn(5, *meta["shape"])  # another batch size than the trace's
+    with torch.no_grad():
+        scores = loaded(x)
+        assert scores.shape == (5, 10)
+        traced = torch.jit.load(io.BytesIO(models_io.to_torchscript(loaded, meta)))
+        assert torch.equal(traced(x), scores)
+    with pytest.raises(ExportError, match="cannot be exported to ONNX: GuardOnDataDependent"):
+        models_io.to_onnx(loaded, meta, tmp_path / "net.onnx")
+    assert not (tmp_path / "net.onnx").exists()
