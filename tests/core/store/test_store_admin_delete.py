@@ -43,7 +43,8 @@ def test_delete_sweep_removes_the_sweep_its_trials_and_metrics(store: Store) -> 
     end_trial(store, trial_ids(other_id, other_points)[0])
     with pytest.raises(NotFound):
         store.admin.delete_sweep(sweep_id, owner="bob")
-    assert store.admin.delete_sweep(sweep_id, owner="alice") == {"trials": 3, "metrics": 3, "artifacts": 0}
+    removed = store.admin.delete_sweep(sweep_id, owner="alice")
+    assert removed == {"trials": 3, "metrics": 3, "artifacts": 0}
     with pytest.raises(NotFound):
         store.reads.get_sweep(sweep_id)
     with pytest.raises(NotFound):
