@@ -15,16 +15,22 @@
   process, so training goes on while it uploads; a checkpoint not yet written when the next
   is due is waited for first (at most one is in flight). Only a trial's last checkpoint is
   kept (`Artifacts.put` replaces it whole), and it goes when the trial ends.
-- **Weights.** A trial that trained every epoch hands over its model (`trained`); once its
-  state is settled the runner calls `keep_model`, which stores the weights as safetensors
-  when the policy keeps them (the sweep's best ``top_k`` by the objective, every complete
-  trial, or none) and deletes the models that left the top K.
+- **Weights.** After each epoch the trainer offers its weights (`epoch_model`); a copy is
+  held when the epoch is the best yet by the sweep's objective (and carried in the
+  checkpoints, so a resumed trial still knows it). A trial that trained every epoch hands
+  over its model (`trained`), which takes up the best epoch's weights: the kept model is the
+  one whose score the trial's objective is. Once its state is settled the runner calls
+  `keep_model`, which stores the weights as safetensors when the policy keeps them (the
+  sweep's best ``top_k`` by the objective, every complete trial, or none) and deletes the
+  models that left the top K. (A data-parallel trial keeps its last epoch's weights: its
+  ranks' processes hold them.)
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -91,6 +97,7 @@ class TrialCheckpoints:
         policy: Artifacts,
         flush: Callable[[], None],
         budget: float,
+        objective: dict[str, str] | None = None,
     ) -> None:
         self.artifacts = artifacts
         self.lifecycle = lifecycle
@@ -106,6 +113,11 @@ class TrialCheckpoints:
         self.saved_any = False
         self._found: dict[str, Any] | None = None
         self._usable = self.attempt > 1
+        self.objective = objective
+        #: The best epoch's weights so far, its epoch and its value of the objective.
+        self.best: dict[str, Any] | None = None
+        self.best_epoch = 0
+        self.best_value: float | None = None
 
     # -- resume ----------------------------------------------------------------------------
 
@@ -126,6 +138,10 @@ class TrialCheckpoints:
             self.unusable(exc)
             return None
         self._found = meta
+        if isinstance(state, dict) and isinstance(state.get("best"), dict):
+            self.best = state.pop("best")
+            self.best_epoch = int(meta.get("best_epoch", 0))
+            self.best_value = meta.get("best_value")
         return state, meta
 
     def resuming(self, meta: dict[str, Any]) -> None:
@@ -158,6 +174,9 @@ class TrialCheckpoints:
 
         self.flush()
         meta = {**meta, "epoch": epoch, "trial_id": self.trial_id, "attempt": self.attempt}
+        if self.best is not None and isinstance(state, dict):
+            state = {**state, "best": self.best}
+            meta.update(best_epoch=self.best_epoch, best_value=self.best_value)
         data = pack(state, meta)
         self.wait()
         self.pending = _uploads().submit(self._put, data, epoch)
@@ -188,9 +207,30 @@ class TrialCheckpoints:
 
     # -- the end ---------------------------------------------------------------------------
 
+    def epoch_model(
+        self, epoch: int, row: dict[str, float], snapshot: Callable[[], dict[str, Any]]
+    ) -> None:
+        if self.policy.kept == 0 or self.objective is None:
+            return
+        value = row.get(self.objective["metric"])
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return
+        if not math.isfinite(value):
+            return
+        better = self.best_value is None or (
+            value > self.best_value if self.objective["direction"] == "maximize"
+            else value < self.best_value
+        )  # fmt: skip
+        if better:
+            self.best, self.best_epoch, self.best_value = snapshot(), epoch, float(value)
+
     def trained(self, model: Any, meta: dict[str, Any]) -> None:
-        if self.policy.kept != 0:
-            self.model = (model, meta)
+        if self.policy.kept == 0:
+            return
+        if self.best is not None:
+            model.load_state_dict(self.best)
+            meta = {**meta, "epoch": self.best_epoch}
+        self.model = (model, meta)
 
     def keep_model(self, state: str, objective: dict[str, str], value: float | None) -> bool:
         """Store the trained model if the trial ended `state` complete and the policy keeps

@@ -179,7 +179,8 @@ class _Run:
                               self.options.artifacts_top_k, self.budget)  # fmt: skip
         for doc in docs:
             self.saving[doc["_id"]] = TrialCheckpoints(
-                artifacts, self.lifecycle, doc, policy, self.write_now, self.budget
+                artifacts, self.lifecycle, doc, policy, self.write_now, self.budget,
+                self.objective(doc["sweep_id"]),
             )
 
     def write_now(self) -> None:

@@ -349,7 +349,8 @@ def execute_trial(
         policy = sweep_policy(artifacts, doc["sweep_id"], options.artifacts_keep,
                               options.artifacts_top_k, budget)  # fmt: skip
         checkpoints = TrialCheckpoints(artifacts, lifecycle, doc, policy,
-                                       lambda: write_rows(rows.take()), budget)  # fmt: skip
+                                       lambda: write_rows(rows.take()), budget,
+                                       objective)  # fmt: skip
     run = Training(
         trial_id=trial_id,
         attempt=attempt,

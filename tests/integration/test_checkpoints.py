@@ -21,6 +21,7 @@ import torch
 from core.spec.config import TrialConfig
 from tests.integration.stack import Stack, wait_for
 from workers.training import train
+from workers.training.checkpoints import read_model_file
 
 pytestmark = pytest.mark.integration
 
@@ -103,6 +104,11 @@ def test_kill_9_at_epoch_15_resumes_from_the_checkpoint(stack: Stack) -> None:
 
     kinds = {a["kind"] for a in stack.store.artifacts.of_trials([doc["_id"]])[doc["_id"]]}
     assert kinds == {"model"}  # the checkpoint went when the trial ended
+    # The kept weights are the best epoch's, known across the resume (checkpoints carry it).
+    scores = [row["metrics"]["val_accuracy"] for row in final]
+    kept = stack.store.artifacts.find(doc["_id"], "model", "model")
+    _, meta = read_model_file(stack.store.artifacts.read(kept))  # type: ignore[arg-type]
+    assert meta["epoch"] == 1 + scores.index(max(scores))
 
 
 def test_top_k_keeps_the_best_models_only(stack: Stack) -> None:

@@ -45,6 +45,12 @@ class Checkpointing(Protocol):
     def after_epoch(self, epoch: int, capture: Capture) -> None:
         """`epoch` was trained and reported: save `capture()` if a checkpoint is due."""
 
+    def epoch_model(
+        self, epoch: int, row: dict[str, float], snapshot: Callable[[], dict[str, Any]]
+    ) -> None:
+        """`epoch` ended with `row`: keep `snapshot()` (the model's weights, copied) if it is
+        the best epoch yet by the sweep's objective, the weights a kept model will have."""
+
     def save(self, epoch: int, state: Any, meta: dict[str, Any]) -> None:
         """Save a checkpoint of `state` after `epoch` now."""
 

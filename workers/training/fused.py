@@ -391,6 +391,8 @@ class _Group:
             for position, member in enumerate(self.members):
                 saver = self.saving[member.index]
                 if saver is not None:
+                    saver.epoch_model(epoch, member.metrics[-1],
+                                      lambda p=position, m=member: self._plain(p, m).state_dict())
                     saver.after_epoch(
                         epoch, lambda p=position, m=member, e=epoch: self._state(p, m, e)
                     )

@@ -180,6 +180,7 @@ class Trainer:
                 on_epoch(epoch, row)
             done.append(row)
             if checkpoints is not None:
+                checkpoints.epoch_model(epoch, row, lambda: weights_copy(self.model))
                 seconds = before + time.perf_counter() - started
                 checkpoints.after_epoch(epoch, lambda: (self.state(), {
                     "epoch": epoch, "metrics": list(done), "train_seconds": seconds,
@@ -299,6 +300,11 @@ class Trainer:
         if self.classification:
             return {f"{prefix}_loss": loss, f"{prefix}_accuracy": int(correct) / n}
         return {f"{prefix}_loss": loss, f"{prefix}_rmse": math.sqrt(loss) * self.data.target_std}
+
+
+def weights_copy(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of the model's weights as they are now (its ``state_dict``, detached)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def check_finite(losses: torch.Tensor, epoch: int, offset: int) -> None:

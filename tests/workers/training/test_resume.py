@@ -52,6 +52,9 @@ class MemoryCheckpoints:
             state, meta = capture()
             self.save(epoch, state, meta)
 
+    def epoch_model(self, epoch: int, row: dict[str, float], snapshot: Any) -> None:
+        """The last epoch's weights are kept here (the store's keeper takes the best)."""
+
     def save(self, epoch: int, state: Any, meta: dict[str, Any]) -> None:
         self.saved = pack(state, {**meta, "epoch": epoch})
 

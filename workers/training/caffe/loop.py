@@ -59,6 +59,7 @@ from workers.training.caffe.solver import CaffeSolver
 from workers.training.checkpoints import CheckpointError
 from workers.training.device import seed_torch, select_device
 from workers.training.epochs import Checkpointing, failures_as_results, fresh_seed, run_epochs
+from workers.training.loop import weights_copy
 from workers.training.result import TrainResult
 
 log = logging.getLogger(__name__)
@@ -272,6 +273,7 @@ class CaffeTrainer:
                 on_epoch(epoch, row)
             done.append(row)
             if checkpoints is not None:
+                checkpoints.epoch_model(epoch, row, lambda: weights_copy(self.model))
                 seconds = before + time.perf_counter() - started
                 checkpoints.after_epoch(epoch, lambda: (self.state(), {
                     "metrics": list(done), "train_seconds": seconds, "seed": self.seed,

@@ -233,6 +233,9 @@ class RankCheckpoints:
         state, meta = capture()
         self.save(epoch, state, meta)
 
+    def epoch_model(self, epoch: int, row: dict[str, float], snapshot: Any) -> None:
+        """Nothing: a data-parallel trial keeps its last epoch's weights."""
+
     def save(self, epoch: int, state: Any, meta: dict[str, Any]) -> None:
         path = self._write(f"checkpoint-{epoch}", pack(state, {**meta, "epoch": epoch}))
         self.report({"event": "checkpoint", "epoch": epoch, "path": str(path)})
