@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import torch
@@ -90,6 +92,73 @@ def run_epochs(
         if on_epoch is not None:
             on_epoch(epoch, row)
     return rows, False
+
+
+@dataclass
+class Progress:
+    """A trial's epochs so far: the rows (a resume's first), the epoch to train next, and
+    the seconds trained before this attempt began (`resume`)."""
+
+    rows: list[Row]
+    first: int = 1
+    before: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+
+    def seconds(self) -> float:
+        """Seconds of training, this attempt's and those before it."""
+        return self.before + time.perf_counter() - self.started
+
+
+def resume(
+    checkpoints: Checkpointing | None, take_up: Callable[[Any, dict[str, Any]], None]
+) -> Progress:
+    """Where a trainer starts: after the trial's last checkpoint when `checkpoints` has one
+    (`take_up(state, meta)` restores it, raising `CheckpointError` when it does not fit),
+    else at epoch 1."""
+    found = checkpoints.resumed() if checkpoints is not None else None
+    if found is None or checkpoints is None:
+        return Progress([])
+    state, meta = found
+    take_up(state, meta)
+    rows = list(meta["metrics"])
+    progress = Progress(rows, int(meta.get("epoch", len(rows))) + 1,
+                        float(meta.get("train_seconds", 0.0)))  # fmt: skip
+    checkpoints.resuming(meta)
+    return progress
+
+
+def weights_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of the model's weights as they are now (its ``state_dict``, detached)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def reporter(
+    progress: Progress,
+    on_epoch: OnEpoch | None,
+    checkpoints: Checkpointing | None,
+    model: torch.nn.Module,
+    capture: Capture,
+) -> OnEpoch:
+    """What `run_epochs` calls after each epoch: report the row, keep it in `progress`, offer
+    the model's weights as the best epoch's, and save a checkpoint when due (`capture()`:
+    the trainer's state and what its meta adds to the rows and seconds)."""
+
+    def reported(epoch: int, row: Row) -> None:
+        if on_epoch is not None:
+            on_epoch(epoch, row)
+        progress.rows.append(row)
+        if checkpoints is None:
+            return
+        checkpoints.epoch_model(epoch, row, lambda: weights_copy(model))
+        seconds = progress.seconds()
+
+        def state() -> tuple[Any, dict[str, Any]]:
+            state, meta = capture()
+            return state, {**meta, "metrics": list(progress.rows), "train_seconds": seconds}
+
+        checkpoints.after_epoch(epoch, state)
+
+    return reported
 
 
 def failures_as_results(train: Callable[[], T]) -> T:

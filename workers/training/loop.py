@@ -44,7 +44,7 @@ from workers.training.device import (
     select_device,
     select_dtype,
 )
-from workers.training.epochs import Checkpointing, fresh_seed, run_epochs
+from workers.training.epochs import Checkpointing, fresh_seed, reporter, resume, run_epochs
 from workers.training.models import build_mlp, check_fits, count_parameters, model_meta
 from workers.training.optim import build_optimizer, build_scheduler, current_lr
 from workers.training.result import TrainResult
@@ -116,6 +116,10 @@ class Trainer:
             "rng": rng,
         }
 
+    def _take_up(self, state: dict[str, Any], meta: dict[str, Any]) -> None:
+        self.restore(state)
+        self.seed = int(meta.get("seed", self.seed))
+
     def restore(self, state: dict[str, Any]) -> None:
         """Take up a `state` of the same config; `CheckpointError` when it does not fit."""
         try:
@@ -161,40 +165,19 @@ class Trainer:
         """Train every epoch of the config (`epochs.run_epochs`), or evaluate the untrained
         model for `epochs: 0`, and put the result together. With `checkpoints`, go on from
         the trial's last checkpoint if it has one, and save one when due after an epoch."""
-        started = time.perf_counter()
         epochs = self.config.training.epochs
-        done: list[dict[str, float]] = []  # the epochs trained before a resume, then all
-        before = 0.0  # the seconds of training before a resume
-        first = 1
-        found = checkpoints.resumed() if checkpoints is not None else None
-        if found is not None and checkpoints is not None:
-            state, meta = found
-            self.restore(state)
-            done, before = list(meta["metrics"]), float(meta.get("train_seconds", 0.0))
-            first = int(meta.get("epoch", len(done))) + 1
-            self.seed = int(meta.get("seed", self.seed))
-            checkpoints.resuming(meta)
-
-        def reported(epoch: int, row: dict[str, float]) -> None:
-            if on_epoch is not None:
-                on_epoch(epoch, row)
-            done.append(row)
-            if checkpoints is not None:
-                checkpoints.epoch_model(epoch, row, lambda: weights_copy(self.model))
-                seconds = before + time.perf_counter() - started
-                checkpoints.after_epoch(epoch, lambda: (self.state(), {
-                    "epoch": epoch, "metrics": list(done), "train_seconds": seconds,
-                    "seed": self.seed}))  # fmt: skip
-
+        progress = resume(checkpoints, self._take_up)
+        report = reporter(progress, on_epoch, checkpoints, self.model,
+                          lambda: (self.state(), {"seed": self.seed}))  # fmt: skip
         _, stopped = run_epochs(
-            range(first, epochs + 1), lambda epoch: self._epoch(epoch, should_stop),
-            reported, should_stop,
+            range(progress.first, epochs + 1), lambda epoch: self._epoch(epoch, should_stop),
+            report, should_stop,
         )  # fmt: skip
-        metrics = done
+        metrics = progress.rows
         final: dict[str, float] = metrics[-1] if metrics else {}
         if epochs == 0:
             final = self._untrained_row()
-        train_seconds = before + time.perf_counter() - started
+        train_seconds = progress.seconds()
         if checkpoints is not None and not stopped:
             checkpoints.trained(self.model, self.model_meta())
         logger.info(
@@ -300,11 +283,6 @@ class Trainer:
         if self.classification:
             return {f"{prefix}_loss": loss, f"{prefix}_accuracy": int(correct) / n}
         return {f"{prefix}_loss": loss, f"{prefix}_rmse": math.sqrt(loss) * self.data.target_std}
-
-
-def weights_copy(model: nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of the model's weights as they are now (its ``state_dict``, detached)."""
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def check_finite(losses: torch.Tensor, epoch: int, offset: int) -> None:

@@ -58,8 +58,14 @@ from workers.training.caffe.model import CaffeNet
 from workers.training.caffe.solver import CaffeSolver
 from workers.training.checkpoints import CheckpointError
 from workers.training.device import seed_torch, select_device
-from workers.training.epochs import Checkpointing, failures_as_results, fresh_seed, run_epochs
-from workers.training.loop import weights_copy
+from workers.training.epochs import (
+    Checkpointing,
+    failures_as_results,
+    fresh_seed,
+    reporter,
+    resume,
+    run_epochs,
+)
 from workers.training.result import TrainResult
 
 log = logging.getLogger(__name__)
@@ -256,36 +262,19 @@ class CaffeTrainer:
         """Train every evaluation's stretch of iterations as an epoch (`epochs.run_epochs`);
         with `checkpoints`, from the trial's last checkpoint (by iteration) and saving one
         after an evaluation when due."""
-        started = time.perf_counter()
         untils = list(self.schedule())
         self.iteration = 0
-        done: list[dict[str, float]] = []
-        before = 0.0
-        found = checkpoints.resumed() if checkpoints is not None else None
-        if found is not None and checkpoints is not None:
-            state, meta = found
-            self.restore(state)
-            done, before = list(meta["metrics"]), float(meta.get("train_seconds", 0.0))
-            checkpoints.resuming(meta)
-
-        def reported(epoch: int, row: dict[str, float]) -> None:
-            if on_epoch is not None:
-                on_epoch(epoch, row)
-            done.append(row)
-            if checkpoints is not None:
-                checkpoints.epoch_model(epoch, row, lambda: weights_copy(self.model))
-                seconds = before + time.perf_counter() - started
-                checkpoints.after_epoch(epoch, lambda: (self.state(), {
-                    "metrics": list(done), "train_seconds": seconds, "seed": self.seed,
-                    "iteration": self.iteration}))  # fmt: skip
-
+        progress = resume(checkpoints, lambda state, meta: self.restore(state))
+        report = reporter(progress, on_epoch, checkpoints, self.model,
+                          lambda: (self.state(), {"seed": self.seed,
+                                                  "iteration": self.iteration}))  # fmt: skip
         _, stopped = run_epochs(
-            range(len(done) + 1, len(untils) + 1),
+            range(progress.first, len(untils) + 1),
             lambda epoch: self._epoch(epoch, untils[epoch - 1], should_stop),
-            reported,
+            report,
             should_stop,
         )
-        rows = done
+        rows = progress.rows
         if checkpoints is not None and not stopped:
             checkpoints.trained(self.model, {
                 "kind": "caffe", "config": self.raw, "shape": list(self.images.shape),
@@ -295,7 +284,7 @@ class CaffeTrainer:
             rows,
             rows[-1] if rows else {},
             param_count=self.train_graph.param_count,
-            train_seconds=before + time.perf_counter() - started,
+            train_seconds=progress.seconds(),
             setup_seconds=self.setup_seconds,
             seed=self.seed,
             device=self.device,
