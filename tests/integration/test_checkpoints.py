@@ -48,10 +48,9 @@ def _rows(stack: Stack, trial_id: str) -> list[tuple[int, int]]:
     return rows
 
 
-def _killed_at(stack: Stack, sweep_id: str, epoch: int) -> tuple[dict[str, Any], int]:
-    """kill -9 the training child once a running trial's checkpoint of `epoch` (or later) is
-    stored; the trial, and the epoch of the checkpoint seen (a later one may come before the
-    kill lands)."""
+def checkpointed(stack: Stack, sweep_id: str, epoch: int) -> tuple[dict[str, Any], int]:
+    """A running trial of the sweep once its checkpoint of `epoch` (or later) is stored, and
+    the epoch of that checkpoint."""
 
     def there() -> tuple[dict[str, Any], int] | None:
         running, _ = stack.store.reads.trials(sweep_id, state="running")
@@ -61,7 +60,14 @@ def _killed_at(stack: Stack, sweep_id: str, epoch: int) -> tuple[dict[str, Any],
                 return doc, found["epoch"]
         return None
 
-    doc, saved = wait_for(there, 180, f"a checkpoint of epoch {epoch}", every=0.02)
+    return wait_for(there, 180, f"a checkpoint of epoch {epoch}", every=0.02)
+
+
+def _killed_at(stack: Stack, sweep_id: str, epoch: int) -> tuple[dict[str, Any], int]:
+    """kill -9 the training child once a running trial's checkpoint of `epoch` (or later) is
+    stored; the trial, and the epoch of the checkpoint seen (a later one may come before the
+    kill lands)."""
+    doc, saved = checkpointed(stack, sweep_id, epoch)
     os.kill(doc["worker"]["pid"], signal.SIGKILL)
     return doc, saved
 
@@ -190,15 +196,7 @@ def test_a_broker_restart_mid_trial_ends_it_once_with_an_uninterrupted_runs_metr
         )
     )
 
-    def checkpointed() -> dict[str, Any] | None:
-        running, _ = stack.store.reads.trials(sweep_id, state="running")
-        for doc in running:
-            found = stack.store.artifacts.find(doc["_id"], "checkpoint", "last")
-            if found is not None and found["epoch"] >= 5:
-                return doc
-        return None
-
-    doc = wait_for(checkpointed, 180, "a checkpoint of epoch 5", every=0.05)
+    doc, _ = checkpointed(stack, sweep_id, 5)
     for action in ("stop_app", "start_app"):
         subprocess.run(["rabbitmqctl", action], check=True, capture_output=True, timeout=120)
     subprocess.run(["rabbitmqctl", "await_startup"], check=True, capture_output=True, timeout=120)

@@ -15,6 +15,7 @@ import pytest
 
 from cli.app import create_app
 from tests.integration.stack import Scheduler, Stack, wait_for
+from tests.integration.test_checkpoints import checkpointed
 
 pytestmark = pytest.mark.integration
 
@@ -189,15 +190,7 @@ def test_a_rank_killed_loses_the_attempt_and_the_retaken_trial_resumes_from_rank
             + "artifacts: {checkpoint_every: 5}\n"
         )
 
-        def checkpointed() -> dict | None:
-            trials, _ = stack.store.reads.trials(sweep_id, state="running")
-            for doc in trials:
-                found = stack.store.artifacts.find(doc["_id"], "checkpoint", "last")
-                if found is not None and found["epoch"] >= 5:
-                    return doc
-            return None
-
-        doc = wait_for(checkpointed, 180, "a parallel trial's checkpoint of epoch 5")
+        doc, _ = checkpointed(stack, sweep_id, 5)
         ranks = _ranks_of(doc["worker"]["pid"])
         assert len(ranks) == 2, ranks
         os.kill(ranks[-1], signal.SIGKILL)
