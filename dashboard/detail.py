@@ -91,10 +91,22 @@ def trial_detail(doc: Mapping[str, Any], sweep: Mapping[str, Any], now: datetime
                 "started_at": to_ms(h.get("started_at")),
                 "finished_at": to_ms(h.get("finished_at")),
                 "error": h.get("error"),
+                "notes": attempt_notes(doc, h.get("attempt")),
             }
             for h in doc.get("history") or []
         ],
     }
+
+
+def attempt_notes(doc: Mapping[str, Any], attempt: Any) -> list[str]:
+    """What the trial's record says of how an attempt ran: where it resumed from
+    (``resumed``, `core.store.lifecycle`) and its notes (a checkpoint it could not use)."""
+    out = [
+        f"resumed after epoch {r.get('epoch')} from attempt {r.get('from_attempt')}'s checkpoint"
+        for r in doc.get("resumed") or [] if r.get("attempt") == attempt
+    ]
+    out += [str(n.get("text", "")) for n in doc.get("notes") or [] if n.get("attempt") == attempt]
+    return out
 
 
 def epoch_series(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

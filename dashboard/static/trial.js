@@ -103,13 +103,14 @@
     $("config").replaceChildren(...sections.flat(), ...prototxt);
     layerTable(t.layer_table);
     const head = SS.el("tr", {}, ["attempt", "state", "worker", "started (UTC)",
-      "finished (UTC)", "error"].map((h) => SS.el("th", { text: h })));
+      "finished (UTC)", "error", "notes"].map((h) => SS.el("th", { text: h })));
     $("history").replaceChildren(SS.el("thead", {}, head), SS.el("tbody", {},
       t.history.map((h) => SS.el("tr", {}, SS.el("td", { text: h.attempt }),
         SS.el("td", {}, SS.el("span", { class: "badge " + h.state, text: h.state })),
         SS.el("td", { class: "mono", text: h.worker || "–" }),
         SS.el("td", { text: SS.time(h.started_at) }), SS.el("td", { text: SS.time(h.finished_at) }),
-        SS.el("td", { class: "reason", title: h.error || "", text: h.error || "" })))));
+        SS.el("td", { class: "reason", title: h.error || "", text: h.error || "" }),
+        SS.el("td", { class: "reason", text: (h.notes || []).join("; ") })))));
   }
 
   // A Caffe trial's layers (NetGraph.layer_table): one row per layer, its columns as given;

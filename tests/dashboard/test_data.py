@@ -167,7 +167,16 @@ def test_trial_detail_and_epoch_series(scenario: Sweep) -> None:
     assert detail["objective"] == 0.93 and detail["sweep_name"] == "dashboard-test"
     assert detail["worker"] == {"host": "h", "pid": 7, "name": "celery@w1"}
     assert detail["history"][0]["state"] == "complete"
+    assert detail["history"][0]["notes"] == []
     assert detail["timings"]["run_seconds"] == 8 and detail["timings"]["wait_seconds"] > 0
+    # An attempt's resume and notes (workers.checkpointing) are said beside it.
+    resumed = {**doc, "resumed": [{"attempt": 1, "from_attempt": 0, "epoch": 5}],
+               "notes": [{"attempt": 1, "text": "its last checkpoint could not be used"},
+                         {"attempt": 2, "text": "another attempt's"}]}  # fmt: skip
+    assert trial_detail(resumed, sweep, scenario.clock.now)["history"][0]["notes"] == [
+        "resumed after epoch 5 from attempt 0's checkpoint",
+        "its last checkpoint could not be used",
+    ]
     running = scenario.store.reads.get_trial(scenario.ids[14], with_metrics=False)
     scenario.clock.advance(5)
     assert timings(running, scenario.clock.now)["run_seconds"] == 5
