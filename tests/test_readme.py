@@ -235,6 +235,9 @@ class Sandbox:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                # As a user's shell starts it: Ctrl-C and Ctrl-\ as their defaults, even when
+                # the tests themselves run where they are ignored (a job started with `&`).
+                preexec_fn=_default_signals,
             )
             try:
                 if block.serves:
@@ -250,6 +253,11 @@ class Sandbox:
         output = log.read_text(errors="replace") + killed
         self.ran[key] = (code, output, time.monotonic() - started)
         return self.ran[key]
+
+
+def _default_signals() -> None:
+    for number in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(number, signal.SIG_DFL)
 
 
 def _signals(proc: subprocess.Popen[bytes]) -> str:
