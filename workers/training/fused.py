@@ -52,7 +52,7 @@ from core.errors import TrainingError
 from core.spec.config import TrialConfig
 from workers.training.checkpoints import CheckpointError
 from workers.training.device import MIXED_DTYPES, seed_torch
-from workers.training.epochs import Checkpointing, fresh_seed, oom_reason
+from workers.training.epochs import Checkpointing, fresh_seed, oom_reason, weights_copy
 from workers.training.fused_model import FusedMLP, parameter_count
 from workers.training.fused_optim import FusedOptimizer, LrClock
 from workers.training.fused_plan import GroupData, chunks, fit_count
@@ -285,17 +285,23 @@ class _Group:
                     [resumes[m.index][0]["optimizer"] for m in self.members],
                     [self.model.member_slices(p) for p in range(len(self.members))],
                 )
+        self._plain_models: dict[int, torch.nn.Module] = {}  # by member index: `_plain`
         self.setup_seconds = time.perf_counter() - started
         self.started = time.perf_counter()
 
     def _plain(self, position: int, member: _Member) -> torch.nn.Module:
-        """The member at `position` as the plain model `train` would have trained."""
+        """The member at `position` as the plain model `train` would have trained: its own
+        `build_mlp` module, built once (its best epoch's weights, its checkpoints and its
+        trained model are each a copy into it), with the member's weights as they are now."""
         assert self.model is not None
-        shared = self.shared
-        with torch.random.fork_rng(devices=[]):  # the global stream is left as it was
-            net = build_mlp(member.config.model, shared.data.n_features,
-                            shared.data.out_features, device=shared.device,
-                            dtype=shared.param_dtype)  # fmt: skip
+        net = self._plain_models.get(member.index)
+        if net is None:
+            shared = self.shared
+            with torch.random.fork_rng(devices=[]):  # the global stream is left as it was
+                net = build_mlp(member.config.model, shared.data.n_features,
+                                shared.data.out_features, device=shared.device,
+                                dtype=shared.param_dtype)  # fmt: skip
+            self._plain_models[member.index] = net
         return self.model.copy_into(position, net)
 
     def _state(self, position: int, member: _Member, epoch: int) -> tuple[Any, dict[str, Any]]:
@@ -392,7 +398,7 @@ class _Group:
                 saver = self.saving[member.index]
                 if saver is not None:
                     saver.epoch_model(epoch, member.metrics[-1],
-                                      lambda p=position, m=member: self._plain(p, m).state_dict())
+                                      lambda p=position, m=member: weights_copy(self._plain(p, m)))
                     saver.after_epoch(
                         epoch, lambda p=position, m=member, e=epoch: self._state(p, m, e)
                     )
