@@ -15,8 +15,7 @@ unreferenced bytes behind, never a document without its bytes.
 
 Ceilings: a file over ``max_bytes`` is refused, and so is one that would take the sweep's
 artifacts over ``max_sweep_bytes`` (`ArtifactTooLarge`, which names the ceiling).
-Indexes: ``{sweep_id: 1, kind: 1}`` (a sweep's models, its usage, its deletion),
-``{trial_id: 1}`` (a trial's artifacts).
+Its indexes are the store's (`core.store.store.INDEXES`), made by `Store.ensure_indexes`.
 """
 
 from __future__ import annotations
@@ -27,8 +26,6 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from pymongo import ASCENDING, IndexModel
-
 from core.blobs import Blobs
 from core.errors import InvalidQuery, NotFound
 from core.store.query import check_attempt, check_id
@@ -38,10 +35,6 @@ from core.store.state import StoreState, available
 log = logging.getLogger(__name__)
 
 KINDS = ("model", "checkpoint", "file")
-INDEXES = [
-    IndexModel([("sweep_id", ASCENDING), ("kind", ASCENDING)], name="sweep_kind"),
-    IndexModel([("trial_id", ASCENDING)], name="trial"),
-]
 #: The default ceilings: one file, and all of one sweep's artifacts together.
 MAX_BYTES = 2 << 30
 MAX_SWEEP_BYTES = 50 << 30
@@ -100,12 +93,6 @@ class MongoArtifacts(Artifacts):
         self.docs = state.db["artifacts"]
         self.max_bytes = max_bytes
         self.max_sweep_bytes = max_sweep_bytes
-        self._indexed = False
-
-    def _index(self) -> None:
-        if not self._indexed:
-            self.docs.create_indexes(INDEXES)
-            self._indexed = True
 
     # -- writing -------------------------------------------------------------------------
 
@@ -128,7 +115,6 @@ class MongoArtifacts(Artifacts):
         check_kind(kind)
         check_name(name)
         check_attempt(attempt)
-        self._index()
         size = len(data)
         if size > self.max_bytes:
             raise ArtifactTooLarge(

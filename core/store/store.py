@@ -49,7 +49,8 @@ Collections, their indexes (created idempotently by `ensure_indexes`), and what 
 - ``sweeps``: ``{owner: 1, created_at: -1}`` and ``{created_at: -1}``: ``list_sweeps``.
 - ``sessions``: the dashboard's logins by their random id (`core.store.sessions`).
 - ``artifacts`` (and GridFS's ``blobs.files``, ``blobs.chunks``): models, checkpoints and a
-  training function's files, by trial (`core.store.artifacts`, its indexes made there).
+  training function's files (`core.store.artifacts`): ``{sweep_id: 1, kind: 1}`` (a sweep's
+  models, its usage, its deletion) and ``{trial_id: 1}`` (a trial's artifacts).
 
 Sweeps are fed in windows (`core.store.feeding`, `scheduler.feed`): a sweep document also holds
 ``planned`` (trials not created yet; counted as ``queued`` in ``counts`` and in
@@ -144,6 +145,10 @@ INDEXES: dict[str, list[IndexModel]] = {
     "sweeps": [
         IndexModel([("owner", 1), ("created_at", -1)], name="owner_created"),
         IndexModel([("created_at", -1)], name="created"),
+    ],
+    "artifacts": [
+        IndexModel([("sweep_id", 1), ("kind", 1)], name="sweep_kind"),
+        IndexModel([("trial_id", 1)], name="trial"),
     ],
 }
 

@@ -26,6 +26,7 @@ def test_ping_and_idempotent_indexes(store: Store) -> None:
     names = set(store.db["trials"].index_information())
     assert {"sweep_index", "state_sweep_index", "sweep_updated"} <= names
     assert "trial_attempt_epoch" in store.db["metrics"].index_information()
+    assert {"sweep_kind", "trial"} <= set(store.db["artifacts"].index_information())
 
 
 def test_unreachable_server_raises_store_unavailable() -> None:

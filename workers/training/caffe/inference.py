@@ -20,10 +20,9 @@ from core.spec.caffe.net import build_graph
 from core.spec.caffe.prototxt import parse
 from core.spec.caffe.solver import parse_solver
 from core.spec.caffe.trial import CaffeTrialConfig
+from workers.training.caffe.loop import DTYPES
 from workers.training.caffe.model import CaffeNet
 from workers.training.checkpoints import CheckpointError
-
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 class CaffeInference(nn.Module):
@@ -58,7 +57,7 @@ def caffe_module(weights: dict[str, Tensor], meta: dict[str, Any]) -> nn.Module:
         source = config.caffe.net_source
         train = build_graph(net_text, "TRAIN", shape, classes, source, solver.train_state)
         test = build_graph(net_text, "TEST", shape, classes, source, solver.test_state)
-        dtype = _DTYPES[str(meta.get("dtype", "float32"))]
+        dtype = DTYPES[str(meta.get("dtype", "float32"))]
         net = CaffeNet(train, test, torch.Generator().manual_seed(0), dtype)
         net.load_state_dict(weights)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:

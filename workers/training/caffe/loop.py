@@ -69,7 +69,8 @@ from workers.training.epochs import (
 from workers.training.result import TrainResult
 
 log = logging.getLogger(__name__)
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: The dtypes a Caffe net trains in (``execution.dtype``).
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _NAME = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -134,7 +135,7 @@ class CaffeTrainer:
         trial_seed = config.training.seed if config.training.seed is not None else fresh_seed()
         self.seed = solver.random_seed if solver.random_seed >= 0 else trial_seed
         self.device = select_device(ExecutionConfig(device=config.execution.device))
-        self.dtype = _DTYPES[config.execution.dtype]
+        self.dtype = DTYPES[config.execution.dtype]
         source = config.caffe.net_source
         self.images: ImageSet = load_images(
             config.dataset, resize=config.caffe.resize, base_dir=data_dir, dtype=self.dtype
