@@ -3,7 +3,7 @@
 A `Feeder` keeps a sweep's window of trials in flight (queued or running): it asks its
 source for new points, stores them (`Feeding.add_trials`, idempotent by trial id; the
 window's ids noted first in the sweep's ``sending`` list), sends them (`send_window`:
-`scheduler.messages`, fused groups, longest first within the window), empties the list,
+`scheduler.messages`, fused groups and chunks, longest first), empties the list,
 tells the search each finished trial and, when the sweep prunes, decides which running
 trials stop (`scheduler.prune_decision`). `scheduler.submit.submit_sweep` asks a new
 sweep's first window of a `Feeder` and sends it; the `sweepstack scheduler` loop (and
@@ -14,6 +14,11 @@ Sources, and why two:
 - grid and random without pruning take the points `scheduler.expand` lists (the same ids,
   order and seeds as `sweepstack generate`), the whole list ordered longest-first up front
   (costs are known), in windows of `big_window` (no Optuna is imported: fast start-up);
+  the list is planned in blocks the size of the first window, each as the messages a
+  first window of its points would go in (`scheduler.messages.batches`: fused groups,
+  chunks), and a pass sends whole messages of its block (at most one message past its
+  room), so the trials fed after the first window are grouped and chunked as the first
+  (an adaptive search's units are the same idea, `scheduler.units`);
 - every other sweep has a `SearchSession` (Optuna): adaptive algorithms ask it; grid and
   random with pruning add their expanded points to it, so the pruner sees every trial,
   and go in `scheduler.units.rung_order` (the cheapest fifth first).
@@ -66,7 +71,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from celery import Celery
@@ -79,10 +85,10 @@ from core.states import TERMINAL_STATES, TrialState
 from core.store.records import flatten_params
 from core.store.roles import Awaiting
 from core.store.store import Store
-from scheduler.enqueue import DecideAt, enqueue
+from scheduler.enqueue import Outgoing, enqueue
 from scheduler.expand import TrialPoint, expand
 from scheduler.grouping import shared_dimensions
-from scheduler.messages import messages, unit_messages
+from scheduler.messages import Batch, batches, messages, unit_messages
 from scheduler.order import trial_cost
 from scheduler.prune_decision import decide, pruned_value
 from scheduler.units import ADAPTIVE_GROUP_CAP, ask_unit, by_unit, rung_order, unit_keys
@@ -171,6 +177,9 @@ class Feeder:
         self.session: Any = None
         self._points: list[TrialPoint] | None = None  # grid/random: the expansion, by cost
         self._next = 0  # position in `_points`
+        self._by_id: dict[str, TrialPoint] = {}  # grid/random: point id -> point
+        self._plan: deque[Batch] = deque()  # grid/random: the block's messages not asked yet
+        self._batch_of: dict[str, Batch] = {}  # point id -> its batch, until it is sent
         self._created: set[str] = set()  # point ids stored
         # Points asked but not stored when the store failed: the next `ask` gives them first.
         self._pending: tuple[list[TrialPoint], dict[str, dict[str, Any]]] | None = None
@@ -205,6 +214,7 @@ class Feeder:
             points = expand(self.spec, with_config=True)
             costs = {p.id: trial_cost(p.config) for p in points}
             self._points = sorted(points, key=lambda p: -costs[p.id])  # stable: ties in order
+            self._by_id = {p.id: p for p in points}
             if self.spec.pruning.enabled:
                 self._points = rung_order(self._points)
             self.total = len(points)
@@ -415,11 +425,11 @@ class Feeder:
         extras: dict[str, dict[str, Any]] = {}
         points: list[TrialPoint] = []
         if self._points is not None:
-            while len(points) < n and self._next < len(self._points):
-                point = self._points[self._next]
-                self._next += 1
-                if point.id not in self._created:
-                    points.append(point)
+            while len(points) < n and (self._plan or self._plan_block()):
+                batch = self._plan.popleft()
+                for key in batch.keys:
+                    self._batch_of[key] = batch
+                    points.append(self._by_id[key])
             if self.session is not None:
                 for point in points:
                     asked = self.session.add_point(point.params)
@@ -441,16 +451,59 @@ class Feeder:
                 self._numbers[tid], self._units[tid] = asked.number, key
         return points, extras
 
+    def _plan_block(self) -> bool:
+        """Plan the next block of a grid's or random sweep's points, as many as its first
+        window, as the messages they go in (`scheduler.messages.batches`): the block's
+        fused groups and chunks are those of a first window of the same points, however few
+        trials each later pass has room for. Whether there was a point left to plan."""
+        assert self._points is not None
+        block: list[TrialPoint] = []
+        while len(block) < self.window and self._next < len(self._points):
+            point = self._points[self._next]
+            self._next += 1
+            if point.id not in self._created:
+                block.append(point)
+        self._plan.extend(batches(block, self.workers))
+        return bool(block)
+
+    def outgoing(
+        self, sweep_id: str, points: Sequence[TrialPoint], units: Mapping[str, Any] | None
+    ) -> list[Outgoing]:
+        """The messages these asked points go in: an adaptive search's units each as its
+        own (`units`, `scheduler.units.unit_keys`), a grid's or random sweep's batches as
+        planned (`_plan_block`); points asked without a batch (a rebuilt feeder's unsent
+        trials) are grouped among themselves."""
+        watch, decide_at = self.watch, self.decide_at
+        if units is not None:
+            return unit_messages(sweep_id, by_unit(points, units), watch=watch, decide_at=decide_at)
+        configs = {p.id: p.config for p in points}
+        planned: dict[Batch, None] = {}
+        loose: list[TrialPoint] = []
+        for point in points:
+            batch = self._batch_of.get(point.id)
+            if batch is not None and all(key in configs for key in batch.keys):
+                planned[batch] = None
+            else:
+                loose.append(point)
+        out = [b.outgoing(sweep_id, configs, watch=watch, decide_at=decide_at) for b in planned]
+        if loose:
+            out += messages(sweep_id, loose, self.workers, watch=watch, decide_at=decide_at)
+        return out
+
+    def sent(self, points: Sequence[TrialPoint]) -> None:
+        """Forget the batches of points that went out (`outgoing`)."""
+        for point in points:
+            self._batch_of.pop(point.id, None)
+
     def _asked_point(self, asked: Any) -> TrialPoint:
         point = self.session.point(asked, self._index, with_config=True)
         self._index += 1
         return point
 
     def _send(self, points: list[TrialPoint], units: dict[str, Any] | None = None) -> None:
-        send_window(
-            self.store, self.app, self.sweep_id, points, self.workers,
-            watch=self.watch, decide_at=self.decide_at, units=units,
-        )  # fmt: skip
+        out = self.outgoing(self.sweep_id, points, units)
+        send_window(self.store, self.app, self.sweep_id, out)
+        self.sent(points)
 
     def _tell_and_prune(self, counts: dict[str, int]) -> None:
         """Tell the search the trials in flight that ended, and every `STEP_PRUNE_SECONDS`
@@ -622,25 +675,8 @@ def _optuna(number: int, system_attrs: dict[str, Any], **more: Any) -> dict[str,
     return {"optuna": {"number": number, "system_attrs": system_attrs, **more}}
 
 
-def send_window(
-    store: Store,
-    app: Celery,
-    sweep_id: str,
-    points: list[TrialPoint],
-    workers: int | None,
-    *,
-    watch: bool,
-    decide_at: DecideAt = None,
-    units: dict[str, Any] | None = None,
-) -> None:
-    """Enqueue a stored window's trials (`scheduler.messages`), then empty the sweep's
-    ``sending`` list: they are sent, and a rebuilt feeder need not send them again.
-
-    `units` (point id -> unit key, `scheduler.units.unit_keys`) sends each unit of an
-    adaptive search's points as its own messages (`scheduler.messages.unit_messages`)."""
-    if units is None:
-        out = messages(sweep_id, points, workers, watch=watch, decide_at=decide_at)
-    else:
-        out = unit_messages(sweep_id, by_unit(points, units), watch=watch, decide_at=decide_at)
+def send_window(store: Store, app: Celery, sweep_id: str, out: list[Outgoing]) -> None:
+    """Enqueue a stored window's messages (`Feeder.outgoing`), then empty the sweep's
+    ``sending`` list: they are sent, and a rebuilt feeder need not send them again."""
     enqueue(app, out)
     store.feeding.end_sending(sweep_id)

@@ -14,6 +14,9 @@ of one (`scheduler.grouping.fused_alone`). Messages go most expensive first
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
 from core.spec.config import MAX_TIME_LIMIT, ExecutionConfig
 from scheduler.chunks import chunk_units
 from scheduler.enqueue import DecideAt, Outgoing, carry, carry_group
@@ -29,9 +32,55 @@ def time_limit(config: dict) -> float:
     return float(config.get("execution", {}).get("time_limit", DEFAULT_TIME_LIMIT))
 
 
+@dataclass(frozen=True)
+class Batch:
+    """One message's worth of a window's trials, planned before the sweep's id is known:
+    the point ids it trains, whether one after another (a chunk) rather than fused, and its
+    cost for the order (`scheduler.order`). `outgoing` makes the message."""
+
+    keys: tuple[str, ...]
+    sequential: bool
+    cost: float
+
+    def outgoing(
+        self,
+        sweep_id: str,
+        configs: Mapping[str, dict],
+        *,
+        watch: bool = False,
+        decide_at: DecideAt = None,
+    ) -> Outgoing:
+        """What `enqueue` sends for this batch of the sweep `sweep_id` (`messages`)."""
+        group = [configs[key] for key in self.keys]
+        ids = [f"{sweep_id}-{key}" for key in self.keys]
+        limits = [time_limit(config) for config in group]
+        if len(ids) == 1 and (self.sequential or not fused_alone(group[0])):
+            return (ids[0], limits[0], carry(group[0], watch=watch, decide_at=decide_at))
+        limit = min(sum(limits), float(MAX_TIME_LIMIT))
+        kwargs = carry_group(
+            group, [0] * len(ids), watch=watch, decide_at=decide_at, sequential=self.sequential
+        )
+        return (ids, limit, kwargs)
+
+
+def batches(trials: Sequence[TrialPoint], workers: int | None = None) -> list[Batch]:
+    """The messages' worth of these new trials (module docstring), most expensive first:
+    fused groups (`scheduler.grouping`), chunks (`scheduler.chunks`) and lone trials.
+    `workers`, when known, is how many processes will train them."""
+    by_id = {t.id: t.config for t in trials}
+    units = group_trials(by_id.items(), workers)
+    out: list[Batch] = []
+    for group, sequential in chunk_units(units, by_id, workers or DEFAULT_WORKERS):
+        configs = [by_id[key] for key in group]
+        # A chunk trains its trials one after another; a fused group shares their steps.
+        cost = sum(map(trial_cost, configs)) if sequential else group_cost(configs)
+        out.append(Batch(tuple(group), sequential, cost))
+    return order_by_cost(out, [batch.cost for batch in out])
+
+
 def messages(
     sweep_id: str,
-    trials: list[TrialPoint],
+    trials: Sequence[TrialPoint],
     workers: int | None = None,
     *,
     watch: bool = False,
@@ -44,36 +93,11 @@ def messages(
     `chunk_units`). Most expensive first (`scheduler.order`): workers take messages in the
     order sent. `watch`: the sweep prunes, so workers look for prune requests, and wait for
     the decision at the epochs of `decide_at` (`scheduler.enqueue.carry`)."""
-    return order_by_cost(*_costed(sweep_id, trials, workers, watch, decide_at))
-
-
-def _costed(
-    sweep_id: str,
-    trials: list[TrialPoint],
-    workers: int | None,
-    watch: bool,
-    decide_at: DecideAt,
-) -> tuple[list[Outgoing], list[float]]:
-    """`messages`' messages in the order of their first trial, and the cost of each."""
-    by_id = {t.id: t.config for t in trials}
-    units = group_trials(by_id.items(), workers)
-    out: list[Outgoing] = []
-    costs: list[float] = []
-    for group, sequential in chunk_units(units, by_id, workers or DEFAULT_WORKERS):
-        configs = [by_id[key] for key in group]
-        limits = [time_limit(config) for config in configs]
-        ids = [f"{sweep_id}-{key}" for key in group]
-        # A chunk trains its trials one after another; a fused group shares their steps.
-        costs.append(sum(map(trial_cost, configs)) if sequential else group_cost(configs))
-        if len(ids) == 1 and (sequential or not fused_alone(configs[0])):
-            out.append((ids[0], limits[0], carry(configs[0], watch=watch, decide_at=decide_at)))
-        else:
-            limit = min(sum(limits), float(MAX_TIME_LIMIT))
-            kwargs = carry_group(
-                configs, [0] * len(ids), watch=watch, decide_at=decide_at, sequential=sequential
-            )
-            out.append((ids, limit, kwargs))
-    return out, costs
+    configs = {t.id: t.config for t in trials}
+    return [
+        batch.outgoing(sweep_id, configs, watch=watch, decide_at=decide_at)
+        for batch in batches(trials, workers)
+    ]
 
 
 def unit_messages(
@@ -87,10 +111,12 @@ def unit_messages(
     each unit's points are grouped as if they were the only work of one worker, so its
     compatible points go as one fused group when the cost model says it gains, the rest
     alone; the units' messages most expensive first."""
-    out: list[Outgoing] = []
-    costs: list[float] = []
+    planned: list[tuple[Batch, dict[str, dict]]] = []
     for unit in units:
-        messages_of, costs_of = _costed(sweep_id, unit, 1, watch, decide_at)
-        out += messages_of
-        costs += costs_of
-    return order_by_cost(out, costs)
+        configs = {t.id: t.config for t in unit}
+        planned += [(batch, configs) for batch in batches(unit, 1)]
+    ordered = order_by_cost(planned, [batch.cost for batch, _ in planned])
+    return [
+        batch.outgoing(sweep_id, configs, watch=watch, decide_at=decide_at)
+        for batch, configs in ordered
+    ]

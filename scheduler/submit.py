@@ -70,10 +70,7 @@ def submit_sweep(
         spec, points, owner=owner, total=total, extras=extras, sweep_fields=sweep_fields
     )
     try:
-        send_window(
-            store, app, sweep_id, points, workers,
-            watch=feeder.watch, decide_at=feeder.decide_at, units=unit_keys(extras),
-        )  # fmt: skip
+        send_window(store, app, sweep_id, feeder.outgoing(sweep_id, points, unit_keys(extras)))
     except Exception:
         log.exception("enqueueing sweep %s failed; cancelling it", sweep_id)
         store.admin.cancel_sweep(sweep_id)

@@ -394,6 +394,7 @@ def test_valid_parallel_combinations_expand() -> None:
 
 # -- counting: by groups of values, never past the limit ------------------------------------
 
+
 def test_an_inactive_controller_keeps_its_default_for_the_conditions_after_it() -> None:
     # optimizer is inactive when lr_schedule is none: it keeps its default, adam, and the
     # momentum that asks for adam is active there, whichever branch is walked first.

@@ -408,8 +408,9 @@ def test_a_pruner_option_of_another_pruner_is_refused() -> None:
 PRUNER_MODULES = {"core/spec/pruners.py", "workers/pruning.py"}
 
 
-def test_workers_dashboard_and_core_never_import_the_search_adapter_and_optuna_only_to_prune(
-) -> None:
+def test_workers_dashboard_and_core_never_import_the_search_adapter_and_optuna_only_to_prune() -> (
+    None
+):
     root = Path(__file__).resolve().parents[2]
     adapter = re.compile(r"^\s*(from|import)\s+scheduler\b", re.MULTILINE)
     optuna = re.compile(r"^\s*(from|import)\s+optuna\b", re.MULTILINE)
