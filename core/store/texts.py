@@ -60,7 +60,7 @@ log = logging.getLogger(__name__)
 REF = "$text"
 #: Strings of a config shorter than this many UTF-8 bytes stay in the config.
 INLINE_BYTES = 1024
-#: The bytes of texts a process keeps in its cache (`SweepTexts.get`).
+#: The characters of texts a process keeps in its cache (`SweepTexts.get`).
 CACHE_BYTES = 64 << 20
 _DUPLICATE_KEY = 11000
 _HEX = frozenset("0123456789abcdef")
@@ -142,8 +142,10 @@ def join_texts(config: Mapping[str, Any], texts: Mapping[str, str]) -> dict[str,
 class SweepTexts:
     """The ``texts`` collection: each sweep's distinct large texts, by digest (module doc).
 
-    Thread-safe; `get` keeps up to `cache_bytes` of texts read, least recently used first
-    out, so a worker that trains a sweep's trials one after another reads its texts once.
+    Thread-safe; `get` keeps up to `cache_bytes` characters of texts read, least recently
+    used first out, so a worker that trains a sweep's trials one after another reads its
+    texts once. The cache is by digest alone: a digest names one text, whichever sweep
+    holds it.
     """
 
     def __init__(self, collection: Collection, cache_bytes: int = CACHE_BYTES) -> None:
