@@ -141,7 +141,7 @@ def _schemas(settings: Settings) -> dict[str, Any]:
         "Cancelled": obj({"cancelled": INT, "stopping": INT, "sweep": ref("Sweep")}),
         "Retried": obj({"retried": INT, "requeued_stale": INT, "sweep": ref("Sweep")}),
         "Deleted": obj({"id": STR, "deleted": {"const": True}, "trials": INT, "metrics": INT,
-                           "artifacts": INT}),
+                           "texts": INT, "artifacts": INT}),
         "Health": obj({"status": {"const": "ok"}, "store": part, "broker": part}),
         "Workers": obj({"queue": STR, "workers": {"type": "array", "items": worker}}),
         "KeptModel": obj(

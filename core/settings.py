@@ -109,6 +109,7 @@ _CEILING_FIELDS = frozenset(
         "max_epoch_samples",
         "max_description_bytes",
         "max_prototxt_bytes",
+        "max_string_bytes",
     }
 )
 _PATH_FIELDS = frozenset({"data_dir", "datasets_dir"})
@@ -162,6 +163,9 @@ class Settings:
     max_description_bytes: int = 4096
     # A Caffe spec's net and solver texts (core.spec.caffe.spec), each, in UTF-8 bytes.
     max_prototxt_bytes: int = 500_000
+    # Every other string and key of a spec (dataset.target, a trainable's string parameters,
+    # name ...; core.spec.strings), in UTF-8 bytes.
+    max_string_bytes: int = 4096
     # Web auth (web/auth.py): owner names of SWEEPSTACK_API_TOKENS who see every sweep on the
     # dashboard; the key signing session cookies (unset: random per server start); Secure on
     # the cookie (auto: when the request came over https); failed logins or bearer tokens

@@ -3,7 +3,10 @@
 A message carries a trial id and, as keyword arguments, a copy of the trial's config and
 the attempt it is queued at (a config never changes after submission; DESIGN.md), so the
 worker's claim is one write with no read (`workers.claims`); the store holds everything
-else, and a worker reads the config from the store when a message lacks it. Each message
+else, and a worker reads the config from the store when a message lacks it. The config's
+large texts (a Caffe net's prototxt, a long string parameter) travel as references to the
+sweep's ``texts`` (`core.store.texts`), which the worker reads once per process: a message
+of a 0.9 MB Caffe spec is a few KB, not 0.9 MB. Each message
 gets the trial's soft and hard time limits, so the worker enforces `execution.time_limit`.
 A fused group (`scheduler.grouping`) is one `workers.run_group` message whose argument is
 the list of its trial ids (keywords ``configs`` and ``attempts``, one per id); it takes
@@ -46,6 +49,7 @@ from kombu.exceptions import OperationalError
 
 from core.broker import GROUP_TASK_NAME, TASK_NAME, celery_config, time_limits
 from core.settings import Settings
+from core.store.texts import split_texts
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,8 @@ def carry(
     watch: bool = False,
     decide_at: DecideAt = None,
 ) -> dict[str, Any]:
-    """The keyword arguments of a `workers.run_trial` message: what its claim needs.
+    """The keyword arguments of a `workers.run_trial` message: what its claim needs, the
+    config's large texts as references (`core.store.texts`; the worker reads them once).
 
     `watch` (a pruning sweep): the worker writes its epoch rows at every epoch and asks
     for a prune request after each (`workers.runner`); left out of the message when off,
@@ -80,7 +85,7 @@ def carry(
     after which the pruner may decide (`core.spec.search.decision_epochs`), where the worker
     waits, bounded, for the scheduler's decision before it trains on.
     """
-    kwargs: dict[str, Any] = {"config": config, "attempt": attempt}
+    kwargs: dict[str, Any] = {"config": split_texts(config)[0], "attempt": attempt}
     if watch:
         kwargs["watch"] = True
         if decide_at is not None:
@@ -100,7 +105,7 @@ def carry_group(
     (`watch` and `decide_at` as in `carry`, for the whole group). `sequential`: a chunk of
     cheap trials (`scheduler.chunks`), trained one after another, never fused; left out
     when off."""
-    kwargs: dict[str, Any] = {"configs": configs, "attempts": attempts}
+    kwargs: dict[str, Any] = {"configs": [split_texts(c)[0] for c in configs], "attempts": attempts}
     if watch:
         kwargs["watch"] = True
         if decide_at is not None:

@@ -1,6 +1,7 @@
 """What a worker process writes while it holds trials: claims, heartbeats, epoch rows.
 
-- **Claims.** A message carries the trial's config and the attempt it was queued at
+- **Claims.** A message carries the trial's config (its large texts as references, read
+  once per process: `core.store.texts`) and the attempt it was queued at
   (`scheduler.enqueue`), so a claim is one conditional write with no read
   (`TrialLifecycle.claim_queued`), for one trial or a whole fused group. A message without them (an
   older one), or a trial that is not where the message says (requeued, taken over,
@@ -170,18 +171,21 @@ def claim_trials(
 
     `carried` maps ids to the (queued attempt, config) their message carries: those are
     claimed in one write; the rest, and those that write did not claim, one by one the
-    careful way.
+    careful way. Either way a config comes with its texts in place of its references
+    (`core.store.texts`; a read only for texts this process has not read yet).
     """
     out: dict[str, dict[str, Any] | None] = {}
     expected = {t: carried[t][0] for t in trial_ids if t in carried}
     if expected:
         for trial_id in with_retry(lifecycle.claim_queued, expected, worker, budget=budget):
             attempt, config = carried[trial_id]
+            sweep_id = sweep_of(trial_id)
             out[trial_id] = {
                 "_id": trial_id,
-                "sweep_id": sweep_of(trial_id),
+                "sweep_id": sweep_id,
                 "attempt": attempt + 1,
-                "config": config,
+                # A message carries the config's large texts as references (`core.store.texts`).
+                "config": with_retry(lifecycle.resolve_texts, sweep_id, config, budget=budget),
             }
     for trial_id in trial_ids:
         if trial_id not in out:

@@ -19,7 +19,9 @@ anything is stored:
 - a synthetic set's rows x features at most ``SWEEPSTACK_MAX_DATASET_ELEMENTS``;
 - epochs x rows (samples a trial trains on, summed over epochs) at most
   ``SWEEPSTACK_MAX_EPOCH_SAMPLES``;
-- the description at most ``SWEEPSTACK_MAX_DESCRIPTION_BYTES`` of UTF-8;
+- the description at most ``SWEEPSTACK_MAX_DESCRIPTION_BYTES`` of UTF-8, and every other
+  string and key of the spec (``dataset.target``, a trainable's string parameters, ``name``
+  ...) at most ``SWEEPSTACK_MAX_STRING_BYTES`` (`core.spec.strings`);
 - a spec's ``trainable`` installed here (`core.spec.trainable.trainable_problems`); its
   model is the function's own, so the parameter ceiling does not apply to it;
 - a Caffe spec's net and solver texts at most ``SWEEPSTACK_MAX_PROTOTXT_BYTES`` each, and
@@ -49,6 +51,7 @@ from core.spec.ceilings import SYNTHETIC, candidates, data_shape, over, top
 from core.spec.config import dataset_path_rule
 from core.spec.kinds import kind_of
 from core.spec.spec import SweepSpec
+from core.spec.strings import string_problems
 
 
 class OutsideDatasets(ValueError):
@@ -136,6 +139,7 @@ def spec_limit_problems(spec: SweepSpec, settings: Settings) -> list[Problem]:
             over("description", "its UTF-8 bytes", size, settings.max_description_bytes,
                  "SWEEPSTACK_MAX_DESCRIPTION_BYTES")
         )  # fmt: skip
+    problems += string_problems(spec.document, settings.max_string_bytes)
     world = top(spec, "execution.parallel.world_size")
     if world > settings.max_world_size:
         problems.append(

@@ -38,6 +38,7 @@ from core.store.records import (
 )
 from core.store.roles import Artifacts, Feeding, SweepAdmin
 from core.store.state import StoreState, available
+from core.store.texts import store_texts
 
 __all__ = ["MongoSweepAdmin"]
 
@@ -124,11 +125,13 @@ class MongoSweepAdmin(SweepAdmin):
             for start in range(0, len(trials), self._s.insert_batch):
                 batch = trials[start : start + self._s.insert_batch]
                 docs = [doc_of(p) for p in batch]
+                store_texts(self._s.texts, sweep_id, docs, now)  # before the trials
                 self._s.trials.insert_many(docs, ordered=False)
             self._s.sweeps.insert_one(sweep)
         except BaseException:
             try:
                 self._s.trials.delete_many({"sweep_id": sweep_id})
+                self._s.texts.delete(sweep_id)
             except PyMongoError as exc:
                 log.warning("could not remove the trials of failed sweep %s: %s", sweep_id, exc)
             raise
@@ -286,10 +289,11 @@ class MongoSweepAdmin(SweepAdmin):
         trials = self._s.trials.delete_many({"sweep_id": sweep_id}).deleted_count
         metrics = self._s.metrics.delete_many({"sweep_id": sweep_id}).deleted_count
         summaries.clear(self._s.db, sweep_id)
+        texts = self._s.texts.delete(sweep_id)
         artifacts = self._artifacts.delete_sweep(sweep_id) if self._artifacts else 0
-        log.info("deleted sweep %s: %d trials, %d metric rows, %d artifacts", sweep_id, trials,
-                 metrics, artifacts)  # fmt: skip
-        return {"trials": trials, "metrics": metrics, "artifacts": artifacts}
+        log.info("deleted sweep %s: %d trials, %d metric rows, %d texts, %d artifacts",
+                 sweep_id, trials, metrics, texts, artifacts)  # fmt: skip
+        return {"trials": trials, "metrics": metrics, "texts": texts, "artifacts": artifacts}
 
     @available
     def recount(self, sweep_id: str) -> dict[str, int]:

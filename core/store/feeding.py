@@ -30,6 +30,7 @@ from core.store.query import check_attempt, check_id, check_seconds
 from core.store.records import JUDGED_FIELDS, TrialPointLike, trial_document, verdict
 from core.store.roles import Awaiting, Feeding
 from core.store.state import StoreState, available
+from core.store.texts import store_texts
 
 __all__ = ["FEED_FIELDS", "MongoFeeding"]
 
@@ -77,6 +78,7 @@ class MongoFeeding(Feeding):
             doc = trial_document(sweep_id, p, config, now)
             doc.update((extras or {}).get(p.id, {}))
             docs.append(doc)
+        store_texts(self._s.texts, sweep_id, docs, now)
         dup: set[str] = set()
         try:
             self._s.trials.insert_many(docs, ordered=False)
@@ -174,7 +176,9 @@ class MongoFeeding(Feeding):
         fields = dict(FEED_FIELDS)
         if ids is not None:
             fields.pop("config")
-        return list(self._s.trials.find(query, fields))
+            return list(self._s.trials.find(query, fields))
+        fields["sweep_id"] = 1
+        return self._s.texts.resolve_docs(list(self._s.trials.find(query, fields)))
 
     @available
     def set_study_attrs(self, sweep_id: str, attrs: Mapping[str, Any]) -> None:

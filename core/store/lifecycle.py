@@ -155,7 +155,7 @@ class MongoTrialLifecycle(TrialLifecycle):
             if not self._start_attempt(expect, worker, now):
                 return None
             self._s.bump(doc["sweep_id"], {_QUEUED: -1, _RUNNING: 1}, now)
-            return self._s.trials.find_one({"_id": trial_id})
+            return self._claimed(trial_id)
         if doc["state"] != _RUNNING:
             return None
         attempt, beat = doc["attempt"], doc.get("heartbeat_at")
@@ -188,7 +188,17 @@ class MongoTrialLifecycle(TrialLifecycle):
         if not self._start_attempt(expect, worker, now, lost=lost):
             return None
         log.info("trial %s: attempt %d lost (%s); taken over", trial_id, attempt, why)
-        return self._s.trials.find_one({"_id": trial_id})
+        return self._claimed(trial_id)
+
+    def _claimed(self, trial_id: str) -> dict[str, Any] | None:
+        """The trial just claimed, its config's texts in place (`core.store.texts`)."""
+        doc = self._s.trials.find_one({"_id": trial_id})
+        return None if doc is None else self._s.texts.resolve_docs([doc])[0]
+
+    @available
+    def resolve_texts(self, sweep_id: str, config: Mapping[str, Any]) -> dict[str, Any]:
+        check_id("sweep_id", sweep_id)
+        return self._s.texts.resolve(sweep_id, config)
 
     def _start_attempt(
         self,

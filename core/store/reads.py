@@ -234,7 +234,7 @@ class MongoReads(Reads):
                 {"_id": 0, "attempt": 1, "epoch": 1, "metrics": 1, "reported_at": 1},
             ).sort([("attempt", 1), ("epoch", 1)])
             doc["metrics"] = list(rows)
-        return doc
+        return self._s.texts.resolve_docs([doc])[0]
 
     @available
     def epoch_rows(self, attempts: Mapping[str, int]) -> dict[str, dict[int, dict[str, Any]]]:

@@ -30,6 +30,9 @@ What every method of every role holds to:
   caller moves the sweep's counts. A write that finds the trial elsewhere changes nothing.
 - Times are timezone-aware UTC, to the millisecond, from the writing process's clock.
 - Ids are strings: a sweep's is 12 hex digits, a trial's ``f"{sweep_id}-{point id}"``.
+- A trial's config is stored with its large texts (a Caffe net's prototxt, a long string
+  parameter) as references, each text kept once per sweep (`core.store.texts`): a method
+  that gives configs says whether they hold the texts or the references.
 """
 
 from __future__ import annotations
@@ -132,8 +135,14 @@ class TrialLifecycle(Protocol):
         `max_attempts` ends the trial ``failed`` instead (a poison trial: whatever kills its
         worker would kill the next one too). None when the trial is terminal, held by a live
         attempt or ended so. A trial of a cancelled sweep is cancelled instead of claimed.
-        `NotFound` for a trial the store does not have.
+        `NotFound` for a trial the store does not have. The config holds its texts.
         """
+
+    @abstractmethod
+    def resolve_texts(self, sweep_id: str, config: Mapping[str, Any]) -> dict[str, Any]:
+        """`config` (a message's copy, `scheduler.enqueue`) with its references replaced by
+        the sweep's texts (`core.store.texts`): what the worker trains. One read for the texts
+        this process has not read before; none for a config without references."""
 
     @abstractmethod
     def claim_queued(self, expected: Mapping[str, int], worker: Mapping[str, Any]) -> list[str]:
@@ -212,7 +221,8 @@ class TrialLifecycle(Protocol):
 
     @abstractmethod
     def trial(self, trial_id: str) -> dict[str, Any]:
-        """The trial as it stands (no metric rows); `NotFound` if the store does not have it."""
+        """The trial as it stands (no metric rows; its config's texts as references);
+        `NotFound` if the store does not have it."""
 
     @abstractmethod
     def objective(self, sweep_id: str) -> dict[str, str]:
@@ -319,8 +329,8 @@ class SweepAdmin(Protocol):
 
     @abstractmethod
     def delete_sweep(self, sweep_id: str, *, owner: str | None = None) -> dict[str, int]:
-        """Remove a sweep, its trials, their metrics, its summaries and its artifacts; how
-        many went (``{"trials": n, "metrics": m, "artifacts": a}``).
+        """Remove a sweep, its trials, their metrics, its summaries, its texts and its
+        artifacts; how many went (``{"trials": n, "metrics": m, "texts": t, "artifacts": a}``).
 
         Refused with `InvalidTransition` while any trial is queued or running: a queued
         trial still has a message on the broker, so cancel the sweep first and wait for its
@@ -420,7 +430,7 @@ class Feeding(Protocol):
     def feed_trials(self, sweep_id: str, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """The sweep's trials (or those of `ids`) with what a feeder's rebuild needs: ``key``,
         ``index``, ``params``, ``state``, ``attempt``, ``objective``, ``optuna``, and
-        ``config`` when `ids` is None."""
+        ``config`` (its texts in place) when `ids` is None."""
 
     @abstractmethod
     def set_study_attrs(self, sweep_id: str, attrs: Mapping[str, Any]) -> None:
@@ -617,7 +627,8 @@ class Reads(Protocol):
         ``result.<metric>`` or a parameter path; ties are broken by index; missing values
         sort first ascending (MongoDB's order). The cursor is only valid for the same sweep,
         filters and sort. A page costs about its own size in index order, and about the
-        filtered trials otherwise (`core.store.store`).
+        filtered trials otherwise (`core.store.store`). Configs hold references to their
+        texts (`get_trial` gives them with their texts).
         """
 
     @abstractmethod
@@ -626,7 +637,8 @@ class Reads(Protocol):
         (equal objectives: the lower index first).
 
         A few ms at any sweep size for `k` up to `core.store.summaries.TOP_K`, read from
-        the sweep's top summary; past it, every complete trial is read.
+        the sweep's top summary; past it, every complete trial is read. Configs hold
+        references to their texts, as in `trials`.
         """
 
     @abstractmethod
@@ -634,7 +646,8 @@ class Reads(Protocol):
         self, trial_ids: Iterable[str], fields: Sequence[str]
     ) -> dict[str, dict[str, Any]]:
         """`fields` (dotted paths) of these trials, by id, in batched reads; `NotFound` for an
-        id that is not in the store."""
+        id that is not in the store. A ``config`` holds references to its texts, as a
+        message carries it."""
 
     @abstractmethod
     def trials_at(
@@ -646,9 +659,9 @@ class Reads(Protocol):
 
     @abstractmethod
     def get_trial(self, trial_id: str, *, with_metrics: bool = True) -> dict[str, Any]:
-        """A trial; with ``metrics``: its reports (``attempt``, ``epoch``, ``metrics``,
-        ``reported_at``) sorted by attempt and epoch. `NotFound` if the store does not
-        have it."""
+        """A trial, its config with its texts (as submitted, not references); with
+        ``metrics``: its reports (``attempt``, ``epoch``, ``metrics``, ``reported_at``) sorted
+        by attempt and epoch. `NotFound` if the store does not have it."""
 
     @abstractmethod
     def changed_rows(

@@ -24,6 +24,7 @@ from core.states import FINISH_STATES
 from core.store import summaries
 from core.store.query import check_id
 from core.store.records import finite_number, full_counts, sweep_of
+from core.store.texts import SweepTexts
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -74,6 +75,8 @@ class StoreState:
         self.sweeps = db["sweeps"]
         self.trials = db["trials"]
         self.metrics = db["metrics"]
+        #: Each sweep's large texts, which its trials' configs reference (`core.store.texts`).
+        self.texts = SweepTexts(db["texts"])
         self.clock = clock
         self.change_lag = change_lag
         self.insert_batch = insert_batch

@@ -51,6 +51,12 @@ Collections, their indexes (created idempotently by `ensure_indexes`), and what 
 - ``artifacts`` (and GridFS's ``blobs.files``, ``blobs.chunks``): models, checkpoints and a
   training function's files (`core.store.artifacts`): ``{sweep_id: 1, kind: 1}`` (a sweep's
   models, its usage, its deletion) and ``{trial_id: 1}`` (a trial's artifacts).
+- ``texts``: each sweep's large texts (a Caffe net's and solver's prototxt, a long string
+  parameter), once per distinct text, which its trials' configs reference as
+  ``{"$text": sha256}`` (`core.store.texts`): ``_id`` is ``f"{sweep_id}-{sha256}"`` (a
+  trial's texts read by ``_id $in``), ``{sweep_id: 1}`` (its deletion). Stored before the
+  trials that reference them, deleted with their sweep. 50 trials of a 0.9 MB Caffe spec
+  stored 45 MB when each held its copy; about 1 MB with one.
 
 Sweeps are fed in windows (`core.store.feeding`, `scheduler.feed`): a sweep document also holds
 ``planned`` (trials not created yet; counted as ``queued`` in ``counts`` and in
@@ -149,6 +155,9 @@ INDEXES: dict[str, list[IndexModel]] = {
     "artifacts": [
         IndexModel([("sweep_id", 1), ("kind", 1)], name="sweep_kind"),
         IndexModel([("trial_id", 1)], name="trial"),
+    ],
+    "texts": [
+        IndexModel([("sweep_id", 1)], name="sweep"),
     ],
 }
 

@@ -228,7 +228,7 @@ def test_cancel_then_delete_and_409_while_anything_runs(client: FlaskClient, sto
     assert "1 running" in error(client.delete(path, headers=ALICE), 409, "conflict")["message"]
     finish(store, running, 1, TrialState.CANCELLED)
     assert client.delete(path, headers=ALICE).json == {
-        "id": sweep_id, "deleted": True, "trials": 6, "metrics": 0, "artifacts": 0,
+        "id": sweep_id, "deleted": True, "trials": 6, "metrics": 0, "texts": 0, "artifacts": 0,
     }  # fmt: skip
     error(client.get(path, headers=ALICE), 404, "not_found")
     error(client.delete(path, headers=ALICE), 404, "not_found")

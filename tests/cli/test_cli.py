@@ -247,3 +247,17 @@ def test_every_command_loads_and_run_starts_without_the_servers_libraries() -> N
         cwd=Path(__file__).resolve().parents[2],
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_long_free_string_exits_2_naming_the_field(runner: CliRunner, tmp_path: Path) -> None:
+    path = tmp_path / "long.yaml"
+    path.write_text("name: long\ndataset: {path: d.csv, target: " + "t" * 5000 + "}\n")
+    for command in ("validate", "generate"):
+        result = runner.invoke(
+            main, [command, str(path)], env={"SWEEPSTACK_DATASETS_DIR": str(tmp_path)}
+        )
+        assert result.exit_code == 2, result.output
+        assert (
+            "error: dataset.target: its UTF-8 bytes must be <= 4,096 on this server "
+            "(SWEEPSTACK_MAX_STRING_BYTES), got 5,000"
+        ) in result.output

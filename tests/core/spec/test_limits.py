@@ -10,6 +10,7 @@ import pytest
 from core.errors import SpecError
 from core.settings import Settings
 from core.spec.limits import OutsideDatasets, check_spec_limits, confine, spec_limit_problems
+from core.spec.strings import string_problems
 from core.spec.sweep import load_spec
 
 BASE = "name: t\ndataset: {name: digits}\n"
@@ -84,3 +85,29 @@ def test_every_problem_is_listed_at_once() -> None:
         "dataset.samples",
         "training.epochs",
     ]
+
+
+def test_free_strings_are_held_to_the_string_ceiling() -> None:
+    # Every string and key but the description and the prototxt texts (which have their own).
+    text = (
+        "name: t\ndescription: " + "d" * 50 + "\n"
+        "dataset: {path: d.csv, target: [y, " + "t" * 41 + "]}\n"
+    )
+    assert limits(text, max_string_bytes=40, max_description_bytes=100) == [
+        "dataset.target: the UTF-8 bytes of one of its values must be <= 40 on this server "
+        "(SWEEPSTACK_MAX_STRING_BYTES), got 41",
+    ]
+    assert limits(text, max_string_bytes=41, max_description_bytes=100) == []
+
+
+def test_string_problems_name_the_parameter_not_the_dimension_form() -> None:
+    document = {
+        "params": {
+            "a": {"choice": ["x", "y" * 13]},
+            "b": {"value": "z" * 13, "when": {"p": ["w" * 13]}},
+        },
+        "caffe": {"net_text": "n" * 99, "solver_text": "s" * 99},
+        "k" * 13: 1,
+    }
+    paths = [p.path for p in string_problems(document, 12)]
+    assert paths == ["params.a", "params.b", "params.b.when.p", "(document)"]

@@ -44,7 +44,7 @@ def test_delete_sweep_removes_the_sweep_its_trials_and_metrics(store: Store) -> 
     with pytest.raises(NotFound):
         store.admin.delete_sweep(sweep_id, owner="bob")
     removed = store.admin.delete_sweep(sweep_id, owner="alice")
-    assert removed == {"trials": 3, "metrics": 3, "artifacts": 0}
+    assert removed == {"trials": 3, "metrics": 3, "texts": 0, "artifacts": 0}
     with pytest.raises(NotFound):
         store.reads.get_sweep(sweep_id)
     with pytest.raises(NotFound):
