@@ -63,7 +63,8 @@ def check_name(name: Any) -> str:
         or not name
         or len(name) > NAME_CHARS
         or name.startswith((".", "$"))
-        or any(c in name for c in "/\\|") or any(ord(c) < 32 for c in name)
+        or any(c in name for c in "/\\|")
+        or any(ord(c) < 32 for c in name)
     ):
         raise InvalidQuery(
             "name",
@@ -118,7 +119,8 @@ class MongoArtifacts(Artifacts):
         size = len(data)
         if size > self.max_bytes:
             raise ArtifactTooLarge(
-                "size", f"{size:,} bytes is over the ceiling of {self.max_bytes:,} bytes a file "
+                "size",
+                f"{size:,} bytes is over the ceiling of {self.max_bytes:,} bytes a file "
                 "(SWEEPSTACK_MAX_ARTIFACT_BYTES)",
             )
         _id = artifact_id(trial_id, kind, name)
@@ -126,7 +128,8 @@ class MongoArtifacts(Artifacts):
         used = self.usage(sweep_id) - (old or {}).get("size", 0)
         if used + size > self.max_sweep_bytes:
             raise ArtifactTooLarge(
-                "size", f"the sweep's artifacts would take {used + size:,} bytes, over the "
+                "size",
+                f"the sweep's artifacts would take {used + size:,} bytes, over the "
                 f"ceiling of {self.max_sweep_bytes:,} (SWEEPSTACK_MAX_SWEEP_ARTIFACT_BYTES)",
             )
         key = f"{_hashed(sweep_id, 16)}/{_hashed(trial_id, 24)}/{kind}-{uuid.uuid4().hex}"
@@ -217,7 +220,8 @@ class MongoArtifacts(Artifacts):
             return False
         kept = [d.get("objective") for d in self.models(sweep_id, direction)]
         better = [
-            v for v in kept
+            v
+            for v in kept
             if v is not None and (v < objective if direction == "minimize" else v > objective)
         ]
         return len(better) < keep

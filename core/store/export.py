@@ -47,8 +47,21 @@ PAGE = 1000
 HEAD = ("id", "index", "state", "attempt", "seed", "objective")
 TAIL = ("epochs", "pruned_epoch", "train_seconds", "param_count", "device", "error")
 #: The trial fields a row is made of (`row`), for reads of a selection.
-FIELDS = ("index", "state", "attempt", "seed", "objective", "params", "result.final",
-          "result.epochs", "pruned_epoch", "train_seconds", "param_count", "device", "error")
+FIELDS = (
+    "index",
+    "state",
+    "attempt",
+    "seed",
+    "objective",
+    "params",
+    "result.final",
+    "result.epochs",
+    "pruned_epoch",
+    "train_seconds",
+    "param_count",
+    "device",
+    "error",
+)
 
 
 def plain(value: Any) -> Any:
@@ -75,8 +88,9 @@ def param_columns(sweep: dict[str, Any]) -> list[str]:
         return []
 
 
-def _pages(reads: Reads, sweep_id: str, indexes: Sequence[int] | None = None
-           ) -> Iterator[dict[str, Any]]:
+def _pages(
+    reads: Reads, sweep_id: str, indexes: Sequence[int] | None = None
+) -> Iterator[dict[str, Any]]:
     if indexes is not None:  # a window of PAGE indexes at a time: a short range, or a few
         chosen = sorted(set(indexes))
         start = 0
@@ -124,8 +138,7 @@ def _cell(value: Any) -> Any:
     return csv_safe(value)
 
 
-def jsonl(reads: Reads, sweep_id: str, indexes: Sequence[int] | None = None
-          ) -> Iterator[str]:
+def jsonl(reads: Reads, sweep_id: str, indexes: Sequence[int] | None = None) -> Iterator[str]:
     """The export as JSON Lines (of the trials at `indexes` only, when given)."""
     try:
         for doc in _pages(reads, sweep_id, indexes):
@@ -156,8 +169,9 @@ def _csv_stream(
     yield buffer.getvalue()
 
 
-def csv_text(reads: Reads, sweep: dict[str, Any], indexes: Sequence[int] | None = None
-             ) -> Iterator[str]:
+def csv_text(
+    reads: Reads, sweep: dict[str, Any], indexes: Sequence[int] | None = None
+) -> Iterator[str]:
     """The export as CSV, the header first (of the trials at `indexes` only, when given)."""
 
     def table() -> tuple[list[str], Iterator[list[Any]]]:

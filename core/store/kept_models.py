@@ -98,9 +98,11 @@ def _why(policy: Policy, metric: str, *, given: bool, ranks: bool) -> str:
         return f"its sweep keeps no models ({setting})"
     if ranks:  # kept by the policy, yet not stored: a trial kind that keeps no model, or
         # a store that refused it (a ceiling), which the worker logged
-        return (f"its worker stored none, though its sweep would keep it ({setting}): its "
-                "kind of trial may keep no model (a training function's model is its own), "
-                "or the store refused it, which the worker logged")
+        return (
+            f"its worker stored none, though its sweep would keep it ({setting}): its "
+            "kind of trial may keep no model (a training function's model is its own), "
+            "or the store refused it, which the worker logged"
+        )
     best = "the best model" if policy.kept == 1 else f"the {policy.kept} best models"
     return f"its sweep keeps {best} by {metric} ({setting}), and this trial is not among them"
 

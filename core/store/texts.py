@@ -29,7 +29,11 @@ texts; lists of trials (`Reads.trials`, `trials_by_id`, `trials_at`, `best`), wh
 no config, and the messages hold references.
 
 A ``texts`` document: ``_id`` (``f"{sweep_id}-{sha256}"``), ``sweep_id``, ``sha256``,
-``text``, ``bytes`` (its UTF-8 size), ``created_at``.
+``bytes`` (its UTF-8 size), ``created_at``, and either the whole ``text`` with its count of
+``lines``, or, where a grid's values change a few lines of a text, the text as ``changes``
+([line index, line] pairs) against a whole text of the sweep with as many lines (``base``,
+its digest): 50 values of one layer's ``num_output`` store one net and 50 lines. A text
+rebuilt from its base is checked against its digest.
 """
 
 from __future__ import annotations
@@ -60,6 +64,9 @@ log = logging.getLogger(__name__)
 REF = "$text"
 #: Strings of a config shorter than this many UTF-8 bytes stay in the config.
 INLINE_BYTES = 1024
+#: A text is stored as its changed lines against a whole one when at most this share of its
+#: lines differ (`SweepTexts.put`).
+DELTA_SHARE = 0.25
 #: The characters of texts a process keeps in its cache (`SweepTexts.get`).
 CACHE_BYTES = 64 << 20
 _DUPLICATE_KEY = 11000
@@ -157,16 +164,36 @@ class SweepTexts:
 
     def put(self, sweep_id: str, texts: Mapping[str, str], now: datetime) -> int:
         """Store the texts of `sweep_id` it does not hold yet; how many were new. Idempotent:
-        a text already stored (an earlier window's, a concurrent writer's) is left as it is."""
+        a text already stored (an earlier window's, a concurrent writer's) is left as it is.
+
+        A text that differs from a whole text of the sweep with as many lines in at most
+        `DELTA_SHARE` of them is stored as those lines (`changes`) against it (`base`): a
+        grid over a Caffe layer's or solver's values stores one net and a few lines per
+        trial, not a net per trial."""
         if not texts:
             return 0
         ids = {f"{sweep_id}-{key}": key for key in texts}
         held = {d["_id"] for d in self.collection.find({"_id": {"$in": list(ids)}}, {"_id": 1})}
-        docs = [
-            {"_id": tid, "sweep_id": sweep_id, "sha256": key, "text": texts[key],
-             "bytes": len(texts[key].encode("utf-8")), "created_at": now}
-            for tid, key in ids.items() if tid not in held
-        ]  # fmt: skip
+        bases: dict[int, tuple[str, list[str]] | None] = {}  # line count -> a whole text
+        docs = []
+        for tid, key in ids.items():
+            if tid in held:
+                continue
+            text = texts[key]
+            lines = text.split("\n")
+            doc = {"_id": tid, "sweep_id": sweep_id, "sha256": key,
+                   "bytes": len(text.encode("utf-8")), "created_at": now}  # fmt: skip
+            if len(lines) not in bases:
+                bases[len(lines)] = self._base(sweep_id, len(lines))
+            base = bases[len(lines)]
+            changes = _changes(base[1], lines) if base is not None else None
+            if base is not None and changes is not None:
+                doc.update(base=base[0], changes=changes)
+            else:
+                doc.update(text=text, lines=len(lines))
+                if base is None:
+                    bases[len(lines)] = (key, lines)
+            docs.append(doc)
         if not docs:
             return 0
         try:
@@ -175,6 +202,14 @@ class SweepTexts:
             if any(e.get("code") != _DUPLICATE_KEY for e in exc.details.get("writeErrors", [])):
                 raise
         return len(docs)
+
+    def _base(self, sweep_id: str, lines: int) -> tuple[str, list[str]] | None:
+        """A whole text of `sweep_id` of `lines` lines, as (digest, its lines), if it holds one."""
+        doc = self.collection.find_one({"sweep_id": sweep_id, "lines": lines}, {"sha256": 1})
+        if doc is None:
+            return None
+        text = self.get(sweep_id, [doc["sha256"]]).get(doc["sha256"])
+        return None if text is None else (doc["sha256"], text.split("\n"))
 
     def get(self, sweep_id: str, keys: Iterable[str]) -> dict[str, str]:
         """The texts of `sweep_id` by digest; a digest it does not hold is left out."""
@@ -188,9 +223,28 @@ class SweepTexts:
                     out[key] = text
         missing = [f"{sweep_id}-{key}" for key in wanted if key not in out]
         if missing:
-            for doc in self.collection.find({"_id": {"$in": missing}}, {"sha256": 1, "text": 1}):
-                out[doc["sha256"]] = doc["text"]
-                self._remember(doc["sha256"], doc["text"])
+            deltas = []
+            for doc in self.collection.find({"_id": {"$in": missing}}):
+                if "text" in doc:
+                    out[doc["sha256"]] = doc["text"]
+                    self._remember(doc["sha256"], doc["text"])
+                else:
+                    deltas.append(doc)
+            bases = self.get(sweep_id, {doc["base"] for doc in deltas}) if deltas else {}
+            for doc in deltas:
+                base = bases.get(doc["base"])
+                if base is None:
+                    continue
+                lines = base.split("\n")
+                for index, line in doc["changes"]:
+                    lines[index] = line
+                text = "\n".join(lines)
+                if digest(text) != doc["sha256"]:
+                    log.error("sweep %s: text %s does not rebuild from its base", sweep_id,
+                              doc["sha256"])  # fmt: skip
+                    continue
+                out[doc["sha256"]] = text
+                self._remember(doc["sha256"], text)
         return out
 
     def _remember(self, key: str, text: str) -> None:
@@ -235,6 +289,19 @@ class SweepTexts:
     def delete(self, sweep_id: str) -> int:
         """Delete the texts of `sweep_id`; how many went."""
         return self.collection.delete_many({"sweep_id": sweep_id}).deleted_count
+
+
+def _changes(base: list[str], lines: list[str]) -> list[list[Any]] | None:
+    """The lines of `lines` that differ from `base` (as many lines), as [index, line]; None
+    when more than `DELTA_SHARE` of them do (the text is then stored whole)."""
+    most = int(DELTA_SHARE * len(lines))
+    out: list[list[Any]] = []
+    for index, (old, new) in enumerate(zip(base, lines, strict=True)):
+        if old != new:
+            out.append([index, new])
+            if len(out) > most:
+                return None
+    return out
 
 
 def store_texts(

@@ -35,8 +35,9 @@ JSON = {"Content-Type": "application/json"}
 MAX_STORED = 2_000_000
 
 
-def big_caffe_spec(grid: dict[str, Any], net_pad: int = 470_000, solver_pad: int = 420_000
-                   ) -> dict[str, Any]:
+def big_caffe_spec(
+    grid: dict[str, Any], net_pad: int = 470_000, solver_pad: int = 420_000
+) -> dict[str, Any]:
     """LeNet with a ReLU whose name is `net_pad` characters long, and its solver with a
     `solver_pad`-character snapshot_prefix: texts that stay as long in every trial."""
     net = (CONFIGS / "lenet_train_test.prototxt").read_text()
@@ -48,8 +49,12 @@ def big_caffe_spec(grid: dict[str, Any], net_pad: int = 470_000, solver_pad: int
         solver += f'snapshot_prefix: "{"y" * solver_pad}"\n'
     return {
         "name": "big-texts",
-        "caffe": {"net_text": net, "solver_text": solver, "resize": [28, 28],
-                  **grid.get("caffe", {})},
+        "caffe": {
+            "net_text": net,
+            "solver_text": solver,
+            "resize": [28, 28],
+            **grid.get("caffe", {}),
+        },
         "dataset": {"name": "digits", "validation_fraction": 0.25},
         "training": {"seed": 1, **grid.get("training", {})},
         "execution": {"device": "cpu"},
@@ -103,8 +108,10 @@ def test_a_big_caffe_sweep_stores_its_texts_once(
     total = sum(sizes.values())
     points = expand(load_spec(spec), with_config=True)
     before = sum(len(bson.encode({"config": p.config})) for p in points) + sizes["sweeps"]
-    print(f"\n50 trials of a {len(body):,}-byte Caffe spec: {total:,} bytes stored "
-          f"({sizes}); each trial holding its texts: {before:,}")
+    print(
+        f"\n50 trials of a {len(body):,}-byte Caffe spec: {total:,} bytes stored "
+        f"({sizes}); each trial holding its texts: {before:,}"
+    )
     assert total <= MAX_STORED
     assert store.db["texts"].count_documents({"sweep_id": sweep_id}) == 2
 
@@ -127,25 +134,43 @@ def test_a_big_caffe_sweep_stores_its_texts_once(
     assert stored_bytes(store, sweep_id) == {}
 
 
-def test_a_grid_over_the_net_stores_each_distinct_net_once(
-    big_client: FlaskClient, store: Store
+def test_a_grid_over_the_net_and_solver_stores_each_text_once_and_changed_lines(
+    big_client: FlaskClient, store: Store, settings: Settings
 ) -> None:
-    grid = {"caffe": {"layers": {"ip1": {"num_output": [100, 200]}},
-                      "solver_params": {"base_lr": [0.01, 0.02, 0.03, 0.04, 0.05]}}}
-    spec = big_caffe_spec(grid, solver_pad=0)
-    response = big_client.post(SWEEPS, data=json.dumps(spec), headers={**ALICE, **JSON})
+    """50 trials of the 0.9 MB spec, each with a net and a solver of its own (5 widths of ip1
+    x 10 base rates): one whole net and one whole solver, and each other text as the lines
+    that differ (`core.store.texts.SweepTexts.put`)."""
+    rates = [round(0.01 * k, 2) for k in range(1, 11)]
+    grid = {"caffe": {"layers": {"ip1": {"num_output": [100, 200, 300, 400, 500]}},
+                      "solver_params": {"base_lr": rates}}}  # fmt: skip
+    spec = big_caffe_spec(grid)
+    body = json.dumps(spec)
+    assert 880_000 < len(body) < 1_000_000
+    response = big_client.post(SWEEPS, data=body, headers={**ALICE, **JSON})
     assert response.status_code == 201, response.get_data()[:800]
     sweep_id = response.json["id"]
+    assert response.json["trials"] == 50
     texts = list(store.db["texts"].find({"sweep_id": sweep_id}))
-    # Two nets (ip1's widths); the solvers, under 1 KiB, stay in the configs.
-    assert len(texts) == 2 and all("num_output: " in t["text"] for t in texts)
-    points = {p.id: p.config for p in expand(load_spec(spec), with_config=True)}
-    for doc in store.db["trials"].find({"sweep_id": sweep_id}, {"key": 1}):
-        trial = big_client.get(f"/api/v1/trials/{doc['_id']}", headers=ALICE).json
-        assert trial["config"] == points[doc["key"]]
+    whole = [t for t in texts if "text" in t]
+    assert len(texts) == 5 + 10 and len(whole) == 2, [t.get("lines") for t in texts]
+    assert all(len(t["changes"]) == 1 for t in texts if "text" not in t)
     sizes = stored_bytes(store, sweep_id)
-    assert sizes["texts"] < 2 * len(spec["caffe"]["net_text"]) + 10_000
-    assert sizes["trials"] < 20_000
+    print(
+        f"\n50 trials, a net and a solver each, of a {len(body):,}-byte spec: "
+        f"{sum(sizes.values()):,} bytes stored ({sizes})"
+    )
+    assert sum(sizes.values()) <= MAX_STORED
+    # Every trial's texts come back whole, in a process that never saw them (no cache).
+    points = {p.id: p.config for p in expand(load_spec(spec), with_config=True)}
+    fresh = Store.connect(settings.mongo_url, settings.mongo_db)
+    try:
+        for doc in fresh.feeding.feed_trials(sweep_id):
+            assert doc["config"] == points[doc["key"]]
+    finally:
+        fresh.close()
+    some = store.db["trials"].find_one({"sweep_id": sweep_id, "index": 33})
+    trial = big_client.get(f"/api/v1/trials/{some['_id']}", headers=ALICE).json
+    assert trial["config"] == points[some["key"]]
 
 
 TRAINABLE = {
@@ -159,13 +184,19 @@ TRAINABLE = {
 @pytest.mark.parametrize(
     ("spec", "path", "got"),
     [
-        (small_spec(dataset={"path": "data.csv", "target": "t" * 5000}), "dataset.target",
-         "its UTF-8 bytes must be <= 4,096 on this server (SWEEPSTACK_MAX_STRING_BYTES), "
-         "got 5,000"),
+        (
+            small_spec(dataset={"path": "data.csv", "target": "t" * 5000}),
+            "dataset.target",
+            "its UTF-8 bytes must be <= 4,096 on this server (SWEEPSTACK_MAX_STRING_BYTES), "
+            "got 5,000",
+        ),
         ({**TRAINABLE, "params": {"note": "x" * 5000}}, "params.note", "got 5,000"),
         ({**TRAINABLE, "params": {"note": ["short", "é" * 2100]}}, "params.note", "got 4,200"),
-        ({**TRAINABLE, "params": {"group": {"note": {"choice": ["a", "b" * 4097]}}}},
-         "params.group.note", "one of its values must be <= 4,096"),
+        (
+            {**TRAINABLE, "params": {"group": {"note": {"choice": ["a", "b" * 4097]}}}},
+            "params.group.note",
+            "one of its values must be <= 4,096",
+        ),
     ],
 )
 def test_a_long_free_string_is_422_naming_the_field(

@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from core.spec.sweep import load_spec
 from core.states import TrialState
+from core.store.records import utcnow
 from core.store.store import INDEXES, Store
-from core.store.texts import INLINE_BYTES, REF, join_texts, split_texts, text_refs
+from core.store.texts import (
+    INLINE_BYTES,
+    REF,
+    SweepTexts,
+    digest,
+    join_texts,
+    split_texts,
+    text_refs,
+)
 from scheduler.enqueue import carry, carry_group
 from scheduler.expand import expand
 from tests.core import WORKER, finish
@@ -74,3 +83,27 @@ def test_texts_are_stored_once_and_given_back_where_shown_or_trained(store: Stor
 def test_the_texts_collection_is_indexed_by_sweep(store: Store) -> None:
     names = {i["name"] for i in store.db["texts"].list_indexes()}
     assert {m.document["name"] for m in INDEXES["texts"]} <= names
+
+
+def test_a_text_differing_in_a_few_lines_is_stored_as_those_lines(store: Store) -> None:
+    base = "\n".join(f"layer {{ name: 'l{i}' num_output: 10 }}" for i in range(200))
+    near = [base.replace("'l7' num_output: 10", f"'l7' num_output: {w}") for w in (20, 30)]
+    other = base + "\nlayer { name: 'extra' }"  # a line more: stored whole
+    far = "\n".join(f"different {i}" for i in range(200))  # every line differs: whole
+    texts = {digest(t): t for t in [base, *near, other, far]}
+    SweepTexts(store.db["texts"]).put("s1", texts, utcnow())
+    docs = {d["sha256"]: d for d in store.db["texts"].find({"sweep_id": "s1"})}
+    assert {k for k, d in docs.items() if "text" in d} == {digest(base), digest(other), digest(far)}
+    for text in near:
+        assert docs[digest(text)]["base"] == digest(base)
+        assert docs[digest(text)]["changes"] == [[7, text.split("\n")[7]]]
+    # A later window's text is stored against the whole text already there.
+    later = base.replace("'l9' num_output: 10", "'l9' num_output: 99")
+    SweepTexts(store.db["texts"]).put("s1", {digest(later): later}, utcnow())
+    assert store.db["texts"].find_one({"sha256": digest(later)})["base"] == digest(base)
+    # Read back whole by a process with nothing cached, each checked against its digest.
+    fresh = SweepTexts(store.db["texts"])
+    assert fresh.get("s1", [*texts, digest(later)]) == {**texts, digest(later): later}
+    # A delta whose base does not rebuild it is refused, not served.
+    store.db["texts"].update_one({"sha256": digest(later)}, {"$set": {"changes": [[9, "x"]]}})
+    assert SweepTexts(store.db["texts"]).get("s1", [digest(later)]) == {}
