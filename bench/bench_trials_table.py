@@ -163,7 +163,7 @@ def _visit(context: Any, page_url: str, *, table: bool) -> dict[str, Any]:
     try:
         page, console = open_drawn(context, page_url, timeout_s=180)
         if table:
-            page.wait_for_function("window.__dashboard.tableAt !== undefined", timeout=60_000)
+            page.wait_for_function("() => window.__dashboard.tableAt !== undefined", timeout=60_000)
         probe = page.evaluate(_PROBE)
         probe["errors"] = [] if not table else console.errors()
         page.close()

@@ -24,6 +24,7 @@ from core.errors import ConfigError
 from core.settings import Settings
 from core.store.store import Store
 from dashboard.blueprint import create_blueprint
+from dashboard.plotlyjs import STYLE_SOURCES
 from scheduler.enqueue import sender_app
 from scheduler.retry import retry_sweep
 from web.auth import init_auth
@@ -88,7 +89,8 @@ def create_app(
         importance=_importance,
     )
     init_auth(app, settings)
-    init_headers(app)
+    # The policy allows the <style> elements plotly.js writes, by hash, where it is served.
+    init_headers(app, style_sources=STYLE_SOURCES if dashboard else ())
     register_error_handlers(app)
     if api:
         register_api(app, settings)

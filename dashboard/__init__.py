@@ -9,10 +9,14 @@ Optuna's plots are: rows from the store's records, then figures from the rows.
   the page extends), `analysis` (the Analysis panel's data);
 - serving: `table` keeps each open sweep in memory and follows the store's changes,
   `payloads` puts a page's JSON together, `snapshots` keeps a finished sweep's first page in
-  the store, `plotlyjs` serves the installed plotly.js, `blueprint` holds the routes;
+  the store, `plotlyjs` serves the installed plotly.js (and the hashes of the styles it writes, for
+  the CSP), `blueprint` holds the routes;
   `trials` (the table of every trial), `compare` (trials side by side) and `trial_routes`
   (their routes, downloads and the owner's cancel and retry) are the trials table;
-  `models` says which trials have a kept model to download (the top trials, a trial page).
+  `models` says which trials have a kept model to download (the top trials, a trial page);
+- the pages: `templates/` and `static/`, whose scripts are files only (the CSP of
+  `web.headers` runs no inline script); `static/regl_code.js` is the WebGL scatter's
+  drawing code compiled ahead, recorded by `python -m tests.dashboard.regl_code`.
 
 It imports `core` and the shared web layer (`web`), never `api`; `cli.app` mounts it, and
 `cli.dashboard_wsgi` serves it alone.

@@ -5,7 +5,8 @@ Pages: ``/`` (sweeps, a page at a time), ``/sweeps/<id>``, ``/trials/<id>``,
 behind the same login as its page. Their data is under ``/dashboard/data/…`` and their
 files under ``/dashboard/static/…``; plotly.js is served from the installed ``plotly``
 package at ``/dashboard/plotly.min.js`` (gzipped where accepted: `dashboard.plotlyjs`), so
-pages need no network beyond this server. Each view parses its arguments, calls `payloads`,
+pages need no network beyond this server; the states' colours are a stylesheet,
+``/dashboard/states.css`` (`STATES_CSS`). Each view parses its arguments, calls `payloads`,
 and answers; data errors get the one JSON shape of the API (``{"code", "message",
 "details"}``), pages an HTML page with the same status.
 The sweep page's trials table has its routes in a nested blueprint (`trial_routes`), under
@@ -22,6 +23,7 @@ sweep tables) in ``current_app.extensions["sweepstack.dashboard"]``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from datetime import UTC, datetime
@@ -57,7 +59,13 @@ STATE_KEY = "sweepstack.dashboard"
 #: Sweeps per page of the Sweeps page.
 SWEEPS_PAGE = 50
 #: Paths open to anonymous requests (the files pages load; they hold no data).
-_OPEN_PREFIXES = ("/dashboard/static/", "/dashboard/plotly.min.js")
+_OPEN_PREFIXES = ("/dashboard/static/", "/dashboard/plotly.min.js", "/dashboard/states.css")
+#: The trial states' colours as CSS variables (``--complete: #27ae60``), which the pages'
+#: stylesheets use: a stylesheet served from `STATE_COLOURS` rather than an inline
+#: ``<style>``, which the CSP's style-src refuses (`web.headers`). Its URL carries
+#: `STATES_VERSION`, so browsers may keep it as long as plotly.js.
+STATES_CSS = ":root { " + " ".join(f"--{s}: {c};" for s, c in STATE_COLOURS.items()) + " }\n"
+STATES_VERSION = hashlib.sha256(STATES_CSS.encode()).hexdigest()[:12]
 
 
 def _services() -> AppContext:
@@ -141,7 +149,7 @@ def _page_context() -> dict[str, Any]:
     return {
         "viewer": who,
         "flower_url": _services().settings.flower_url,
-        "state_colours": STATE_COLOURS,
+        "states_version": STATES_VERSION,
         "plotly_version": plotly.__version__,
     }
 
@@ -232,6 +240,13 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
     @bp.get("/dashboard/plotly.min.js")
     def plotly_js() -> Response:
         return plotlyjs.response(request)
+
+    @bp.get("/dashboard/states.css")
+    def states_css() -> Response:
+        response = Response(STATES_CSS, mimetype="text/css")
+        response.cache_control.public = True
+        response.cache_control.max_age = plotlyjs.MAX_AGE
+        return response
 
     # -- data --------------------------------------------------------------------------
 

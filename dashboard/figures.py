@@ -3,7 +3,8 @@
 plotly.js draws them in the browser (`static/sweep.js` and friends); nothing here reads
 the store. Colours are fixed per trial state (`STATE_COLOURS`, also used by the pages'
 CSS) and per depth (`depth_colours`), so a colour means the same thing on every figure.
-The objective scatter uses WebGL (``scattergl``); the parallel coordinates are in
+The objective scatter uses WebGL (``scattergl``; its drawing code comes compiled ahead,
+`static/regl_shim.js`, as the CSP runs no ``eval``); the parallel coordinates are in
 `dashboard.parcoords`, the best-so-far charts in `dashboard.history` and training time
 against depth and size in `dashboard.timing`.
 """

@@ -8,11 +8,19 @@ started when the dashboard is set up (`start_gzip`, ~0.15 s of CPU), and sent to
 that accept gzip once ready; until then, and to other clients, the file as it is. On one
 machine (loopback) both take the same time to load. Its URL carries the package version,
 so browsers may keep it for a week.
+
+plotly.js writes ``<style>`` elements itself, which the pages' Content-Security-Policy
+allows by their hashes (`STYLE_SOURCES`, handed to `web.headers` by the composition):
+its own, made empty and filled through the CSSOM (which the policy does not govern), and
+those whose text it carries (maplibre's, written when the bundle loads).
 """
 
 from __future__ import annotations
 
+import base64
 import gzip
+import hashlib
+import re
 import threading
 from importlib import resources
 
@@ -21,6 +29,29 @@ from flask import Request, Response, send_file
 
 PLOTLY_JS = resources.files("plotly") / "package_data" / "plotly.min.js"
 MAX_AGE = 7 * 86400
+
+#: A ``<style>`` element plotly.js writes with a text it carries, as a single-quoted or
+#: double-quoted literal without escapes: ``X=document.createElement("style");X.id="…",
+#: X.textContent='…'``.
+_STYLE_TEXT = re.compile(
+    r'createElement\("style"\);\w+\.id="[^"]*",\w+\.textContent=(?:\'([^\'\\]*)\'|"([^"\\]*)")'
+)
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def style_sources(bundle: str) -> tuple[str, ...]:
+    """CSP sources of the ``<style>`` elements `bundle` writes: the empty one plotly.js
+    fills through the CSSOM, and each text it carries (`_STYLE_TEXT`)."""
+    texts = [""] + [m.group(1) if m.group(1) is not None else m.group(2)
+                    for m in _STYLE_TEXT.finditer(bundle)]
+    return tuple(dict.fromkeys(_csp_hash(text) for text in texts))
+
+
+#: `style_sources` of the installed plotly.js, read once (~35 ms).
+STYLE_SOURCES = style_sources(PLOTLY_JS.read_text(encoding="utf-8"))
 
 _lock = threading.Lock()
 _gzipped: bytes | None = None

@@ -22,7 +22,8 @@ const SS = (function () {
       if (value === null || value === undefined || value === false) continue;
       if (key === "text") node.textContent = String(value);
       else if (key === "class") node.className = value;
-      else if (key === "style") node.setAttribute("style", value);
+      // Through the CSSOM: a style attribute set as markup is refused by the CSP.
+      else if (key === "style") node.style.cssText = value;
       else node.setAttribute(key, value === true ? "" : String(value));
     }
     for (const child of children.flat(Infinity)) {
@@ -133,7 +134,7 @@ const SS = (function () {
       if (!n || !total) continue;
       bar.append(el("span", {
         class: "seg-" + state,
-        style: "width:" + (100 * n / total).toFixed(3) + "%;background:var(--" + state + ")",
+        style: "width:" + (100 * n / total).toFixed(3) + "%",
         title: state + ": " + grouped(n),
       }));
     }
@@ -143,7 +144,7 @@ const SS = (function () {
   function card(label, value, sub, colour) {
     return el("div", { class: "card" },
       el("div", { class: "label" },
-        colour ? el("span", { class: "dot", style: "background:var(--" + colour + ")" }) : null,
+        colour ? el("span", { class: "dot " + colour }) : null,
         label),
       el("div", { class: "value", text: value }),
       sub ? el("div", { class: "sub", text: sub }) : null);

@@ -88,7 +88,7 @@ def open_drawn(context: BrowserContext, url: str, timeout_s: float = 60) -> tupl
     console = Console().attach(page)
     page.goto(url)
     page.wait_for_function(
-        "window.__dashboard && window.__dashboard.drawn", timeout=timeout_s * 1000
+        "() => window.__dashboard && window.__dashboard.drawn", timeout=timeout_s * 1000
     )
     return page, console
 

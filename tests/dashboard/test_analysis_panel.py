@@ -84,7 +84,7 @@ def test_panel_cli_and_api_agree_and_the_report_opens_offline(
         browser_login(context, base_url, ALICE_TOKEN).close()
         page, console = open_drawn(context, f"{base_url}/sweeps/{sweep_id}")
         page.locator("#analysis-panel").scroll_into_view_if_needed()
-        page.wait_for_function("window.__analysis && window.__analysis.drawn", timeout=60_000)
+        page.wait_for_function("() => window.__analysis && window.__analysis.drawn", timeout=60_000)
         panel = page.evaluate("window.__analysis")
         assert panel["version"] == api["version"] and panel["findings"] == findings
         assert page.locator("#analysis-findings li").all_inner_texts() == findings
@@ -95,7 +95,7 @@ def test_panel_cli_and_api_agree_and_the_report_opens_offline(
             assert traces >= 2, group
         page.select_option("#analysis-returns", "returns-model.hidden_layers")
         page.wait_for_function(
-            "document.getElementById('analysis-fig-returns').layout.title.text"
+            "() => document.getElementById('analysis-fig-returns').layout.title.text"
             ".startsWith('val_accuracy against hidden_layers')"
         )
         (OUTPUT / "screenshots").mkdir(parents=True, exist_ok=True)
@@ -110,7 +110,7 @@ def test_panel_cli_and_api_agree_and_the_report_opens_offline(
     asked: list[str] = []
     page.on("request", lambda request: asked.append(request.url))
     page.goto(report.as_uri())
-    page.wait_for_function("window.__report && window.__report.drawn", timeout=60_000)
+    page.wait_for_function("() => window.__report && window.__report.drawn", timeout=60_000)
     count = page.evaluate("window.__report.figures")
     assert count == len(figures(api)) == page.locator(".fig.js-plotly-plot").count()
     assert page.locator(".fig .main-svg").count() >= count

@@ -44,7 +44,7 @@ from tests.services import free_port, wait_listening
 from web.local_open import local_open_note
 
 #: Routes that need no login (they carry no data): the files pages load.
-OPEN_ENDPOINTS = {"dashboard.static", "dashboard.plotly_js"}
+OPEN_ENDPOINTS = {"dashboard.static", "dashboard.plotly_js", "dashboard.states_css"}
 #: Routes every logged-in user may read, whoever owns what: the sweep list (filtered to
 #: the caller's sweeps) and the workers (hosts and what they run, as GET /api/v1/workers).
 SHARED_ENDPOINTS = {

@@ -161,17 +161,19 @@ def test_sweep_figures_hold_every_point(
     page.screenshot(path=str(SWEEP_PAGE_PNG), full_page=True)
     page.select_option("#history-axis", "time")
     page.wait_for_function(
-        "document.getElementById('fig-history-trials').layout.xaxis"
+        "() => document.getElementById('fig-history-trials').layout.xaxis"
         ".title.text.startsWith('time since the first trial started')"
     )
     assert figure(page, "fig-history-trials")["data"][0]["x"][-1] == pytest.approx(
         history["seconds"] / 60 if history["seconds"] > 120 else history["seconds"], rel=1e-3
     )
     page.select_option("#parallel-mode", "recent")
-    page.wait_for_function("document.getElementById('fig-parallel').layout.meta.mode === 'recent'")
+    page.wait_for_function(
+        "() => document.getElementById('fig-parallel').layout.meta.mode === 'recent'"
+    )
     page.select_option("#scatter-param", "model.activation")
     page.wait_for_function(
-        "document.getElementById('fig-scatter').layout.meta.param === 'model.activation'"
+        "() => document.getElementById('fig-scatter').layout.meta.param === 'model.activation'"
     )
     assert trace_lengths(page, "fig-scatter") == [complete]
     assert console.errors() == []
@@ -259,7 +261,8 @@ def test_a_data_parallel_sweep_shows_tau_and_the_communication_split(
     assert labels == ["parallel.tau", "val_accuracy"]
     page.select_option("#scatter-param", "execution.parallel.tau")
     page.wait_for_function(
-        "document.getElementById('fig-scatter').layout.meta.param === 'execution.parallel.tau'"
+        "() => document.getElementById('fig-scatter').layout.meta.param"
+        " === 'execution.parallel.tau'"
     )
     assert trace_lengths(page, "fig-scatter") == [4]
     shoot(page, "sweep-parallel-tau")
@@ -295,7 +298,7 @@ def test_logging_in_shows_only_my_sweeps_and_logging_out_ends_it(
         page.click("#login-submit")
         page.wait_for_url(f"{url}/sweeps/{mine}")  # where the login form was sent from
         page.goto(f"{url}/")
-        page.wait_for_function("window.__dashboard && window.__dashboard.drawn")
+        page.wait_for_function("() => window.__dashboard && window.__dashboard.drawn")
         table = page.locator("#sweeps-table").inner_text()
         assert "alices-sweep" in table and "bobs-sweep" not in table
         assert page.locator("#who").inner_text() == "alice"

@@ -51,7 +51,7 @@ def test_cards_and_tables_fill_before_plotly_js_comes_and_the_figures_after(
 
     for route in held:
         route.continue_()
-    page.wait_for_function("window.__dashboard.drawn", timeout=60_000)
+    page.wait_for_function("() => window.__dashboard.drawn", timeout=60_000)
     assert trace_lengths(page, "fig-scatter") == [mcleod.count("complete")]
     for element_id in (
         "fig-width",
@@ -74,7 +74,7 @@ def test_the_webgl_scatter_is_drawn_at_the_screens_pixel_density(
 ) -> None:
     page = context.new_page()
     page.goto(f"{base_url}/sweeps/{mcleod.sweep_id}")
-    page.wait_for_function("window.__dashboard && window.__dashboard.drawn", timeout=60_000)
+    page.wait_for_function("() => window.__dashboard && window.__dashboard.drawn", timeout=60_000)
     canvas = page.evaluate(_GL_CANVAS)
     assert canvas["ratio"] == 1
     assert canvas["width"] == round(canvas["cssWidth"] * canvas["ratio"]), canvas

@@ -29,7 +29,7 @@ def test_a_parameter_value_of_html_is_drawn_as_text_on_every_chart(
     page, console = open_drawn(context, f"{base_url}/sweeps/{sweep_id}")
     page.select_option("#scatter-param", "dataset.path")
     page.wait_for_function(
-        "document.getElementById('fig-scatter').layout.meta.param === 'dataset.path'"
+        "() => document.getElementById('fig-scatter').layout.meta.param === 'dataset.path'"
     )
     for element_id in ("fig-parallel", "fig-scatter"):
         fig = page.locator(f"#{element_id}")

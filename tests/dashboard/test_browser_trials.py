@@ -84,7 +84,7 @@ def test_sort_filter_page_download_compare_retry_and_cancel_in_the_browser(
     with live_server(dashboard_app(settings, live_store, sender_app(settings))) as url:
         browser_login(context, url, ALICE_TOKEN).close()
         page, console = open_drawn(context, f"{url}/sweeps/{seeded.sweep_id}")
-        page.wait_for_function("window.__dashboard.table >= 1")
+        page.wait_for_function("() => window.__dashboard.table >= 1")
         assert indexes(page) == list(range(50))
         assert page.locator("#trials-count").inner_text() == "(360)"
         assert page.locator("#page-label").inner_text() == "page 1 of 8"
@@ -137,7 +137,7 @@ def test_sort_filter_page_download_compare_retry_and_cancel_in_the_browser(
         boxes.nth(0).check()
         boxes.nth(1).check()
         page.click("#compare-open")
-        page.wait_for_function("window.__dashboard.compared === 1")
+        page.wait_for_function("() => window.__dashboard.compared === 1")
         assert page.locator("#compare-dialog").is_visible()
         curves = figure(page, "fig-compare")["data"]
         assert [t["name"] for t in curves] == [f"#{ranked[0]}", f"#{ranked[1]}"]

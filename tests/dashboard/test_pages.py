@@ -20,6 +20,8 @@ from flask.testing import FlaskClient
 from cli.dashboard_server import dashboard, gunicorn_argv
 from core.states import TrialState
 from dashboard import payloads, plotlyjs
+from dashboard.blueprint import STATES_VERSION
+from dashboard.figures import STATE_COLOURS
 from tests.core import heartbeat, report
 from tests.dashboard.conftest import Sweep, fresh_app, login
 from tests.services import free_port, wait_listening
@@ -77,6 +79,28 @@ def test_plotly_js_is_gzipped_for_browsers_that_accept_it(client: FlaskClient) -
     assert again.status_code == 304
     plain = client.get("/dashboard/plotly.min.js", headers={"Accept-Encoding": "identity"})
     assert "Content-Encoding" not in plain.headers and plain.get_data() == whole
+
+
+def test_pages_hold_no_inline_script_style_or_handler(
+    client: FlaskClient, sweep: Sweep
+) -> None:
+    """What the CSP (`web.headers`) refuses: scripts run only from files (a page's data
+    comes in JSON blocks, which are not run), no style element or attribute, no
+    ``on…=`` handler; the states' colours come as a stylesheet of their own."""
+    sweep.finish(0, objective=0.5)
+    pages = ("/", f"/sweeps/{sweep.sweep_id}", f"/trials/{sweep.ids[0]}", "/workers",
+             "/sweeps/no-such-sweep", "/login")  # fmt: skip
+    for url in pages:
+        html = client.get(url).get_data(as_text=True)
+        for tag in re.findall(r"<script\b[^>]*>", html):
+            assert " src=" in tag or 'type="application/json"' in tag, (url, tag)
+        assert "<style" not in html and not re.search(r"\sstyle=", html), url
+        assert not re.search(r"<[^>]+\son[a-z]+=", html), url
+    states = client.get(f"/dashboard/states.css?v={STATES_VERSION}")
+    assert states.status_code == 200 and states.mimetype == "text/css"
+    assert all(f"--{s}: {c};" in states.get_data(as_text=True) for s, c in STATE_COLOURS.items())
+    assert "max-age" in states.headers["Cache-Control"]
+    assert f"states.css?v={STATES_VERSION}" in client.get("/workers").get_data(as_text=True)
 
 
 def test_unknown_things_are_404_in_html_and_json(client: FlaskClient) -> None:
