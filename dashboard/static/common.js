@@ -163,8 +163,37 @@ const SS = (function () {
     return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
   }
 
+  // Whether WebGL traces draw here: regl's drawing code for them is compiled ahead
+  // (regl_shim.js) for a WebGL with instanced drawing and vertex array objects, which the
+  // policy's script-src 'self' needs (no eval); elsewhere, or once the shim met code it has
+  // not got ("sweepstack:regl-miss"), they are drawn as SVG traces: slower, never blank.
+  let webgl = (function () {
+    try {
+      const gl = document.createElement("canvas").getContext("webgl");
+      return !!(gl && gl.getExtension("ANGLE_instanced_arrays") &&
+        gl.getExtension("OES_vertex_array_object"));
+    } catch (err) {
+      return false;
+    }
+  })();
+
+  /** A figure's traces as this browser draws them: WebGL ones as SVG where it cannot. */
+  function traces(data) {
+    return webgl ? data : data.map((t) => (t.type === "scattergl" ? { ...t, type: "scatter" } : t));
+  }
+
+  window.addEventListener("sweepstack:regl-miss", () => {
+    if (!webgl) return;
+    webgl = false;
+    for (const gd of document.querySelectorAll(".js-plotly-plot")) {
+      if (gd.data && gd.data.some((t) => t.type === "scattergl")) {
+        Plotly.react(gd, traces(gd.data), gd.layout, PLOT_CONFIG);
+      }
+    }
+  });
+
   window.__dashboard = { pageId: Math.random().toString(36).slice(2), drawn: false };
 
   return { STATES, PLOT_CONFIG, el, num, grouped, bytes, seconds, time, ago, fillTimes, getJSON,
-           setLive, poll, progressBar, card, drawn, painted };
+           setLive, poll, progressBar, card, drawn, painted, traces };
 })();

@@ -10,7 +10,9 @@
    this file puts a stand-in for the global `Function` that hands regl the function of
    the same source (`key`: its length and a 64-bit hash of the names and body regl
    passes). Any other source goes to the real `Function`, which the policy refuses as
-   before, and says so on the console. Load it, and regl_code.js before it, before
+   before, and says so on the console; the page then draws its WebGL traces as SVG
+   (common.js, `SS.traces`), as it does from the start where WebGL lacks the features the
+   recorded code was written for. Load it, and regl_code.js before it, before
    plotly.js draws. */
 "use strict";
 
@@ -39,8 +41,12 @@
     if (recording) recording.push({ key: k, args: args.map(String) });
     const found = code.functions[k];
     if (found) return found;
-    if (!recording) console.error("regl_shim: no compiled code for " + k + " (plotly.js " +
-      code.plotly + "); run python -m tests.dashboard.regl_code");
+    if (!recording) {
+      console.error("regl_shim: no compiled code for " + k + " (plotly.js " +
+        code.plotly + "); run python -m tests.dashboard.regl_code; drawing as SVG");
+      // The page draws its WebGL traces as SVG from now on (common.js: SS.traces).
+      setTimeout(() => window.dispatchEvent(new Event("sweepstack:regl-miss")), 0);
+    }
     return Native.apply(this, args);
   }
   Compiled.prototype = Native.prototype;

@@ -203,7 +203,7 @@
   // -- figures --------------------------------------------------------------------------
 
   function plot(id, figure) {
-    return Plotly.react($(id), figure.data, figure.layout, SS.PLOT_CONFIG);
+    return Plotly.react($(id), SS.traces(figure.data), figure.layout, SS.PLOT_CONFIG);
   }
 
   function clearEmptyNote(id) {

@@ -143,3 +143,33 @@ def test_the_compiled_regl_code_is_of_the_installed_plotly() -> None:
         f"regl_code.js is of plotly {found.group(1)}, {plotly.__version__} is installed: "
         "run python -m tests.dashboard.regl_code"
     )
+
+
+#: The scatter's traces as drawn, and its points on the page (SVG points or WebGL canvas).
+SCATTER = """() => {
+  const gd = document.getElementById("fig-scatter");
+  return { types: gd._fullData.map((t) => t.type),
+           svgPoints: gd.querySelectorAll(".scatterlayer .point").length };
+}"""
+
+
+def test_without_the_compiled_code_the_scatter_draws_as_svg(
+    context: BrowserContext, base_url: str, mcleod: Seeded
+) -> None:
+    """A browser whose WebGL needs code that regl_code.js has not got (another GPU's
+    features): the policy refuses regl's eval, and the page draws the scatter as SVG
+    instead of leaving it blank (common.js, `SS.traces`)."""
+    context.route("**/static/regl_code.js*", lambda route: route.fulfill(
+        status=200, content_type="text/javascript",
+        body='window.SweepstackReglCode = { plotly: "none", functions: {} };'))  # fmt: skip
+    page, _ = _open(context, f"{base_url}/sweeps/{mcleod.sweep_id}")
+    wait_until(lambda: page.evaluate(SCATTER)["types"] == ["scatter"], 30, "the SVG scatter")
+    drawn = page.evaluate(SCATTER)
+    assert drawn["svgPoints"] >= len(mcleod.ids("complete")), drawn
+    page.select_option("#scatter-param", "model.activation")
+    page.wait_for_function(
+        "() => (document.getElementById('fig-scatter').layout.meta || {}).param"
+        " === 'model.activation'"
+    )
+    assert page.evaluate(SCATTER)["types"] == ["scatter"]
+    page.close()
