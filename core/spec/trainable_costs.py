@@ -40,7 +40,7 @@ from core.spec.space import IntRange, Uniform
 
 if TYPE_CHECKING:
     from core.settings import Settings
-    from core.spec.trainable import TrainableSpec
+    from core.spec.spec import SweepSpec
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ def _show(point: dict[str, Any]) -> str:
     return ", ".join(f"{p}={json.dumps(v)}" for p, v in shown.items()) or "its params"
 
 
-def cost_problems(spec: TrainableSpec, module: str, settings: Settings) -> list[Problem]:
+def cost_problems(spec: SweepSpec, module: str, settings: Settings) -> list[Problem]:
     """The declared cost of the function in `module` (if any), at its worst combination of the
     spec's ``params``, against the server's ceilings (the module docstring)."""
     cost = declared_cost(module)
