@@ -110,6 +110,8 @@ _CEILING_FIELDS = frozenset(
         "max_description_bytes",
         "max_prototxt_bytes",
         "max_string_bytes",
+        "max_activation_elements",
+        "max_caffe_layers",
     }
 )
 _PATH_FIELDS = frozenset({"data_dir", "datasets_dir"})
@@ -166,6 +168,12 @@ class Settings:
     # Every other string and key of a spec (dataset.target, a trainable's string parameters,
     # name ...; core.spec.strings), in UTF-8 bytes.
     max_string_bytes: int = 4096
+    # The elements of one trial's blobs at once (batch x every blob of a sample, summed), the
+    # worst trial of the sweep: a Caffe net's graph, the built-in network's layers, or what
+    # a training function declares (core.spec.ceilings.activation_problem).
+    max_activation_elements: int = 1 << 28
+    # Layers of a Caffe net (each phase built per distinct net at submit, in the request).
+    max_caffe_layers: int = 1000
     # Web auth (web/auth.py): owner names of SWEEPSTACK_API_TOKENS who see every sweep on the
     # dashboard; the key signing session cookies (unset: random per server start); Secure on
     # the cookie (auto: when the request came over https); failed logins or bearer tokens

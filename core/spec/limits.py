@@ -22,10 +22,14 @@ anything is stored:
 - the description at most ``SWEEPSTACK_MAX_DESCRIPTION_BYTES`` of UTF-8, and every other
   string and key of the spec (``dataset.target``, a trainable's string parameters, ``name``
   ...) at most ``SWEEPSTACK_MAX_STRING_BYTES`` (`core.spec.strings`);
+- a batch's activations (batch x every layer's elements) at most
+  ``SWEEPSTACK_MAX_ACTIVATION_ELEMENTS``, and the parameter ceiling, for every kind;
 - a spec's ``trainable`` installed here (`core.spec.trainable.trainable_problems`); its
-  model is the function's own, so the parameter ceiling does not apply to it;
-- a Caffe spec's net and solver texts at most ``SWEEPSTACK_MAX_PROTOTXT_BYTES`` each, and
-  its first trial's net (`core.spec.caffe.checks`) within the parameter ceiling.
+  model is the function's own, held to the parameter and activation ceilings where the
+  function declares its cost (`core.spec.trainable_costs`);
+- a Caffe spec's net and solver texts at most ``SWEEPSTACK_MAX_PROTOTXT_BYTES`` each, its
+  net at most ``SWEEPSTACK_MAX_CAFFE_LAYERS`` layers, and the worst net of its sweep within
+  the parameter and activation ceilings (`core.spec.caffe.ceilings`).
 
 What differs by kind, the spec's kind says (`core.spec.kinds.kind_of`): what this host lacks
 for it (`TrialKind.host_problems`, listed first), its own ceilings

@@ -58,14 +58,23 @@ class MlpKind(TrialKind):
         return load_mlp_spec(document)
 
     def limit_problems(self, spec: SweepSpec, settings: Settings) -> list[Problem]:
-        """The largest model the spec allows, against ``SWEEPSTACK_MAX_MODEL_PARAMETERS``."""
+        """The largest model the spec allows against ``SWEEPSTACK_MAX_MODEL_PARAMETERS``, and
+        its largest batch through it against ``SWEEPSTACK_MAX_ACTIVATION_ELEMENTS``."""
+        problems = []
         parameters, how = model_parameters(spec)
-        if parameters <= settings.max_model_parameters:
-            return []
-        return [
-            over("model.hidden_units", "the model's parameters", parameters,
-                 settings.max_model_parameters, "SWEEPSTACK_MAX_MODEL_PARAMETERS", how)
-        ]  # fmt: skip
+        if parameters > settings.max_model_parameters:
+            problems.append(
+                over("model.hidden_units", "the model's parameters", parameters,
+                     settings.max_model_parameters, "SWEEPSTACK_MAX_MODEL_PARAMETERS", how)
+            )  # fmt: skip
+        activations, how = model_activations(spec)
+        if activations > settings.max_activation_elements:
+            problems.append(
+                over("training.batch_size", "a batch's activations (batch x every layer's "
+                     "width)", activations, settings.max_activation_elements,
+                     "SWEEPSTACK_MAX_ACTIVATION_ELEMENTS", how)
+            )  # fmt: skip
+        return problems
 
 
 def _mlp_parameters(features: int, widths: list[int], outputs: int, batch_norm: bool) -> int:
@@ -93,6 +102,26 @@ def model_parameters(spec: SweepSpec) -> tuple[int, str]:
         count = _mlp_parameters(features, widths, outputs, batch_norm)
         if count > best:
             best, how = count, f"{shape}, {features} features, {outputs} outputs"
+    return best, how
+
+
+def model_activations(spec: SweepSpec) -> tuple[int, str]:
+    """The most elements one batch holds at once through the widest and deepest model the
+    spec allows (batch x the features, every hidden layer's units and the outputs), and how."""
+    _, features, outputs = data_shape(spec)
+    layers = top(spec, "model.hidden_layers")
+    batch = top(spec, "training.batch_size")
+    best, how = 0, ""
+    for units in candidates(spec, "model.hidden_units"):
+        if isinstance(units, list):
+            widths = sum(int(u) for u in numbers(units))
+        elif isinstance(units, int) and not isinstance(units, bool):
+            widths = units * layers
+        else:
+            continue
+        count = batch * (features + widths + outputs)
+        if count > best:
+            best, how = count, f"batch {batch:,} x ({features:,} + {widths:,} + {outputs:,})"
     return best, how
 
 

@@ -25,7 +25,8 @@ Every other built-in setting (``model``, ``training.lr``, ``execution.fuse`` ...
 built-in network and is refused, naming ``params`` as the place for the function's own.
 
 `TrainableKind` is this kind of trial (`core.spec.kind`): its trials train alone, through
-`workers.trainable`, and their records show no parameter count.
+`workers.trainable`, and their records show no parameter count. Its function may declare
+what its trials cost (`core.spec.trainable_costs`), which the server's ceilings then hold.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import re
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -48,6 +49,9 @@ from core.spec.search import Pruning, Search, check_search
 from core.spec.sections import parse_section
 from core.spec.space import DIMENSION_KEYS, Categorical, Dimension, Fixed, dedupe, parse_dimension
 from core.spec.spec import Limits, Objective, SweepSpec
+
+if TYPE_CHECKING:
+    from core.settings import Settings
 
 #: The entry-point group a package declares its training functions in.
 TRAINABLE_GROUP = "sweepstack.trainables"
@@ -157,6 +161,17 @@ class TrainableKind(TrialKind):
     def host_problems(self, spec: SweepSpec) -> list[Problem]:
         """`trainable_problems`: the function must be installed where specs are accepted."""
         return trainable_problems(spec)
+
+    def limit_problems(self, spec: SweepSpec, settings: Settings) -> list[Problem]:
+        """What the function declares its trials cost, at the worst of the spec's ``params``,
+        against ``SWEEPSTACK_MAX_MODEL_PARAMETERS`` and ``SWEEPSTACK_MAX_ACTIVATION_ELEMENTS``
+        (`core.spec.trainable_costs`); none for a function that declares none."""
+        from core.spec.trainable_costs import cost_problems
+
+        entry = installed_trainables().get(getattr(spec, "trainable", ""))
+        if not isinstance(spec, TrainableSpec) or entry is None:
+            return []  # not installed: `host_problems` says so
+        return cost_problems(spec, entry.module, settings)
 
 
 def installed_trainables() -> dict[str, metadata.EntryPoint]:

@@ -162,7 +162,7 @@ def test_only_a_caffe_spec_names_a_folder_and_it_stays_inside_the_datasets_folde
             "must be <= 100,000,000 on this server (SWEEPSTACK_MAX_DATASET_ELEMENTS)",
         ),
         (
-            {"model": {"hidden_layers": 128, "hidden_units": 1_000_000}},
+            {"model": {"hidden_layers": 128, "hidden_units": 1_000}},
             "model.hidden_units",
             "must be <= 100,000,000 on this server (SWEEPSTACK_MAX_MODEL_PARAMETERS)",
         ),

@@ -5,8 +5,12 @@ when other sections of the spec are broken (one run lists every problem): the ne
 trial (each dimension at its first value, or its low bound) through the layer
 graph (`core.spec.caffe.net.build_graph`, TRAIN and TEST phases) and its solver through
 `core.spec.caffe.solver.parse_solver`. `check_points` runs when a grid or random sweep is
-expanded (`scheduler.expand`), on every distinct net and every distinct solver of its
-trials, at most `MAX_CHECKED` of each; a problem names the values it happened with.
+expanded (`scheduler.expand`, inside the submitting request), on every distinct net and every
+distinct solver of its trials, at most `MAX_CHECKED` of each and for at most `CHECK_SECONDS`
+together (a net of 1,000 layers takes about 0.2 s a phase); a problem names the values it
+happened with. The nets not built here are built by the worker of each trial before it
+trains (a broken one fails its trial, saying why); the server's ceilings hold for them all
+the same, checked on a bound (`core.spec.caffe.ceilings`).
 
 The data set's shape is known here for ``digits`` (1 x 8 x 8, or 1 x H x W with
 ``caffe.resize``); a ``.npz`` file lies in a worker's datasets folder, so for one the graph
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import zipfile
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,8 +40,10 @@ from core.spec.config import DatasetConfig
 from core.spec.fields import leaf_defaults
 from core.spec.space import Dimension, Fixed, IntRange, Uniform
 
-#: The most distinct nets (and solvers) one expansion builds; the rest are built by workers.
+#: The most distinct nets (and solvers) one expansion builds, and the seconds it may take
+#: building them; the rest are built by workers.
 MAX_CHECKED = 500
+CHECK_SECONDS = 3.0
 #: Problems reported before giving up.
 MAX_PROBLEMS = 10
 #: (channels, height, width) and classes of the built-in image set, and its images.
@@ -63,6 +70,11 @@ class CaffeNets(Protocol):
     @property
     def targets(self) -> dict[str, Target]:
         """Where each of the net's and the solver's dimensions lands."""
+        ...
+
+    @property
+    def net_text(self) -> str:
+        """The net's prototxt text, as the spec gives it."""
         ...
 
     @property
@@ -249,14 +261,18 @@ def _show(values: dict[str, Any]) -> str:
 
 
 def check_points(spec: CaffeNets, points: list[dict[str, Any]]) -> None:
-    """Raise `SpecError` if a distinct net or solver among these trials cannot be built."""
+    """Raise `SpecError` if a distinct net or solver among these trials cannot be built (at
+    most `MAX_CHECKED` of each, within `CHECK_SECONDS`: the module docstring)."""
     problems: list[Problem] = []
-    for kind in ("layer", "solver"):
+    deadline = time.monotonic() + CHECK_SECONDS
+    for kind in ("solver", "layer"):  # solvers first: they are cheap, nets may not be
         seen: set[str] = set()
         for params in points:
+            if len(seen) >= MAX_CHECKED or time.monotonic() > deadline:
+                break
             mine = {p: v for p, v in params.items() if _kind(spec.targets.get(p)) == kind}
             key = json.dumps(mine, sort_keys=True, default=str)
-            if key in seen or len(seen) >= MAX_CHECKED:
+            if key in seen:
                 continue
             seen.add(key)
             if not mine and kind == "layer" and len(seen) > 1:

@@ -92,11 +92,12 @@ def sample_shape(config: Mapping[str, Any]) -> tuple[int, ...]:
     resize = caffe.get("resize")
     resize = (int(resize[0]), int(resize[1])) if isinstance(resize, list | tuple) else None
     digits = (config.get("dataset") or {}).get("name") == "digits"
-    return _guess(str(caffe.get("net_text", "")), resize, digits)
+    return guess_shape(str(caffe.get("net_text", "")), resize, digits)
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
-def _guess(net_text: str, resize: tuple[int, int] | None, digits: bool) -> tuple[int, ...]:
+def guess_shape(net_text: str, resize: tuple[int, int] | None, digits: bool) -> tuple[int, ...]:
+    """One sample's (C, H, W) for a net of `net_text` (module docstring: `sample_shape`)."""
     if digits:
         return (1, *resize) if resize else _DIGITS
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.spec.caffe.fields import MAX_BATCH_SIZE
 from core.spec.caffe.prototxt import Message
 from core.spec.caffe.shapes import Ctx, LayerError, Shape, Shaped, dims
 
@@ -99,6 +100,11 @@ def data_shapes(ctx: Ctx) -> Shaped:
         dims = tuple(int(d) for d in shapes[0].getall("dim"))
         if not dims or dims[0] < 1:
             raise LayerError("input_param.shape's first dim (the batch size) must be at least 1")
+        if dims[0] > MAX_BATCH_SIZE:
+            raise LayerError(
+                f"input_param.shape's first dim (the batch size) must be <= {MAX_BATCH_SIZE:,}, "
+                f"got {dims[0]:,}"
+            )
         _declared(ctx, dims[1:], sample, "input_param.shape")
         batch = dims[0]
         tops: list[Shape] = [dims]

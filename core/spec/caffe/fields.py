@@ -9,6 +9,13 @@ or `ignored` (the reason it has no effect here, e.g. ``engine`` or an LMDB ``sou
 a singular field written twice, a refused field); `resolve(message, schema)` gives the
 values with Caffe's defaults filled in. Nothing here knows about layers' meaning:
 `core.spec.caffe.layers` does.
+
+A few integers carry a ceiling of their own (`FieldSpec.most`), whatever the server's
+settings, because one value alone asks for memory no trial can have: a data layer's
+``batch_size`` (`MAX_BATCH_SIZE`, an Input's first ``shape.dim`` too:
+`core.spec.caffe.data`), a window's ``pad``
+(`MAX_PAD`) and a convolution's ``dilation`` (`MAX_DILATION`). Blob sizes as a whole are the
+server's ceilings (`core.spec.caffe.ceilings`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.spec.caffe.prototxt import Ident, Message
+
+#: The largest batch a data layer (``batch_size``, an Input's ``shape.dim``) may ask for.
+MAX_BATCH_SIZE = 65_536
+#: The largest padding of a convolution or pooling window, per side (FCN pads by 100).
+MAX_PAD = 1024
+#: The largest dilation of a convolution (DeepLab's largest is 24).
+MAX_DILATION = 1024
 
 
 @dataclass(frozen=True)
@@ -30,6 +44,7 @@ class FieldSpec:
     schema: str | None = None  # the nested message's schema name, for kind "msg"
     refused: str | None = None
     ignored: str | None = None
+    most: int | None = None  # the largest integer accepted (module docstring)
 
 
 def _f(kind: str, default: Any = None, **kw: Any) -> FieldSpec:
@@ -109,7 +124,7 @@ SCHEMAS: dict[str, dict[str, FieldSpec]] = {
     },
     "DataParameter": {
         "source": _f("str", ignored="the spec's dataset replaces the LMDB/LevelDB source"),
-        "batch_size": _f("uint"),
+        "batch_size": _f("uint", most=MAX_BATCH_SIZE),
         "rand_skip": _f("uint", 0, ignored="the spec's dataset is read from its start"),
         "backend": _enum("LEVELDB", "LEVELDB", "LMDB", ignored="the spec's dataset is used"),
         "prefetch": _f("uint", 4, ignored="batches come from memory"),
@@ -121,7 +136,7 @@ SCHEMAS: dict[str, dict[str, FieldSpec]] = {
     },
     "ImageDataParameter": {
         "source": _f("str", ignored="the spec's dataset replaces the image list"),
-        "batch_size": _f("uint", 1),
+        "batch_size": _f("uint", 1, most=MAX_BATCH_SIZE),
         "rand_skip": _f("uint", 0, ignored="the spec's dataset is read from its start"),
         "shuffle": _f("bool", False, ignored="the spec's dataset decides the order"),
         "new_height": _f("uint", 0),
@@ -134,26 +149,26 @@ SCHEMAS: dict[str, dict[str, FieldSpec]] = {
         "mirror": _f("bool", refused=f"mirror {_DEPRECATED_TRANSFORM}"),
     },
     "MemoryDataParameter": {
-        "batch_size": _f("uint"),
+        "batch_size": _f("uint", most=MAX_BATCH_SIZE),
         "channels": _f("uint"),
         "height": _f("uint"),
         "width": _f("uint"),
     },
     "HDF5DataParameter": {
         "source": _f("str", ignored="the spec's dataset replaces the HDF5 files"),
-        "batch_size": _f("uint"),
+        "batch_size": _f("uint", most=MAX_BATCH_SIZE),
         "shuffle": _f("bool", False, ignored="the spec's dataset decides the order"),
     },
     "InputParameter": {"shape": _rep("msg", schema="BlobShape")},
     "ConvolutionParameter": {
         "num_output": _f("uint"),
         "bias_term": _f("bool", True),
-        "pad": _rep("uint"),
+        "pad": _rep("uint", most=MAX_PAD),
         "kernel_size": _rep("uint"),
         "stride": _rep("uint"),
-        "dilation": _rep("uint"),
-        "pad_h": _f("uint"),
-        "pad_w": _f("uint"),
+        "dilation": _rep("uint", most=MAX_DILATION),
+        "pad_h": _f("uint", most=MAX_PAD),
+        "pad_w": _f("uint", most=MAX_PAD),
         "kernel_h": _f("uint"),
         "kernel_w": _f("uint"),
         "stride_h": _f("uint"),
@@ -167,9 +182,9 @@ SCHEMAS: dict[str, dict[str, FieldSpec]] = {
     },
     "PoolingParameter": {
         "pool": _enum("MAX", "MAX", "AVE", "STOCHASTIC"),
-        "pad": _f("uint", 0),
-        "pad_h": _f("uint"),
-        "pad_w": _f("uint"),
+        "pad": _f("uint", 0, most=MAX_PAD),
+        "pad_h": _f("uint", most=MAX_PAD),
+        "pad_w": _f("uint", most=MAX_PAD),
         "kernel_size": _f("uint"),
         "kernel_h": _f("uint"),
         "kernel_w": _f("uint"),
@@ -315,6 +330,8 @@ def check(message: Message, schema: str, where: str) -> list[str]:
                 )
                 hint = " (write it unquoted)" if quoted else ""
                 problems.append(f"{path} must be {_expected(spec)}, not {value!r}{hint}")
+            elif spec.most is not None and value > spec.most:  # type: ignore[operator]
+                problems.append(f"{path} must be <= {spec.most:,}, got {value:,}")
             elif spec.kind == "msg" and spec.schema:
                 problems.extend(check(value, spec.schema, path))  # type: ignore[arg-type]
     return problems

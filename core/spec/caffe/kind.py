@@ -56,9 +56,12 @@ class CaffeKind(TrialKind):
         return config_work(config)
 
     def limit_problems(self, spec: SweepSpec, settings: Settings) -> list[Problem]:
-        """The net's and the solver's texts against ``SWEEPSTACK_MAX_PROTOTXT_BYTES`` each,
-        the first trial's net against ``SWEEPSTACK_MAX_MODEL_PARAMETERS``, and a mean file,
-        refused with its channel means (`core.spec.caffe.mean_file`)."""
+        """The net's and the solver's texts against ``SWEEPSTACK_MAX_PROTOTXT_BYTES`` each, a
+        mean file, refused with its channel means (`core.spec.caffe.mean_file`), and the
+        sweep's nets against ``SWEEPSTACK_MAX_CAFFE_LAYERS``, ``SWEEPSTACK_MAX_MODEL_PARAMETERS``
+        and ``SWEEPSTACK_MAX_ACTIVATION_ELEMENTS``, on the worst trial's
+        (`core.spec.caffe.ceilings`)."""
+        from core.spec.caffe.ceilings import net_problems
         from core.spec.caffe.mean_file import mean_file_problems
 
         caffe = cast("CaffeSpec", spec)  # what `load_spec` gives
@@ -73,13 +76,7 @@ class CaffeKind(TrialKind):
                 )  # fmt: skip
         net, _ = caffe.messages({})
         problems += mean_file_problems(net, settings.datasets_dir)
-        count = caffe.first_param_count()
-        if count is not None and count > settings.max_model_parameters:
-            problems.append(
-                over("caffe.net_text", "the net's parameters", count, settings.max_model_parameters,
-                     "SWEEPSTACK_MAX_MODEL_PARAMETERS", "its first trial's net")
-            )  # fmt: skip
-        return problems
+        return problems + net_problems(caffe, net, settings)
 
     def folder_problems(
         self, spec: SweepSpec, value: str, real: Path, datasets: Path

@@ -11,21 +11,48 @@ Every epoch reports ``train_loss``, ``val_loss`` and ``val_accuracy``, and the f
 its model, optimiser and data order with `ctx.save_checkpoint` every ``checkpoint_every``
 epochs (default 5) and starts with `ctx.load_checkpoint()`, so a trial whose worker was
 killed goes on where its last checkpoint left it.
+
+`cost` declares what a trial costs, so that the server's ceilings hold for this function
+too (docs/trainables.md): the API reads it without torch, which is why torch is imported
+inside the functions that train.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.nn.functional as F
-from torch import nn
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 SIDE = 8
+#: The digits' classes, and its images: an evaluation passes the validation split at once.
+CLASSES = 10
+ROWS = 1797
+
+
+def cost(params: dict[str, Any]) -> dict[str, int]:
+    """The parameters of the network `params` describe, and the elements the larger of a
+    training batch and the validation pass holds at once (every layer's output)."""
+    channels = int(params.get("channels", 16))
+    kernel = int(params.get("kernel_size", 3))
+    hidden = int(params.get("hidden", 64))
+    widths = [channels * 2**i for i in range(int(params.get("conv_layers", 1)))]
+    weights, inputs = 0, 1
+    for width in widths:
+        weights += width * inputs * kernel * kernel + width
+        inputs = width
+    flat = inputs * (SIDE // 2) ** 2
+    weights += flat * hidden + hidden + hidden * CLASSES + CLASSES
+    per_sample = 2 * sum(widths) * SIDE * SIDE + flat + 2 * hidden + CLASSES
+    rows = max(int(params.get("batch_size", 64)), ROWS)
+    return {"parameters": weights, "activations": rows * per_sample}
 
 
 def build(params: dict[str, Any], classes: int) -> nn.Module:
     """The network `params` describe: one or two same-size convolutions, then two dense layers."""
+    from torch import nn
+
     channels = int(params.get("channels", 16))
     kernel = int(params.get("kernel_size", 3))
     if kernel % 2 == 0:
@@ -48,6 +75,9 @@ def build(params: dict[str, Any], classes: int) -> nn.Module:
 
 
 def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    import torch
+    import torch.nn.functional as F
+
     model.eval()
     with torch.no_grad():
         logits = model(x)
@@ -59,6 +89,9 @@ def _evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float
 
 def train(params: dict[str, Any], ctx: Any) -> None:
     """Train the CNN for `ctx.epochs` epochs, reporting each."""
+    import torch
+    import torch.nn.functional as F
+
     data = ctx.dataset()
     device = torch.device(ctx.device)
     x_train = torch.tensor(data.x_train, dtype=torch.float32, device=device)

@@ -7,18 +7,30 @@ and a pruner can stop a poor setting early. Parameters (all optional, under ``pa
 ``elasticnet``), ``alpha`` (the regularisation strength) and ``eta0`` with
 ``learning_rate`` (``optimal`` ignores ``eta0``; ``constant``, ``invscaling`` and
 ``adaptive`` need it). Each epoch reports ``train_accuracy`` and ``val_accuracy``.
+
+`cost` declares what a trial costs (docs/trainables.md); the API reads it without
+scikit-learn, which is imported inside `train`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-from sklearn.linear_model import SGDClassifier
+#: The largest bundled data set's features and classes (digits), and its rows.
+FEATURES, CLASSES, ROWS = 64, 10, 1797
+
+
+def cost(params: dict[str, Any]) -> dict[str, int]:
+    """One linear model per class (one for two classes) of the features, and a pass over the
+    rows' features and scores."""
+    return {"parameters": (FEATURES + 1) * CLASSES, "activations": ROWS * (FEATURES + CLASSES)}
 
 
 def train(params: dict[str, Any], ctx: Any) -> None:
     """Fit the classifier for `ctx.epochs` passes, reporting the accuracy after each."""
+    import numpy as np
+    from sklearn.linear_model import SGDClassifier
+
     data = ctx.dataset()
     if data.task != "classification":
         raise ValueError(f"digits_sgd needs a classification data set, got {data.task}")

@@ -162,7 +162,10 @@ def test_each_kind_says_what_this_host_and_server_refuse(lenet: SweepSpec) -> No
     assert [p.path for p in CAFFE.limit_problems(lenet, small)] == [
         "caffe.net_text", "caffe.solver_text", "caffe.net_text",
     ]  # fmt: skip
-    assert TRAINABLE.limit_problems(load_spec(FUNCTION), small) == []
+    (problem,) = TRAINABLE.limit_problems(load_spec(FUNCTION), small)  # digits_cnn declares it
+    assert problem.path == "params"  # no parameter of the spec lowers it
+    assert "got 17,258 (as sweepstack_examples.digits_cnn declares it" in problem.message
+    assert TRAINABLE.limit_problems(load_spec(FUNCTION), Settings()) == []
     assert MLP.limit_problems(load_spec(BUILTIN), Settings()) == []
 
 

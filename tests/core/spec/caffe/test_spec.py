@@ -348,13 +348,16 @@ def test_an_unsupported_layer_type_is_refused_with_the_supported_ones() -> None:
     assert "supported types: Data, " in problem.message
 
 
-def test_the_first_nets_parameters_are_held_to_the_ceiling() -> None:
+def test_the_worst_nets_parameters_are_held_to_the_ceiling() -> None:
     spec = load_spec(_spec({"layers": {"ip1": {"num_output": [10, 1000]}}}))
     assert spec.first_param_count() == (4 * 9 + 4) + (4 * 3 * 3 * 10 + 10)
-    small = dataclasses.replace(Settings(), max_model_parameters=100)
-    (problem,) = spec_limit_problems(spec, small)
-    assert problem.path == "caffe.net_text"
-    assert problem.message.startswith("the net's parameters must be <= 100 on this server")
+    small = dataclasses.replace(Settings(), max_model_parameters=1000)
+    (problem,) = spec_limit_problems(spec, small)  # the first trial's 410 are within it
+    assert problem.path == "caffe.layers.ip1.num_output"
+    assert problem.message.startswith("the net's parameters must be <= 1,000 on this server")
+    assert "got 37,040 (the net of the trial with caffe.layers.ip1.num_output=1000" in (
+        problem.message
+    )
 
 
 def test_a_pruners_largest_resource_is_the_solvers_evaluations() -> None:
