@@ -90,6 +90,11 @@ each) without pushing a limit into the index. Every secondary index also slows i
   and fetch the page by ``index $in``: a page costs ~70 µs per trial in the filtered
   states (in the whole sweep when parameters are filtered too), as a server sort would.
 
+Every write asks for the store's write concern (`write_concern_of`): by default
+``w: "majority", j: true``, acknowledged once it is in the on-disk journal of a majority of
+the replica set (of the one server, standalone), so an acknowledged write outlives a crash
+of the server; ``SWEEPSTACK_WRITE_CONCERN`` and the URL's own options (which win) change it.
+
 Times come from the clock of the process that writes (UTC, to the millisecond): hosts
 should keep their clocks in step. The change feed (``changed_rows``) repeats changes younger
 than `change_lag` seconds, so a write that lands late or from a host whose clock lags is still
