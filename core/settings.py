@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from core.errors import ConfigError
@@ -30,6 +31,17 @@ MIN_TOKEN_BITS = 96
 
 #: What a sweep may keep of its trials' weights (`core.spec.artifacts`).
 ARTIFACTS_KEEP = ("best", "top_k", "all", "none")
+
+#: The write concern the store's writes ask for unless ``SWEEPSTACK_WRITE_CONCERN`` or the
+#: store's URL says otherwise (pymongo's `WriteConcern` arguments): acknowledged by a
+#: majority of a replica set's members, each once the write is in its on-disk journal, so
+#: that no acknowledged write is lost to a crash or a failover (a standalone server takes
+#: ``majority`` as itself).
+DEFAULT_WRITE_CONCERN: Mapping[str, Any] = MappingProxyType({"w": "majority", "j": True})
+#: ``SWEEPSTACK_WRITE_CONCERN``'s keys, as the MongoDB URL options of the same names
+#: (lower case), and pymongo's `WriteConcern` argument each sets.
+_WRITE_CONCERN_KEYS = {"w": "w", "journal": "j", "wtimeoutms": "wtimeout"}
+
 
 def _tokens(raw: str) -> dict[str, str]:
     """Parse ``name:token,name:token`` into {token: name}; each token at least
@@ -76,6 +88,39 @@ def check_tokens(tokens: Mapping[str, str]) -> None:
                 f"a few characters: {token_bits(token):.0f} bits, at least {MIN_TOKEN_BITS} "
                 "are required); make one with `openssl rand -hex 24`"
             )
+
+
+def write_concern(raw: str) -> dict[str, Any]:
+    """Parse ``SWEEPSTACK_WRITE_CONCERN`` (``w=majority,journal=true``: the URL options
+    ``w``, ``journal`` and ``wtimeoutMS``, comma-separated) into pymongo's `WriteConcern`
+    arguments. ``w`` is ``majority``, a number of members (at least 1: the store reads
+    what each write changed, which an unacknowledged write does not say) or a tag set's
+    name."""
+    name = f"{PREFIX}WRITE_CONCERN"
+    out: dict[str, Any] = {}
+    for item in (part.strip() for part in raw.split(",") if part.strip()):
+        key, sep, value = (x.strip() for x in item.partition("="))
+        option = _WRITE_CONCERN_KEYS.get(key.lower())
+        if not sep or not value or option is None:
+            raise ConfigError(
+                f"{name}: each item must be w=..., journal=... or wtimeoutMS=..., got {item!r}"
+            )
+        if option in out:
+            raise ConfigError(f"{name}: {key} is given twice")
+        if option == "j":
+            if value.lower() not in ("true", "false"):
+                raise ConfigError(f"{name}: journal must be true or false, got {value!r}")
+            out[option] = value.lower() == "true"
+        elif option == "wtimeout" or value.isdigit():
+            if not value.isdigit() or (option == "w" and int(value) < 1):
+                rule = "an integer >= 0" if option == "wtimeout" else "majority, a tag or >= 1"
+                raise ConfigError(f"{name}: {key} must be {rule}, got {value!r}")
+            out[option] = int(value)
+        else:
+            out[option] = value
+    if not out:
+        raise ConfigError(f"{name}: no option given in {raw!r}")
+    return out
 
 
 def _names(raw: str) -> frozenset[str]:
@@ -211,11 +256,15 @@ class Settings:
     s3_endpoint_url: str | None = None
     max_artifact_bytes: int = 2 << 30
     max_sweep_artifact_bytes: int = 50 << 30
+    # The write concern of the store's writes (`write_concern`, `DEFAULT_WRITE_CONCERN`);
+    # an option the store's URL names itself (w, journal, wtimeoutMS) wins over this.
+    write_concern: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_WRITE_CONCERN))
 
     def store_options(self) -> dict[str, Any]:
         """What `core.store.store.Store` takes of these settings: the artifact root and
-        ceilings."""
+        ceilings, the write concern."""
         return {
+            "write_concern": self.write_concern,
             "artifact_root": self.artifact_root,
             "s3_endpoint_url": self.s3_endpoint_url,
             "max_artifact_bytes": self.max_artifact_bytes,
@@ -241,6 +290,8 @@ class Settings:
                         f"{PREFIX}SESSION_COOKIE_SECURE: must be auto, true or false, got {raw!r}"
                     )
                 values[f.name] = raw.lower()
+            elif f.name == "write_concern":
+                values[f.name] = write_concern(raw)
             elif f.name == "artifacts_keep":
                 if raw not in ARTIFACTS_KEEP:
                     raise ConfigError(

@@ -61,7 +61,7 @@ _start_secantus() {
   port="$(_free_port)"
   dir="$(mktemp -d "$SERVICES_DIR/secantus.XXXXXX")"
   .venv/bin/secantusd-py --host 127.0.0.1 --port "$port" --storage-path "$dir" \
-    --log-level WARNING --standalone >"$dir.log" 2>&1 &
+    --log-level WARNING --standalone --sync-on-commit >"$dir.log" 2>&1 &
   _secantus_pid=$!
   _secantus_dir="$dir"
   for _ in $(seq 1 100); do

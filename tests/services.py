@@ -70,7 +70,10 @@ class SecantusProcess:
                 str(data_dir),
                 "--log-level",
                 "WARNING",
-                "--standalone",  # as `sweepstack run`'s store: no oplog (cli.embedded_store)
+                # As `sweepstack run`'s store (cli.embedded_store): no oplog, and the journal
+                # synced before a write is acknowledged.
+                "--standalone",
+                "--sync-on-commit",
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,

@@ -97,6 +97,11 @@ each) without pushing a limit into the index. Every secondary index also slows i
   and fetch the page by ``index $in``: a page costs ~70 µs per trial in the filtered
   states (in the whole sweep when parameters are filtered too), as a server sort would.
 
+Every write asks for the store's write concern (`write_concern_of`): by default
+``w: "majority", j: true``, acknowledged once it is in the on-disk journal of a majority of
+the replica set (of the one server, standalone), so an acknowledged write outlives a crash
+of the server; ``SWEEPSTACK_WRITE_CONCERN`` and the URL's own options (which win) change it.
+
 Times come from the clock of the process that writes (UTC, to the millisecond): hosts
 should keep their clocks in step. The change feed (``changed_rows``) repeats changes younger
 than `change_lag` seconds, so a write that lands late or from a host whose clock lags is still
@@ -106,7 +111,7 @@ delivered (at least once).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -114,9 +119,11 @@ import pymongo
 from bson.codec_options import CodecOptions
 from pymongo import IndexModel
 from pymongo.errors import ConfigurationError
+from pymongo.write_concern import WriteConcern
 
 from core.blobs import root_blobs
 from core.errors import ConfigError
+from core.settings import DEFAULT_WRITE_CONCERN
 from core.store.admin import MongoSweepAdmin
 from core.store.artifacts import MAX_BYTES as MAX_ARTIFACT_BYTES
 from core.store.artifacts import MAX_SWEEP_BYTES as MAX_SWEEP_ARTIFACT_BYTES
@@ -131,7 +138,7 @@ from core.store.roles import Artifacts, Feeding, Reads, Sessions, SweepAdmin, Tr
 from core.store.sessions import MongoSessions
 from core.store.state import StoreState, available
 
-__all__ = ["INDEXES", "INSERT_BATCH", "Store"]
+__all__ = ["INDEXES", "INSERT_BATCH", "Store", "write_concern_of"]
 
 #: Trials per insert when a sweep is created (the default of `Store`'s `insert_batch`).
 INSERT_BATCH = 1000
@@ -163,13 +170,35 @@ INDEXES: dict[str, list[IndexModel]] = {
 }
 
 
+def write_concern_of(
+    client: pymongo.MongoClient, default: Mapping[str, Any] = DEFAULT_WRITE_CONCERN
+) -> WriteConcern:
+    """The write concern of the store's writes: `default` (pymongo's `WriteConcern`
+    arguments), with each option the client names itself (its URL's ``w``, ``journal``,
+    ``wtimeoutMS``) in its place. `ConfigError` if the writes would go unacknowledged
+    (``w=0``): the store reads what each write changed."""
+    given = client.write_concern.document
+    options = {**default, **given}
+    if options.get("w") == 0:
+        where = "the store URL" if "w" in given else "the write concern"
+        raise ConfigError(
+            f"w=0 ({where}) asks for unacknowledged writes; the store needs each write "
+            "acknowledged: w=1 or more, or majority"
+        )
+    try:
+        return WriteConcern(**options)
+    except (ConfigurationError, TypeError, ValueError) as exc:
+        raise ConfigError(f"store write concern {options}: {exc}") from exc
+
+
 class Store:
     """Sweeps, trials and metrics in one MongoDB database (see the module docstring).
 
     Use its roles: `lifecycle`, `admin`, `feeding`, `reads`, `sessions`, `artifacts` (its
     bytes in GridFS, or under `artifact_root`: `core.blobs`). `clock` returns the current
     UTC time (tests pass a fake one); `change_lag` is how many seconds of changes the change
-    feed repeats; `insert_batch` trials go in one insert.
+    feed repeats; `insert_batch` trials go in one insert; every write asks for
+    `write_concern` (`write_concern_of`: options the client's URL names win).
     """
 
     def __init__(
@@ -184,10 +213,13 @@ class Store:
         s3_endpoint_url: str | None = None,
         max_artifact_bytes: int = MAX_ARTIFACT_BYTES,
         max_sweep_artifact_bytes: int = MAX_SWEEP_ARTIFACT_BYTES,
+        write_concern: Mapping[str, Any] = DEFAULT_WRITE_CONCERN,
     ) -> None:
         self.client = client
         self.db = client.get_database(
-            db_name, codec_options=CodecOptions(tz_aware=True, tzinfo=UTC)
+            db_name,
+            codec_options=CodecOptions(tz_aware=True, tzinfo=UTC),
+            write_concern=write_concern_of(client, write_concern),
         )
         state = StoreState(
             self.db,

@@ -52,11 +52,25 @@ def test_values_are_parsed() -> None:
         ("SWEEPSTACK_MAX_ATTEMPTS", "0", "SWEEPSTACK_MAX_ATTEMPTS: must be > 0, got 0"),
         ("SWEEPSTACK_MAX_ATTEMPTS", "three", "must be an integer, got 'three'"),
         ("SWEEPSTACK_TASK_EVENTS", "maybe", "SWEEPSTACK_TASK_EVENTS: must be true or false"),
+        ("SWEEPSTACK_WRITE_CONCERN", "w=0", "w must be majority, a tag or >= 1, got '0'"),
+        ("SWEEPSTACK_WRITE_CONCERN", "journal=yes", "journal must be true or false"),
+        ("SWEEPSTACK_WRITE_CONCERN", "fsync=true", "each item must be w=..., journal=..."),
+        ("SWEEPSTACK_WRITE_CONCERN", "w=1,w=2", "SWEEPSTACK_WRITE_CONCERN: w is given twice"),
+        ("SWEEPSTACK_WRITE_CONCERN", "wtimeoutMS=-5", "wtimeoutMS must be an integer >= 0"),
     ],
 )
 def test_malformed_values_name_the_variable(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Settings.from_env({name: value})
+
+
+def test_write_concern_majority_and_journal_by_default_as_the_url_spells_it() -> None:
+    assert Settings.from_env({}).write_concern == {"w": "majority", "j": True}
+    given = Settings.from_env({"SWEEPSTACK_WRITE_CONCERN": "w=2, Journal=false,wtimeoutMS=500"})
+    assert given.write_concern == {"w": 2, "j": False, "wtimeout": 500}
+    assert given.store_options()["write_concern"] == given.write_concern
+    tagged = Settings.from_env({"SWEEPSTACK_WRITE_CONCERN": "w=two-racks"})
+    assert tagged.write_concern == {"w": "two-racks"}
 
 
 def test_task_events_off_by_default_and_on_when_asked() -> None:
