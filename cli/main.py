@@ -2,8 +2,8 @@
 
 The commands live one module a subject (`cli.specs`, `cli.commands`, `cli.worker`,
 `cli.results`, `cli.front`, `cli.report`, `cli.model`, `cli.open_dashboard`, `cli.run`,
-`cli.api_server`, `cli.dashboard_server`); what they share (exit codes, settings, the spec as read) is
-`cli.shared`, their common options `cli.options`. Nothing imports this module.
+`cli.api_server`, `cli.dashboard_server`); what they share (exit codes, settings, the
+spec as read) is `cli.shared`, their common options `cli.options`. Nothing imports this module.
 
 Exit codes: 0 success; 2 a spec or usage problem (one line per problem on stderr, each
 naming its path and rule); 1 anything else.

@@ -5,11 +5,11 @@ A **sweep** document::
     _id (12 hex), name, description, spec (the submitted document), objective {metric,
     direction} (the primary objective, the first of) objectives [{metric, direction}],
     constraints [{metric, op, bound, text}], owner, created_at, updated_at, cancelled_at,
-    trial_count, max_index (the highest trial index), counts {state: n, every state}, counts_rev (bumped with every
-    change to counts); for sweeps fed in windows (`core.store.feeding`): planned (trials not yet
-    created, counted as queued), sending (ids of the window being sent), lease {owner,
-    expires}, study_attrs (the search's Optuna study state). A fed trial also has
-    optuna {number, system_attrs}.
+    trial_count, max_index (the highest trial index), counts {state: n, every state},
+    counts_rev (bumped with every change to counts); for sweeps fed in windows
+    (`core.store.feeding`): planned (trials not yet created, counted as queued), sending
+    (ids of the window being sent), lease {owner, expires}, study_attrs (the search's
+    Optuna study state). A fed trial also has optuna {number, system_attrs}.
 
 A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
 
@@ -25,7 +25,8 @@ A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
     (every objective's value, in the spec's order), constraints (each constraint's
     violation, at most 0 when it holds, None when unmeasured), feasible (whether every
     constraint holds; true without constraints), error, train_seconds, param_count, macs
-    (one sample's forward multiply-adds), device, dtype, versions, and any other `extra` a worker records at finish; prune_requested {attempt, epoch, at} (the
+    (one sample's forward multiply-adds), device, dtype, versions, and any other `extra` a
+    worker records at finish; prune_requested {attempt, epoch, at} (the
     attempt asked to stop early, the epoch the decision was taken at, and when; absent or
     null until `SweepAdmin.request_prune` asks, kept by the finish) and, on a pruned trial,
     pruned_epoch (the last epoch it trained).
