@@ -73,8 +73,8 @@ def test_each_refusal_names_its_field(doc: dict[str, Any], expected: str) -> Non
 
 
 def test_nsga_options_are_taken() -> None:
-    spec = load_spec({**BASE, "objectives": TWO, "search": {
-        "algorithm": "nsga3", "trials": 8, "population_size": 4, "dividing_parameter": 2}})  # fmt: skip
+    search = {"algorithm": "nsga3", "trials": 8, "population_size": 4, "dividing_parameter": 2}
+    spec = load_spec({**BASE, "objectives": TWO, "search": search})
     assert spec.search.sampler_options() == {"population_size": 4, "dividing_parameter": 2}
 
 
