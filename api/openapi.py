@@ -76,6 +76,9 @@ def _schemas(settings: Settings) -> dict[str, Any]:
             "train_seconds": nullable(NUM), "param_count": nullable(INT),
             "device": nullable(STR), "dtype": nullable(STR),
             "pruned_epoch": nullable(INT),  # a pruned trial's last epoch trained
+            "objectives": nullable({"type": "array", "items": nullable(NUM)}),
+            "constraints": nullable({"type": "array", "items": nullable(NUM)}),
+            "feasible": nullable({"type": "boolean"}), "macs": nullable(INT),
         },
         required=["id", "sweep_id", "index", "state", "attempt", "params"],
     )  # fmt: skip
@@ -85,6 +88,8 @@ def _schemas(settings: Settings) -> dict[str, Any]:
             "id": STR, "name": STR, "description": STR, "owner": nullable(STR),
             "status": {"type": "string", "enum": ["queued", "running", "finished", "cancelled"]},
             "objective": obj({"metric": STR, "direction": STR}), "trial_count": INT,
+            "objectives": {"type": "array", "items": obj({"metric": STR, "direction": STR})},
+            "constraints": {"type": "array", "items": STR},
             "search": ref("SearchSettings"), "pruning": ref("PruningSettings"),
             "counts": ref("Counts"), "created_at": TIME, "updated_at": TIME,
             "cancelled_at": nullable(TIME), "links": ANY_OBJ,
@@ -124,8 +129,13 @@ def _schemas(settings: Settings) -> dict[str, Any]:
         "TrialDetail": {
             "allOf": [
                 ref("Trial"),
-                obj({"config": ANY_OBJ, "history": {"type": "array"},
-                     "metrics": {"type": "array", "items": metric_row}}),
+                obj(
+                    {
+                        "config": ANY_OBJ,
+                        "history": {"type": "array"},
+                        "metrics": {"type": "array", "items": metric_row},
+                    }
+                ),
             ]
         },
         "TrialPage": _page("Trial"),
@@ -145,17 +155,54 @@ def _schemas(settings: Settings) -> dict[str, Any]:
         "Health": obj({"status": {"const": "ok"}, "store": part, "broker": part}),
         "Workers": obj({"queue": STR, "workers": {"type": "array", "items": worker}}),
         "KeptModel": obj(
-            {"trial_id": STR, "objective": nullable(NUM), "metric": nullable(STR),
-             "size": INT, "sha256": STR, "created_at": TIME,
-             "links": obj({"download": STR})},
+            {
+                "trial_id": STR,
+                "objective": nullable(NUM),
+                "metric": nullable(STR),
+                "size": INT,
+                "sha256": STR,
+                "created_at": TIME,
+                "links": obj({"download": STR}),
+            },
             description="a trial's kept model (the sweep's artifacts: policy keeps them)",
         ),
         "KeptModels": obj(
-            {"items": {"type": "array", "items": ref("KeptModel"),
-                       "description": "best objective first, at most 1,000"},
-             "total": INT},
+            {
+                "items": {
+                    "type": "array",
+                    "items": ref("KeptModel"),
+                    "description": "best objective first, at most 1,000",
+                },
+                "total": INT,
+            },
         ),
         "Analysis": ANALYSIS,
+        "Front": obj(
+            {
+                "sweep_id": STR,
+                "version": INT,
+                "objectives": {"type": "array", "items": obj({"metric": STR, "direction": STR})},
+                "constraints": {"type": "array", "items": STR},
+                "complete": INT,
+                "feasible": INT,
+                "size": INT,
+                "trials": {
+                    "type": "array",
+                    "items": obj(
+                        {
+                            "id": STR,
+                            "index": INT,
+                            "values": {"type": "array", "items": NUM},
+                            "params": ANY_OBJ,
+                        }
+                    ),
+                },
+                "reference": nullable({"type": "array", "items": NUM}),
+                "hypervolume": nullable(NUM),
+            },
+            description="the feasible complete trials no other one dominates, by the first "
+            "objective, and the hypervolume they dominate up to the reference point",
+        ),
         "SweepSpec": _spec_schema(settings),
     }
 
@@ -330,6 +377,13 @@ def _parameters(settings: Settings) -> dict[str, Any]:
                        "index (default), objective, result.<metric>, a parameter, ..."),
         "Order": _query("order", {"enum": ["asc", "desc"]}, "Sort order (default asc)."),
         "Format": _query("format", {"enum": ["csv", "jsonl"]}, "Export format (default csv)."),
+        "Reference": _query(
+            "reference", STR, "The hypervolume's reference point, one number per objective, "
+            "comma-separated, in the objectives' units (default: the feasible trials' worst "
+            "values moved out by a tenth of their range)."),
+        "Front": _query("front", {"enum": ["true", "false"]},
+                        "true: only the trials on the Pareto front (one page, by the first "
+                        "objective)."),
     }  # fmt: skip
 
 
@@ -403,7 +457,7 @@ def _paths() -> dict[str, Any]:
             "get": _op("A page of the sweep's trials", {"200": _json(ref("TrialPage"), "A page")},
                        common,
                        parameters=sweep + _params("State", "Param", "Sort", "Order", "Limit",
-                                                  "Cursor")),
+                                                  "Cursor", "Front")),
         },
         f"{PREFIX}/sweeps/{{sweep_id}}/export": {
             "get": _op("Every trial as CSV or JSON Lines", {"200": export}, common,
@@ -412,6 +466,11 @@ def _paths() -> dict[str, Any]:
         f"{PREFIX}/sweeps/{{sweep_id}}/analysis": {
             "get": _op("What the sweep found: plateaus, cost laws, importance, the front",
                        {"200": _json(ref("Analysis"), "The analysis")}, common, parameters=sweep),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/front": {
+            "get": _op("The Pareto front of the sweep's objectives, and its hypervolume",
+                       {"200": _json(ref("Front"), "The front")}, common,
+                       parameters=sweep + _params("Reference")),
         },
         f"{PREFIX}/sweeps/{{sweep_id}}/models": {
             "get": _op("The sweep's kept models, best first",

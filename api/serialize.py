@@ -22,7 +22,7 @@ TRIAL_FIELDS = (
     "sweep_id", "key", "index", "state", "attempt", "seed", "objective", "result", "error",
     "progress", "worker", "stop_requested", "queued_at", "started_at", "heartbeat_at",
     "finished_at", "updated_at", "train_seconds", "param_count", "device", "dtype",
-    "pruned_epoch",
+    "pruned_epoch", "objectives", "constraints", "feasible", "macs",
 )  # fmt: skip
 
 
@@ -56,6 +56,7 @@ def sweep_links(sweep_id: str) -> dict[str, str]:
         "cancel": f"{base}/cancel",
         "retry": f"{base}/retry",
         "models": f"{base}/models",
+        "front": f"{base}/front",
     }
 
 
@@ -70,6 +71,8 @@ def sweep_view(doc: dict[str, Any]) -> dict[str, Any]:
         "owner": doc.get("owner"),
         "status": sweep_status(doc),
         "objective": doc.get("objective"),
+        "objectives": doc.get("objectives") or [doc.get("objective")],
+        "constraints": [c.get("text") for c in doc.get("constraints") or []],
         "trial_count": doc.get("trial_count", 0),
         "search": search_settings(doc),
         "pruning": pruning_settings(doc),

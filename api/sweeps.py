@@ -1,6 +1,8 @@
 """``/api/v1/sweeps``: submit, list, show, cancel, retry, delete, page trials, export,
-what a sweep found (``/analysis``: `core.analysis`) and the models it kept (``/models``,
-best first; each downloads from ``/api/v1/trials/{id}/model``).
+what a sweep found (``/analysis``: `core.analysis`), the Pareto front of its objectives
+(``/front``: `core.analysis.pareto`; ``/trials?front=true`` pages the trials on it) and
+the models it kept (``/models``, best first; each downloads from
+``/api/v1/trials/{id}/model``).
 
 Every route needs a bearer token, and a sweep is visible only to the name of the token
 that submitted it: anyone else gets the same 404 as for a sweep that does not exist.
@@ -22,6 +24,7 @@ queued without a message; nothing resends them yet (a known gap).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 from urllib.parse import urlencode
 
@@ -30,14 +33,23 @@ from flask import Blueprint, Response, request
 from api.auth import owner, require_token
 from api.params import accept, choice, cursor, descending, page_limit, param_filters, single
 from api.params import states as state_filter
-from api.serialize import PREFIX, sweep_detail, sweep_links, sweep_view, trial_view
+from api.serialize import (
+    PREFIX,
+    TRIAL_FIELDS,
+    sweep_detail,
+    sweep_links,
+    sweep_view,
+    trial_view,
+)
 from api.submission import read_spec
 from core.analysis import sweep_analysis
+from core.analysis.sweep import sweep_front
 from core.store import export
 from core.store.kept_models import model_entry
 from scheduler.retry import broker_reachable, retry_sweep
 from scheduler.submit import submit_sweep
 from web.context import AppContext, context
+from web.errors import bad_parameter
 
 blueprint = Blueprint("sweeps", __name__, url_prefix=f"{PREFIX}/sweeps")
 blueprint.before_request(require_token)
@@ -121,10 +133,15 @@ def delete(sweep_id: str) -> dict[str, Any]:
 
 @blueprint.get("/<sweep_id>/trials")
 def trials(sweep_id: str) -> dict[str, Any]:
-    """A page of the sweep's trials, filtered by state and parameters, in any order."""
-    accept(("state", "param", "sort", "order", "limit", "cursor"))
+    """A page of the sweep's trials, filtered by state and parameters, in any order; with
+    ``front=true``, the trials on the Pareto front, by the first objective, on one page."""
+    accept(("state", "param", "sort", "order", "limit", "cursor", "front"))
     ctx = context()
     ctx.store.reads.get_sweep(sweep_id, owner=owner())
+    if choice("front", ("true", "false"), "false") == "true":
+        ids = [t["id"] for t in sweep_front(ctx.store.reads, sweep_id)["trials"]]
+        found = ctx.store.reads.trials_by_id(ids, ["_id", *TRIAL_FIELDS, "params"])
+        return page([trial_view(found[t]) for t in ids], None)
     docs, nxt = ctx.store.reads.trials(
         sweep_id,
         state=state_filter(),
@@ -170,6 +187,33 @@ def models(sweep_id: str) -> dict[str, Any]:
         for doc in docs[:MAX_MODELS]
     ]
     return {"items": items, "total": len(docs)}
+
+
+@blueprint.get("/<sweep_id>/front")
+def front(sweep_id: str) -> dict[str, Any]:
+    """The Pareto front of the sweep's objectives (feasible complete trials only) and the
+    hypervolume it dominates up to ``reference`` (default: `core.analysis.pareto`)."""
+    accept(("reference",))
+    store = context().store
+    sweep = store.reads.get_sweep(sweep_id, owner=owner())
+    reference = _reference(len(sweep.get("objectives") or [sweep.get("objective")]))
+    return sweep_front(store.reads, sweep_id, reference=reference)
+
+
+def _reference(count: int) -> list[float] | None:
+    """``reference``: one finite number per objective, comma-separated; 400 otherwise."""
+    raw = single("reference")
+    if raw is None:
+        return None
+    try:
+        values = [float(v) for v in raw.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != count or not all(math.isfinite(v) for v in values):
+        raise bad_parameter(
+            "reference", f"must be {count} finite number(s), comma-separated, got {raw[:60]!r}"
+        )
+    return values
 
 
 @blueprint.get("/<sweep_id>/analysis")

@@ -1,9 +1,9 @@
 """The `sweepstack` command line: the click group, assembled from the command modules.
 
 The commands live one module a subject (`cli.specs`, `cli.commands`, `cli.worker`,
-`cli.results`, `cli.report`, `cli.model`, `cli.open_dashboard`, `cli.run`, `cli.api_server`,
-`cli.dashboard_server`); what they share (exit codes, settings, the spec as read) is
-`cli.shared`, their common options `cli.options`. Nothing imports this module.
+`cli.results`, `cli.front`, `cli.report`, `cli.model`, `cli.open_dashboard`, `cli.run`,
+`cli.api_server`, `cli.dashboard_server`); what they share (exit codes, settings, the
+spec as read) is `cli.shared`, their common options `cli.options`. Nothing imports this module.
 
 Exit codes: 0 success; 2 a spec or usage problem (one line per problem on stderr, each
 naming its path and rule); 1 anything else.
@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "open": "cli.open_dashboard:open_command",
     "report": "cli.report:report",
     "model": "cli.model:model",
+    "front": "cli.front:front",
 }
 
 

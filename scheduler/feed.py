@@ -35,7 +35,8 @@ that many are ever created, fewer only when a search's space runs out
 (`Feeding.shrink_plan`).
 
 Restarts (kill -9 at any point): the session is rebuilt from the stored trials (Optuna
-number, params, state, objective, pruned-metric epochs, system attrs; the sweep's study
+number, params, state, objective (every objective's for several, and the constraints'
+violations), pruned-metric epochs, system attrs; the sweep's study
 attrs), so no point is asked twice and a seeded sweep asks the same points; a trial stored
 but maybe never sent (the sweep's ``sending`` list) is sent again; ``planned`` is repaired
 from the count of trials.
@@ -266,6 +267,8 @@ class Feeder:
                         value=d.get("objective"),
                         epochs=epochs.get(d["_id"], {}),
                         system_attrs=(d.get("optuna") or {}).get("system_attrs") or {},
+                        values=d.get("objectives") if self.spec.multi_objective else None,
+                        constraints=d.get("constraints"),
                     )
                 )
                 if d["state"] in _LIVE:
@@ -529,7 +532,8 @@ class Feeder:
                 if doc["state"] == _RUNNING:
                     running[tid] = (number, doc.get("attempt", 0))
                 continue
-            self.session.tell(number, doc.get("objective"), doc["state"])
+            value = doc.get("objectives") if self.spec.multi_objective else doc.get("objective")
+            self.session.tell(number, value, doc["state"], doc.get("constraints"))
             del self._numbers[tid]
             self._epochs.pop(tid, None)
             self._requested.discard(tid)

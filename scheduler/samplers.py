@@ -145,8 +145,8 @@ _NEEDS = {"cmaes": ("cmaes",), "gp": ("torch", "scipy"), "qmc": ("scipy",)}
 
 
 def _quiet(build: Callable[[int], BaseSampler]) -> Callable[[int], BaseSampler]:
-    """Optuna flags QMC, CMA-ES options and TPE's `group` as experimental on every build; the
-    user chose them in the spec, and a sampler is built per trial."""
+    """Optuna flags QMC, CMA-ES options, TPE's `group` and NSGA-III as experimental on every
+    build; the user chose them in the spec, and a sampler is built per trial."""
 
     def quietly(seed: int) -> BaseSampler:
         with warnings.catch_warnings():
@@ -176,6 +176,10 @@ def _builder(search: Search) -> Callable[[int], BaseSampler]:
         return lambda seed: samplers.QMCSampler(
             seed=seed, warn_independent_sampling=False, **options
         )
+    if algorithm == "nsga2":
+        return lambda seed: samplers.NSGAIISampler(seed=seed, **options)
+    if algorithm == "nsga3":
+        return lambda seed: samplers.NSGAIIISampler(seed=seed, **options)
     return lambda seed: samplers.RandomSampler(seed=seed)
 
 

@@ -19,6 +19,14 @@ Decisions, and why:
   indices would differ from `scheduler.expand.expand`), cannot take ``when:`` conditions, and
   scans every trial on each tell. Grid points are taken in expansion order and added to the
   study as running trials, so pruners judge them like any other.
+- Several objectives (`core.spec.objectives`) make a multi-objective study, its
+  ``directions`` the spec's; each trial is told the list of its objectives' values (the
+  trial's ``objectives``), and a complete trial missing one is told failed. Constraints
+  are told as Optuna 5 takes them (``Trial.set_constraint``: the system attributes
+  ``constraints:KEY``, KEY the constraint's text, its violation as the value, at most 0
+  when it holds, an unmeasured one infinite), set before the tell and given back to a
+  rebuild, so the constraint-aware samplers (TPE, NSGA-II, NSGA-III, GP) read them from
+  ``FrozenTrial.constraints``; their deprecated ``constraints_func`` is not used.
 - Replays are deterministic because each trial's sampler is seeded from (``search.seed``,
   trial number) rather than from one generator advanced by every ask: a rebuilt study with
   the same trials in the same states asks the same next points. Optuna keeps some state in
@@ -41,7 +49,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +108,7 @@ class Record:
 
     `state` is a Sweepstack state (queued and running are in flight for Optuna; failed and
     cancelled are failures); `epochs` maps an epoch to the pruned metric's value then.
+    A multi-objective sweep's records carry `values`; a constrained sweep's `constraints`.
     """
 
     number: int
@@ -108,6 +117,10 @@ class Record:
     value: float | None = None
     epochs: dict[int, float] = field(default_factory=dict)
     system_attrs: dict[str, Any] = field(default_factory=dict)
+    #: Every objective's value, in the spec's order (None: the single `value` alone).
+    values: list[float | None] | None = None
+    #: Each constraint's violation, in the spec's order (None where unmeasured).
+    constraints: list[float | None] | None = None
 
 
 class SearchSession:
@@ -135,7 +148,7 @@ class SearchSession:
         self.study = optuna.create_study(
             storage=self._storage,
             study_name=spec.name,
-            direction=direction,
+            directions=spec.directions,
             sampler=make_sampler(self.search, spec.space),
             pruner=make_pruner(self.pruning, flip=self._flip, epochs=max_epochs(spec)),
         )
@@ -271,20 +284,52 @@ class SearchSession:
         """The study's Optuna state (QMC's position), to store with the sweep."""
         return dict(self._storage.get_study_system_attrs(self._study_id))
 
-    def tell(self, number: int, value: float | None = None, state: str = State.COMPLETE) -> None:
-        """A trial's end: complete with the objective's `value`, failed, cancelled or pruned.
+    def tell(
+        self,
+        number: int,
+        value: float | Sequence[float | None] | None = None,
+        state: str = State.COMPLETE,
+        constraints: Sequence[float | None] | None = None,
+    ) -> None:
+        """A trial's end: complete with the objective's `value` (a list of every
+        objective's, for several), failed, cancelled or pruned; `constraints` are its
+        violations of the spec's constraints, in order (module docstring).
 
         Telling a trial twice (a redelivered result) changes nothing.
         """
         optuna_state = _STATES[State(state)]
         if optuna_state == TrialState.RUNNING:
             raise ValueError(f"state must be a finished state, got {state!r}")
+        trial_id = self._trial_id(number)
+        if self._storage.get_trial(trial_id).state.is_finished():
+            return
+        if constraints is not None and self.spec.constraints:
+            for key, violation in self._constraint_attrs(constraints).items():
+                self._storage.set_trial_system_attr(trial_id, key, violation)
         if optuna_state == TrialState.COMPLETE:
-            if value is None or not math.isfinite(value):
-                optuna_state, value = TrialState.FAIL, None
-            self.study.tell(number, value, state=optuna_state, skip_if_finished=True)
+            values = self._values(value)
+            if values is None:
+                optuna_state = TrialState.FAIL
+            self.study.tell(number, values, state=optuna_state, skip_if_finished=True)
         else:
             self.study.tell(number, state=optuna_state, skip_if_finished=True)
+
+    def _values(self, value: float | Sequence[float | None] | None) -> list[float] | None:
+        """The values to tell Optuna, one per objective; None when one is missing."""
+        values = list(value) if isinstance(value, Sequence) else [value]
+        if len(values) != len(self.spec.objectives):
+            return None
+        if any(v is None or not math.isfinite(v) for v in values):
+            return None
+        return [float(v) for v in values]  # type: ignore[arg-type]
+
+    def _constraint_attrs(self, constraints: Sequence[float | None]) -> dict[str, float]:
+        """The system attributes Optuna reads a trial's constraints from (`set_constraint`'s
+        ``constraints:KEY``), an unmeasured constraint as infinitely violated."""
+        return {
+            f"constraints:{c.text}": math.inf if v is None else float(v)
+            for c, v in zip(self.spec.constraints, constraints, strict=False)
+        }
 
     def report(self, number: int, epoch: int, value: float) -> None:
         """The pruned metric's value after `epoch` epochs of a running trial."""
@@ -314,21 +359,25 @@ class SearchSession:
                 self.study.add_trial(create_trial(state=TrialState.FAIL))
                 self._count += 1
             state = _STATES[State(record.state)]
-            value = record.value
-            if state == TrialState.COMPLETE and (value is None or not math.isfinite(value)):
-                state, value = TrialState.FAIL, None
-            if state == TrialState.PRUNED and record.epochs:
+            values = self._values(record.values if record.values is not None else record.value)
+            if state == TrialState.COMPLETE and values is None:
+                state = TrialState.FAIL
+            if state == TrialState.PRUNED and record.epochs and not self.spec.multi_objective:
                 value = record.epochs[max(record.epochs)]
-                value = -value if self._flip else value
+                values = [-value if self._flip else value]
             elif state != TrialState.COMPLETE:
-                value = None
+                values = None
             epochs = {e: (-v if self._flip else v) for e, v in record.epochs.items()}
+            attrs = dict(record.system_attrs)
+            told = state in (TrialState.COMPLETE, TrialState.PRUNED)
+            if record.constraints is not None and self.spec.constraints and told:
+                attrs.update(self._constraint_attrs(record.constraints))
             self._add(
                 record.params,
                 state,
-                value=value,
+                values=values,
                 intermediate_values=epochs,
-                system_attrs=record.system_attrs,
+                system_attrs=attrs,
             )
         for key, value in (study_attrs or {}).items():
             self._storage.set_study_system_attr(self._study_id, key, value)

@@ -62,6 +62,7 @@ from pydantic import ValidationError
 
 from core.errors import InvalidQuery, StoreUnavailable, TrainingError
 from core.spec.config import TrialConfig
+from core.spec.kinds import kind_of
 from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
 from core.store.roles import Artifacts, EpochRow, Finish, TrialLifecycle
@@ -179,7 +180,12 @@ class _Run:
                               self.options.artifacts_top_k, self.budget)  # fmt: skip
         for doc in docs:
             self.saving[doc["_id"]] = TrialCheckpoints(
-                artifacts, self.lifecycle, doc, policy, self.write_now, self.budget,
+                artifacts,
+                self.lifecycle,
+                doc,
+                policy,
+                self.write_now,
+                self.budget,
                 self.objective(doc["sweep_id"]),
             )
 
@@ -314,6 +320,7 @@ class _Run:
             extra["dtype"] = dtype
         state, result, error = TrialState.FAILED, None, None
         if isinstance(outcome, TrainResult):
+            extra["macs"] = kind_of(doc["config"]).macs(doc["config"], outcome.dataset or {})
             state, result, error = settle(
                 outcome,
                 self.objective(doc["sweep_id"]),

@@ -54,6 +54,7 @@ from core.errors import AttemptLost, InvalidQuery, NotFound, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.config import TrialConfig
 from core.spec.kinds import kind_of
+from core.spec.objectives import COST_METRICS
 from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
 from core.store.roles import Artifacts, EpochRow, Finish, TrialLifecycle
@@ -170,26 +171,57 @@ def last_value(outcome: TrainResult, metric: str) -> float | None:
     return value
 
 
+def measured(
+    outcome: TrainResult, objective: dict[str, Any], extra: dict[str, Any], *, last: bool
+) -> dict[str, float | None]:
+    """Each metric the sweep's objectives and constraints name (the store's ``measure``,
+    `core.spec.objectives.Goals.measures`), as ``result["values"]`` keeps it: a metric the
+    epochs report (a training function's own too) at its best epoch in its direction, or
+    at the last epoch trained when `last` (a pruned trial); else the record's cost
+    (``param_count``, ``train_seconds``, ``macs`` in `extra`)."""
+    from workers.training import objective_value
+
+    out: dict[str, float | None] = {}
+    for metric, direction in objective.get("measure") or []:
+        reported = any(metric in row for row in outcome.metrics or [outcome.final])
+        if reported:
+            out[metric] = (
+                last_value(outcome, metric) if last
+                else objective_value(outcome, metric, direction)
+            )  # fmt: skip
+        elif metric in COST_METRICS:
+            out[metric] = extra.get(metric)
+    return out
+
+
 def settle(
     outcome: TrainResult,
-    objective: dict[str, str],
+    objective: dict[str, Any],
     extra: dict[str, Any],
     *,
     stopping: bool,
     pruning: bool,
+    counts_parameters: bool = True,
 ) -> tuple[TrialState, dict[str, Any], str | None]:
     """How a trained trial ends: (state, result, error) for its finish (module docstring).
 
     Cancelled when its sweep asked it to stop; pruned when a prune request stopped it
-    before its last epoch (``pruned_epoch`` into `extra`); else complete.
+    before its last epoch (``pruned_epoch`` into `extra`); else complete. The result holds
+    what the sweep's objectives and constraints name (`measured`). A kind that does not
+    count parameters (a training function's model is its own) records no ``param_count``.
     """
     result = record_outcome(outcome, objective, extra)
+    if not counts_parameters:
+        extra.pop("param_count", None)
     if stopping:
+        result["values"] = measured(outcome, objective, extra, last=False)
         return TrialState.CANCELLED, result, "the sweep was cancelled while the trial ran"
     if pruning and outcome.stopped_early:
         extra["pruned_epoch"] = int(outcome.metrics[-1]["epoch"]) if outcome.metrics else 0
         result["objective"] = last_value(outcome, objective["metric"])
+        result["values"] = measured(outcome, objective, extra, last=True)
         return TrialState.PRUNED, result, None
+    result["values"] = measured(outcome, objective, extra, last=False)
     return TrialState.COMPLETE, result, None
 
 
@@ -365,15 +397,15 @@ def execute_trial(
     try:
         try:
             outcome = TRAINERS[kind.trainer](doc["config"], run)
+            extra["macs"] = kind.macs(doc["config"], outcome.dataset or {})
             state, result, error = settle(
                 outcome,
                 objective,
                 extra,
                 stopping=beats.stopping(trial_id),
                 pruning=beats.pruning(trial_id),
+                counts_parameters=kind.counts_parameters,
             )
-            if not kind.counts_parameters:
-                extra.pop("param_count", None)  # the function's model is its own
         except AttemptLost as exc:
             # Not the trial's result: leave the attempt running and silent, as a dead
             # worker's is, so that the stale requeue retakes it (counting the loss).

@@ -21,8 +21,10 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from core.analysis.pareto import front_rows
 from core.analysis.report import ANALYSIS_VERSION, Importance, analyse
 from core.analysis.rows import FIELDS
+from core.spec.objectives import Goals
 from core.states import TrialState
 from core.store.roles import Reads
 
@@ -102,4 +104,26 @@ def sweep_analysis(
         reads.keep_view_snapshot(sweep_id, SNAPSHOT, version, data)
     if memo is not None:
         memo.put(sweep_id, version, value)
+    return value
+
+
+#: What the front reads of each trial (`core.analysis.pareto.front_rows`).
+FRONT_FIELDS = ("state", "objective", "objectives", "feasible", "params")
+
+
+def sweep_front(
+    reads: Reads,
+    sweep_id: str,
+    *,
+    owner: str | None = None,
+    reference: list[float] | None = None,
+) -> dict[str, Any]:
+    """The Pareto front of sweep `sweep_id`'s objectives (`core.analysis.pareto.front_rows`),
+    with the sweep's ``counts_rev`` as ``version``; `NotFound` if there is none or it is not
+    `owner`'s (None: anyone's). A single-objective sweep's front is its best trials."""
+    sweep = reads.get_sweep(sweep_id, owner=owner)
+    docs, _ = reads.sweep_rows(sweep_id, FRONT_FIELDS)
+    value = front_rows(docs, Goals.of(sweep), reference)
+    value["sweep_id"] = sweep_id
+    value["version"] = int(sweep.get("counts_rev") or 0)
     return value

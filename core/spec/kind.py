@@ -12,7 +12,9 @@ differently asks that kind. A kind says how it
   `image_folders` and `folder_problems` (what its ``dataset.path`` may name), and
   `config_model` (one trial's resolved config, as its trainer validates it again);
 - **costs** a trial: `work`, which `scheduler.order` ranks and `scheduler.cost` times (a
-  kind that gives none is priced by the built-in network's cost model);
+  kind that gives none is priced by the built-in network's cost model), and `macs`, one
+  sample's forward multiply-adds, which a worker records at finish (the ``macs`` an
+  objective or a constraint may name, `core.spec.objectives`);
 - **groups**: `fuses` (several trials trained as one stacked model, `scheduler.grouping`)
   and `chunks` (cheap trials sharing one message, `scheduler.chunks`);
 - **trains**: `trainer`, a name that `workers.runner.TRAINERS` maps to its training code
@@ -115,6 +117,13 @@ class TrialKind(abc.ABC):
     def work(self, config: Mapping[str, Any]) -> Work | None:
         """What training the trial of this resolved config costs, or None to have the
         built-in network's cost model price it from its model, data and epochs."""
+        return None
+
+    def macs(self, config: Mapping[str, Any], data: Mapping[str, Any]) -> int | None:
+        """Multiply-adds of one sample's forward pass through the trial's model, from its
+        resolved config and what its worker loaded (`data`: the record's ``dataset``, its
+        ``n_features`` and ``n_classes``); None when the kind cannot count them (a training
+        function's model is its own: it may report ``macs`` itself)."""
         return None
 
     def host_problems(self, spec: SweepSpec) -> list[Problem]:

@@ -26,17 +26,28 @@ from core.spec.artifacts import Artifacts
 from core.spec.ceilings import candidates, data_shape, numbers, over, top
 from core.spec.config import REGRESSION_DATASETS, SECTIONS, TrialConfig
 from core.spec.documents import value_problems
-from core.spec.fields import field_adapter
+from core.spec.fields import config_value, field_adapter
 from core.spec.kind import TrialKind
+from core.spec.objectives import goal_parts, goal_problems, multi_objective_problems
 from core.spec.problems import problems_from
 from core.spec.search import Pruning, Search, check_search, deprecated_option_problems
 from core.spec.sections import parse_section
 from core.spec.space import Dimension
-from core.spec.spec import Limits, Objective, SweepSpec
+from core.spec.spec import OBJECTIVE_METRICS, Limits, Objective, SweepSpec
 from core.spec.suggest import name_known_keys, unknown_key
 
 #: The top-level keys of a built-in spec besides its sections.
-_META = ("name", "description", "objective", "search", "pruning", "limits", "artifacts")
+_META = (
+    "name",
+    "description",
+    "objective",
+    "objectives",
+    "constraints",
+    "search",
+    "pruning",
+    "limits",
+    "artifacts",
+)
 
 
 class MlpKind(TrialKind):
@@ -56,6 +67,23 @@ class MlpKind(TrialKind):
     def load_spec(self, document: dict[str, Any], path: Path | None = None) -> SweepSpec:
         """`load_mlp_spec`; a built-in spec names no files."""
         return load_mlp_spec(document)
+
+    def macs(self, config: Mapping[str, Any], data: Mapping[str, Any]) -> int | None:
+        """Each Linear layer's weights (fan in x fan out), at the trial's widths and the
+        loaded data's features and outputs (one for a regression)."""
+        features = data.get("n_features")
+        if not isinstance(features, int):
+            return None
+        classes = data.get("n_classes")
+        outputs = classes if data.get("task") == "classification" and classes else 1
+        units = config_value(config, "model.hidden_units")
+        widths = (
+            [int(u) for u in units]
+            if isinstance(units, list)
+            else [int(units)] * int(config_value(config, "model.hidden_layers"))
+        )
+        sizes = [features, *widths, int(outputs)]
+        return sum(a * b for a, b in itertools.pairwise(sizes))
 
     def limit_problems(self, spec: SweepSpec, settings: Settings) -> list[Problem]:
         """The largest model the spec allows against ``SWEEPSTACK_MAX_MODEL_PARAMETERS``, and
@@ -147,7 +175,10 @@ def _check_conditions(space: dict[str, Dimension], problems: list[Problem]) -> N
 
 
 def _check_objective(
-    spec_space: dict[str, Dimension], objective: Objective, problems: list[Problem]
+    spec_space: dict[str, Dimension],
+    objective: Objective,
+    problems: list[Problem],
+    at: str = "objective.metric",
 ) -> None:
     tasks: set[str] = set()
     names = spec_space.get("dataset.name")
@@ -162,7 +193,7 @@ def _check_objective(
     if objective.metric == "val_accuracy" and "regression" in tasks:
         problems.append(
             Problem(
-                "objective.metric",
+                at,
                 "val_accuracy needs a classification "
                 "dataset, but the sweep includes a regression one",
             )
@@ -170,7 +201,7 @@ def _check_objective(
     if objective.metric == "val_rmse" and "classification" in tasks:
         problems.append(
             Problem(
-                "objective.metric",
+                at,
                 "val_rmse needs a regression dataset, but the sweep includes a classification one",
             )
         )
@@ -196,8 +227,8 @@ def load_mlp_spec(data: dict[str, Any]) -> SweepSpec:
         problems.append(Problem("dataset", "is required"))
 
     parts: dict[str, Any] = {}
+    parts.update(goal_parts(meta, Objective, OBJECTIVE_METRICS, problems))
     models = (
-        ("objective", Objective),
         ("search", Search),
         ("pruning", Pruning),
         ("limits", Limits),
@@ -222,7 +253,12 @@ def load_mlp_spec(data: dict[str, Any]) -> SweepSpec:
 
     if "search" in parts or "search" not in meta:
         problems.extend(check_search(space, parts.get("search", Search()), parts.get("pruning")))
-    _check_objective(space, parts.get("objective", Objective()), problems)
+    objectives = parts.get("objectives") or (parts.get("objective", Objective()),)
+    for i, objective in enumerate(objectives):
+        at = f"objectives[{i}].metric" if "objectives" in parts else "objective.metric"
+        _check_objective(space, objective, problems, at)
+    problems.extend(goal_problems(objectives, parts.get("pruning")))
+    problems.extend(multi_objective_problems(objectives, parts.get("search", Search()).algorithm))
 
     if problems:
         raise SpecError(problems)

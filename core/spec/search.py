@@ -5,9 +5,11 @@ a trial is stopped early.
 
 - ``grid``: every point of the (finite) space, in the order ``scheduler.expand`` lists them;
 - ``random``: ``trials`` points drawn independently;
-- ``tpe``, ``cmaes``, ``gp``, ``qmc``: Optuna's samplers of those names, driven by the
-  scheduler through Optuna's ask-and-tell interface (``scheduler.search_session``). They need a
-  budget, ``trials``.
+- ``tpe``, ``cmaes``, ``gp``, ``qmc``, ``nsga2``, ``nsga3``: Optuna's samplers of those names
+  (``NSGAIISampler``, ``NSGAIIISampler`` for the last two), driven by the scheduler through
+  Optuna's ask-and-tell interface (``scheduler.search_session``). They need a budget,
+  ``trials``. Every one but ``cmaes`` searches for several objectives too
+  (`core.spec.objectives`).
 
 ``parallelism`` is how many trials are in flight (queued or running) at once; left out, the
 scheduler decides from the workers online. Sampler options are written flat beside
@@ -42,9 +44,9 @@ METRIC_DIRECTIONS = {
     "train_loss": "minimize",
 }
 
-ALGORITHMS = ("grid", "random", "tpe", "cmaes", "gp", "qmc")
+ALGORITHMS = ("grid", "random", "tpe", "cmaes", "gp", "qmc", "nsga2", "nsga3")
 #: Algorithms that learn from results: they need a budget and the scheduler's feeding loop.
-ADAPTIVE = ("tpe", "cmaes", "gp", "qmc")
+ADAPTIVE = ("tpe", "cmaes", "gp", "qmc", "nsga2", "nsga3")
 PRUNERS = ("none", "median", "percentile", "asha", "hyperband", "threshold", "patient")
 
 #: Which sampler option belongs to which algorithms (the spelling is Optuna's).
@@ -62,6 +64,11 @@ SAMPLER_OPTIONS: dict[str, tuple[str, ...]] = {
     "deterministic_objective": ("gp",),
     "qmc_type": ("qmc",),
     "scramble": ("qmc",),
+    "population_size": ("nsga2", "nsga3"),
+    "mutation_prob": ("nsga2", "nsga3"),
+    "crossover_prob": ("nsga2", "nsga3"),
+    "swapping_prob": ("nsga2", "nsga3"),
+    "dividing_parameter": ("nsga3",),
 }
 
 #: Which pruner option belongs to which pruners.
@@ -124,6 +131,11 @@ class Search(_Strict):
     deterministic_objective: bool | None = None
     qmc_type: Literal["sobol", "halton"] | None = None
     scramble: bool | None = None
+    population_size: Annotated[int, Field(ge=2)] | None = None
+    mutation_prob: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    crossover_prob: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    swapping_prob: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+    dividing_parameter: PositiveInt | None = None
 
     @property
     def adaptive(self) -> bool:

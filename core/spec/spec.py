@@ -1,7 +1,8 @@
 """`SweepSpec`: a validated sweep spec, what every kind's loader returns (`core.spec.kinds`).
 
 A spec maps each leaf path it gives to its dimension (`space`), and says what ranks its
-trials (`Objective`), how they are searched and pruned (`core.spec.search`) and how many
+trials (`Objective`; several, and the constraints a trial must meet:
+`core.spec.objectives`), how they are searched and pruned (`core.spec.search`) and how many
 it may have (`Limits`). The built-in network's spec is a `SweepSpec` itself; a Caffe net's
 (`core.spec.caffe.spec.CaffeSpec`) and a training function's
 (`core.spec.trainable.TrainableSpec`) extend it with what their trials are made of, and
@@ -12,15 +13,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from core.spec.artifacts import Artifacts
 from core.spec.config import SECTIONS
 from core.spec.fields import leaf_defaults, section_model, set_in
+from core.spec.objectives import COST_METRICS, Constraint
 from core.spec.search import Pruning, Search
 from core.spec.space import Dimension, Fixed, IntRange
 
 METRICS = ("val_accuracy", "val_loss", "val_rmse", "train_loss")
+#: What an objective or a constraint of a built-in or Caffe spec may name: the per-epoch
+#: metrics and the costs the record knows per trial.
+OBJECTIVE_METRICS = (*METRICS, *COST_METRICS)
 _DIRECTION_ALIASES = {"min": "minimize", "max": "maximize"}
 DEFAULT_MAX_TRIALS = 100_000
 HARD_MAX_TRIALS = 1_000_000
@@ -37,7 +42,7 @@ class _Strict(BaseModel):
 class Objective(_Strict):
     """Which metric ranks trials, and whether lower or higher is better."""
 
-    metric: Literal[METRICS] = "val_loss"  # type: ignore[valid-type]
+    metric: Literal[OBJECTIVE_METRICS] = "val_loss"  # type: ignore[valid-type]
     direction: Annotated[Literal["minimize", "maximize"], BeforeValidator(_direction)] = "minimize"
 
 
@@ -48,17 +53,50 @@ class Limits(_Strict):
 
 
 class SweepSpec(_Strict):
-    """A validated sweep spec. `space` maps every given leaf path to its dimension."""
+    """A validated sweep spec. `space` maps every given leaf path to its dimension.
+
+    `objectives` are what the sweep searches for, in the spec's order; `objective` is the
+    first of them, the primary one, which every single-number ranking uses
+    (`core.spec.objectives`). Given only one of the two, the other follows from it."""
 
     name: Annotated[str, Field(min_length=1, max_length=200)]
     description: str = ""
     space: dict[str, Dimension]
     objective: Objective = Objective()
+    objectives: tuple[Objective, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
     search: Search = Search()
     pruning: Pruning = Pruning()
     limits: Limits = Limits()
     artifacts: Artifacts = Artifacts()
     document: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _primary(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            if data.get("objectives"):
+                data["objective"] = next(iter(data["objectives"]))
+            else:
+                data["objectives"] = (data["objective"],) if "objective" in data else ()
+        return data
+
+    @model_validator(mode="after")
+    def _objectives_given(self) -> SweepSpec:
+        if not self.objectives:
+            object.__setattr__(self, "objectives", (self.objective,))
+        return self
+
+    @property
+    def multi_objective(self) -> bool:
+        """Whether the sweep searches for more than one objective."""
+        return len(self.objectives) > 1
+
+    @property
+    def directions(self) -> list[str]:
+        """Each objective's direction, in order (an Optuna study's ``directions``)."""
+        return [o.direction for o in self.objectives]
 
     @property
     def dimensions(self) -> list[Dimension]:

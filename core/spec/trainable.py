@@ -44,6 +44,7 @@ from core.spec.artifacts import Artifacts
 from core.spec.config import DatasetConfig, ExecutionConfig, TrainingConfig
 from core.spec.documents import value_problems
 from core.spec.kind import TrialKind
+from core.spec.objectives import goal_parts, goal_problems, multi_objective_problems
 from core.spec.problems import problems_from
 from core.spec.search import Pruning, Search, check_search
 from core.spec.sections import parse_section
@@ -71,6 +72,8 @@ _KNOWN = (
     "training",
     "execution",
     "objective",
+    "objectives",
+    "constraints",
     "search",
     "pruning",
     "limits",
@@ -315,7 +318,8 @@ def load_trainable_spec(data: dict[str, Any]) -> TrainableSpec:
     if "name" not in data:
         problems.append(Problem("name", "is required"))
     parts: dict[str, Any] = {k: data[k] for k in ("name", "description") if k in data}
-    objective = _meta("objective", data.get("objective", {}), TrainableObjective, problems)
+    goals = goal_parts(data, TrainableObjective, None, problems)
+    objective = goals.get("objective", TrainableObjective())
     pruning_raw = data.get("pruning", {})
     # Judging the objective's own metric is what leaving it out means.
     if (
@@ -334,11 +338,13 @@ def load_trainable_spec(data: dict[str, Any]) -> TrainableSpec:
         value = _meta(key, raw, model, problems)
         if value is not None and key in data:
             parts[key] = value
-    if objective is not None and "objective" in data:
-        parts["objective"] = objective
+    parts.update(goals)
     _check_conditions(space, problems)
     if "search" in parts or "search" not in data:
         problems.extend(check_search(space, parts.get("search", Search()), parts.get("pruning")))
+    objectives = goals.get("objectives") or (objective,)
+    problems.extend(goal_problems(objectives, parts.get("pruning")))
+    problems.extend(multi_objective_problems(objectives, parts.get("search", Search()).algorithm))
     if problems:
         raise SpecError(problems)
     try:

@@ -103,6 +103,8 @@ class MongoSweepAdmin(SweepAdmin):
             trial_count=len(trials) if total is None else total,
             max_index=max(indexes, default=-1) if total is None else max([*indexes, total - 1]),
             now=now,
+            objectives=[o.model_dump() for o in spec.objectives],
+            constraints=[c.to_dict() for c in spec.constraints],
         )
         if total is not None:
             sweep["planned"] = total - len(trials)

@@ -48,6 +48,8 @@ FEED_FIELDS = {
     "state": 1,
     "attempt": 1,
     "objective": 1,
+    "objectives": 1,
+    "constraints": 1,
     "optuna": 1,
     "config": 1,
 }

@@ -488,6 +488,7 @@ class MongoTrialLifecycle(TrialLifecycle):
             "updated_at": now,
             "result": f.result,
             "objective": self._s.objective_of(sweep_of(f.trial_id), f.result),
+            **self._s.measured(sweep_of(f.trial_id), f.result, f.extra),
             "error": f.error,
         }
         ended = {
@@ -565,9 +566,10 @@ class MongoTrialLifecycle(TrialLifecycle):
         return {t: verdict(docs.get(t, {}), attempt) for t, attempt in attempts.items()}
 
     @available
-    def objective(self, sweep_id: str) -> dict[str, str]:
+    def objective(self, sweep_id: str) -> dict[str, Any]:
         metric, direction = self._s.objective(sweep_id)
-        return {"metric": metric, "direction": direction}
+        return {"metric": metric, "direction": direction,
+                "measure": [list(m) for m in self._s.goals_of(sweep_id).measures]}  # fmt: skip
 
     @available
     def pruning(self, sweep_id: str) -> dict[str, Any]:

@@ -3,28 +3,34 @@
 A **sweep** document::
 
     _id (12 hex), name, description, spec (the submitted document), objective {metric,
-    direction}, owner, created_at, updated_at, cancelled_at, trial_count, max_index (the
-    highest trial index), counts {state: n, every state}, counts_rev (bumped with every
-    change to counts); for sweeps fed in windows (`core.store.feeding`): planned (trials not yet
-    created, counted as queued), sending (ids of the window being sent), lease {owner,
-    expires}, study_attrs (the search's Optuna study state). A fed trial also has
-    optuna {number, system_attrs}.
+    direction} (the primary objective, the first of) objectives [{metric, direction}],
+    constraints [{metric, op, bound, text}], owner, created_at, updated_at, cancelled_at,
+    trial_count, max_index (the highest trial index), counts {state: n, every state},
+    counts_rev (bumped with every change to counts); for sweeps fed in windows
+    (`core.store.feeding`): planned (trials not yet created, counted as queued), sending
+    (ids of the window being sent), lease {owner, expires}, study_attrs (the search's
+    Optuna study state). A fed trial also has optuna {number, system_attrs}.
 
 A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
 
-    sweep_id, key (the stable 16-hex point id), index, params (nested by path: {"model":
-    {"hidden_units": 64}}; dotted keys cannot be queried), config (the full resolved config,
-    each string of 1 KiB or more as a reference ``{"$text": sha256}`` to its sweep's
-    ``texts``, `core.store.texts`), seed, state, attempt (the number of the latest claim; 0
-    = never claimed), history (one entry per ended attempt: {attempt, state, worker,
-    started_at, finished_at, error}, state being a finish state or "lost"), worker {host,
-    pid, name}, stop_requested, progress {epoch, metrics} (the latest report), queued_at,
-    started_at, heartbeat_at, finished_at, updated_at, result (final metrics), objective
-    (also at top level, for sorting), error, train_seconds, param_count, device, dtype,
-    versions, and any other `extra` a worker records at finish; prune_requested {attempt,
-    epoch, at} (the attempt asked to stop early, the epoch the decision was taken at, and
-    when; absent or null until `SweepAdmin.request_prune` asks, kept by the finish) and, on
-    a pruned trial, pruned_epoch (the last epoch it trained).
+    sweep_id, key (the stable 16-hex point id), index, params (nested by path:
+    {"model": {"hidden_units": 64}}; dotted keys cannot be queried), config (the full
+    resolved config, each string of 1 KiB or more as a reference ``{"$text": sha256}`` to
+    its sweep's ``texts``, `core.store.texts`), seed, state, attempt (the number of the
+    latest claim; 0 = never claimed), history (one entry per ended attempt: {attempt, state, worker, started_at,
+    finished_at, error}, state being a finish state or "lost"), worker {host, pid, name},
+    stop_requested, progress {epoch, metrics} (the latest report), queued_at, started_at,
+    heartbeat_at, finished_at, updated_at, result (final metrics, and ``values``: each
+    metric the sweep's objectives and constraints name, as the worker measured it),
+    objective (the primary objective's value, also at top level, for sorting), objectives
+    (every objective's value, in the spec's order), constraints (each constraint's
+    violation, at most 0 when it holds, None when unmeasured), feasible (whether every
+    constraint holds; true without constraints), error, train_seconds, param_count, macs
+    (one sample's forward multiply-adds), device, dtype, versions, and any other `extra` a
+    worker records at finish; prune_requested {attempt, epoch, at} (the
+    attempt asked to stop early, the epoch the decision was taken at, and when; absent or
+    null until `SweepAdmin.request_prune` asks, kept by the finish) and, on a pruned trial,
+    pruned_epoch (the last epoch it trained).
 
 A **metrics** row: ``trial_id, sweep_id, attempt, epoch, metrics, reported_at``; one per
 (trial, attempt, epoch), which a unique index enforces.
@@ -78,6 +84,9 @@ RESERVED_TRIAL_FIELDS = frozenset(
         "updated_at",
         "result",
         "objective",
+        "objectives",
+        "constraints",
+        "feasible",
         "error",
     }
 )
@@ -206,6 +215,8 @@ def sweep_document(
     trial_count: int,
     max_index: int,
     now: datetime,
+    objectives: list[dict[str, str]] | None = None,
+    constraints: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A new sweep, all its trials queued."""
     counts = empty_counts()
@@ -216,6 +227,8 @@ def sweep_document(
         "description": description,
         "spec": dict(spec),
         "objective": {"metric": metric, "direction": direction},
+        "objectives": objectives or [{"metric": metric, "direction": direction}],
+        "constraints": constraints or [],
         "owner": owner,
         "created_at": now,
         "updated_at": now,
@@ -285,6 +298,9 @@ REQUEUED_FIELDS: dict[str, Any] = {
     "finished_at": None,
     "result": None,
     "objective": None,
+    "objectives": None,
+    "constraints": None,
+    "feasible": None,
     "error": None,
     "train_seconds": None,
 }

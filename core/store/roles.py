@@ -225,8 +225,11 @@ class TrialLifecycle(Protocol):
         `NotFound` if the store does not have it."""
 
     @abstractmethod
-    def objective(self, sweep_id: str) -> dict[str, str]:
-        """The sweep's objective, ``{metric, direction}``; `NotFound` for an unknown sweep."""
+    def objective(self, sweep_id: str) -> dict[str, Any]:
+        """The sweep's primary objective, ``{metric, direction}``, and ``measure``: every
+        metric its objectives and constraints name, which a worker measures into
+        ``result["values"]`` (`core.spec.objectives.Goals.metrics`); `NotFound` for an
+        unknown sweep."""
 
     @abstractmethod
     def pruning(self, sweep_id: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pymongo.database import Database
 from pymongo.errors import ConnectionFailure
 
 from core.errors import NotFound, StoreUnavailable
+from core.spec.objectives import COST_METRICS, Goals, feasibility, values_of
 from core.states import FINISH_STATES
 from core.store import summaries
 from core.store.query import check_id
@@ -84,6 +85,8 @@ class StoreState:
         self.ensure_indexes = ensure_indexes
         #: Each sweep's (objective metric, direction): they never change.
         self.objectives: dict[str, tuple[str, str]] = {}
+        #: Each sweep's `Goals` (every objective and constraint): they never change.
+        self.goals: dict[str, Goals] = {}
         #: `Reads.best` past the top summary, per (sweep, k): (complete count, trials).
         self.best: dict[tuple[str, int], tuple[int, list[dict[str, Any]]]] = {}
         self._call_lock = threading.Lock()
@@ -130,6 +133,33 @@ class StoreState:
             objective = self.sweep(sweep_id)["objective"]
             self.objectives[sweep_id] = (objective["metric"], objective["direction"])
         return self.objectives[sweep_id]
+
+    def goals_of(self, sweep_id: str) -> Goals:
+        """The sweep's objectives and constraints, read once per sweep."""
+        if sweep_id not in self.goals:
+            self.goals[sweep_id] = Goals.of(self.sweep(sweep_id))
+        return self.goals[sweep_id]
+
+    def measured(
+        self, sweep_id: str, result: Mapping[str, Any] | None, extra: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """What a finish stores of the sweep's goals: ``objectives`` (every objective's
+        value), ``constraints`` (each one's violation) and ``feasible``
+        (`core.spec.objectives`). The values are the worker's (``result["values"]``), the
+        record's costs (``param_count``, ``train_seconds``, ``macs`` in `extra`) where it
+        gave none, and the primary objective is the trial's ``objective``."""
+        if not result:
+            return {"objectives": None, "constraints": None, "feasible": None}
+        goals = self.goals_of(sweep_id)
+        measured = {k: extra.get(k) for k in COST_METRICS if k in extra}
+        measured.update(result.get("values") or {})
+        measured[goals.objectives[0][0]] = self.objective_of(sweep_id, result)
+        violations, feasible = feasibility(goals.constraints, measured)
+        return {
+            "objectives": values_of(goals.objectives, measured),
+            "constraints": violations,
+            "feasible": feasible,
+        }
 
     def objective_of(self, sweep_id: str, result: Mapping[str, Any] | None) -> float | None:
         """The objective a finish stores: ``result["objective"]``, else the sweep's metric."""
@@ -223,4 +253,5 @@ class StoreState:
     def forget(self, sweep_id: str) -> None:
         """Drop what this process remembers of a sweep (it was deleted)."""
         self.objectives.pop(sweep_id, None)
+        self.goals.pop(sweep_id, None)
         self.best = {key: value for key, value in self.best.items() if key[0] != sweep_id}

@@ -67,6 +67,11 @@ ROW_FIELDS = (
     # For the dashboard's training time against model size and the analysis's cost laws and
     # front (`core.analysis`; absent from older entries): a fused trial's time is its group's.
     "param_count",
+    # Every objective's value, the constraints' verdict and the multiply-adds, for the
+    # Pareto front (`core.analysis.pareto`; absent from older entries).
+    "objectives",
+    "feasible",
+    "macs",
     "fused",
     "finished_at",
     "started_at",

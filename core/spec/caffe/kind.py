@@ -55,6 +55,13 @@ class CaffeKind(TrialKind):
 
         return config_work(config)
 
+    def macs(self, config: Mapping[str, Any], data: Mapping[str, Any]) -> int | None:
+        """The TRAIN net's forward multiply-accumulates of one sample
+        (`core.spec.caffe.cost.TrialWork.train_macs`, on the sample shape it guesses)."""
+        from core.spec.caffe.cost import config_work
+
+        return config_work(config).train_macs
+
     def limit_problems(self, spec: SweepSpec, settings: Settings) -> list[Problem]:
         """The net's and the solver's texts against ``SWEEPSTACK_MAX_PROTOTXT_BYTES`` each, a
         mean file, refused with its channel means (`core.spec.caffe.mean_file`), and the

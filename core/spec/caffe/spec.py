@@ -46,11 +46,12 @@ from core.spec.caffe.targets import Target, apply
 from core.spec.caffe.trial import CaffeDataset, ImagePath
 from core.spec.documents import value_problems
 from core.spec.fields import field_adapter, set_in
+from core.spec.objectives import goal_parts, goal_problems, multi_objective_problems
 from core.spec.problems import problems_from
 from core.spec.search import Pruning, Search, check_search
 from core.spec.sections import parse_section
 from core.spec.space import Dimension, Fixed
-from core.spec.spec import Limits, Objective, SweepSpec
+from core.spec.spec import OBJECTIVE_METRICS, Limits, Objective, SweepSpec
 from core.spec.suggest import unknown_key
 
 #: The built-in settings a Caffe spec may give, by section (all of ``dataset``).
@@ -69,6 +70,8 @@ _KNOWN = (
     "training",
     "execution",
     "objective",
+    "objectives",
+    "constraints",
     "search",
     "pruning",
     "limits",
@@ -247,8 +250,8 @@ def load_caffe_spec(data: dict[str, Any]) -> CaffeSpec:
             )
         )
     parts: dict[str, Any] = {k: data[k] for k in ("name", "description") if k in data}
+    parts.update(goal_parts(data, Objective, OBJECTIVE_METRICS, problems))
     for key, model in (
-        ("objective", Objective),
         ("search", Search),
         ("pruning", Pruning),
         ("limits", Limits),
@@ -262,6 +265,9 @@ def load_caffe_spec(data: dict[str, Any]) -> CaffeSpec:
     _check_conditions(space, problems)
     if "search" in parts or "search" not in data:
         problems.extend(check_search(space, parts.get("search", Search()), parts.get("pruning")))
+    objectives = parts.get("objectives") or (parts.get("objective", Objective()),)
+    problems.extend(goal_problems(objectives, parts.get("pruning")))
+    problems.extend(multi_objective_problems(objectives, parts.get("search", Search()).algorithm))
     if problems:
         # The net and the solver are still built where the caffe section could be read, so
         # one run lists every problem of the spec, not the first section's.

@@ -77,7 +77,7 @@ def test_metric_names_match_the_objectives() -> None:
         (
             {"algorithm": "bayes"},
             "search.algorithm: must be one of 'grid', 'random', 'tpe', "
-            "'cmaes', 'gp' or 'qmc', got 'bayes'",
+            "'cmaes', 'gp', 'qmc', 'nsga2' or 'nsga3', got 'bayes'",
         ),
         ({"trials": 0}, "search.trials: must be > 0, got 0"),
         ({"parallelism": -2}, "search.parallelism: must be > 0, got -2"),

@@ -86,7 +86,8 @@ def test_negative_width_and_unknown_activation_name_both_paths() -> None:
         ("objective: {direction: up}\n", "objective.direction: must be one of"),
         (
             "search: {algorithm: bayes}\n",
-            "search.algorithm: must be one of 'grid', 'random', 'tpe', 'cmaes', 'gp' or 'qmc'",
+            "search.algorithm: must be one of 'grid', 'random', 'tpe', 'cmaes', 'gp', 'qmc', "
+            "'nsga2' or 'nsga3'",
         ),
         (
             "search: {algorithm: random}\n",
