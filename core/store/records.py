@@ -17,8 +17,8 @@ A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
     {"model": {"hidden_units": 64}}; dotted keys cannot be queried), config (the full
     resolved config, each string of 1 KiB or more as a reference ``{"$text": sha256}`` to
     its sweep's ``texts``, `core.store.texts`), seed, state, attempt (the number of the
-    latest claim; 0 = never claimed), history (one entry per ended attempt: {attempt, state, worker, started_at,
-    finished_at, error}, state being a finish state or "lost"), worker {host, pid, name},
+    latest claim; 0 = never claimed), history (one entry per ended attempt: {attempt,
+    state, worker, started_at, finished_at, error}, state being a finish state or "lost"), worker {host, pid, name},
     stop_requested, progress {epoch, metrics} (the latest report), queued_at, started_at,
     heartbeat_at, finished_at, updated_at, result (final metrics, and ``values``: each
     metric the sweep's objectives and constraints name, as the worker measured it),
