@@ -13,24 +13,23 @@ A **sweep** document::
 
 A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
 
-    sweep_id, key (the stable 16-hex point id), index, params (nested by path:
-    {"model": {"hidden_units": 64}}; dotted keys cannot be queried), config (the full
-    resolved config, each string of 1 KiB or more as a reference ``{"$text": sha256}`` to
-    its sweep's ``texts``, `core.store.texts`), seed, state, attempt (the number of the
-    latest claim; 0 = never claimed), history (one entry per ended attempt: {attempt,
-    state, worker, started_at, finished_at, error}, state being a finish state or "lost"), worker {host, pid, name},
+    sweep_id, key (the stable 16-hex point id), index, params (nested by path: {"model":
+    {"hidden_units": 64}}; dotted keys cannot be queried), config (the full resolved config,
+    each string of 1 KiB or more as a reference ``{"$text": sha256}`` to its sweep's ``texts``,
+    `core.store.texts`), seed, state, attempt (the number of the latest claim; 0 = never
+    claimed), history (one entry per ended attempt: {attempt, state, worker, started_at,
+    finished_at, error}, state being a finish state or "lost"), worker {host, pid, name},
     stop_requested, progress {epoch, metrics} (the latest report), queued_at, started_at,
-    heartbeat_at, finished_at, updated_at, result (final metrics, and ``values``: each
-    metric the sweep's objectives and constraints name, as the worker measured it),
-    objective (the primary objective's value, also at top level, for sorting), objectives
-    (every objective's value, in the spec's order), constraints (each constraint's
-    violation, at most 0 when it holds, None when unmeasured), feasible (whether every
-    constraint holds; true without constraints), error, train_seconds, param_count, macs
-    (one sample's forward multiply-adds), device, dtype, versions, and any other `extra` a
-    worker records at finish; prune_requested {attempt, epoch, at} (the
-    attempt asked to stop early, the epoch the decision was taken at, and when; absent or
-    null until `SweepAdmin.request_prune` asks, kept by the finish) and, on a pruned trial,
-    pruned_epoch (the last epoch it trained).
+    heartbeat_at, finished_at, updated_at, result (final metrics, and ``values``: each metric
+    the sweep's objectives and constraints name, as the worker measured it), objective (the
+    primary objective's value, also at top level, for sorting), objectives (every objective's
+    value, in the spec's order), constraints (each constraint's violation, at most 0 when it
+    holds, None when unmeasured), feasible (whether every constraint holds; true without
+    constraints), error, train_seconds, param_count, macs (one sample's forward multiply-adds),
+    device, dtype, versions, and any other `extra` a worker records at finish; prune_requested
+    {attempt, epoch, at} (the attempt asked to stop early, the epoch the decision was taken at,
+    and when; absent or null until `SweepAdmin.request_prune` asks, kept by the finish) and, on
+    a pruned trial, pruned_epoch (the last epoch it trained).
 
 A **metrics** row: ``trial_id, sweep_id, attempt, epoch, metrics, reported_at``; one per
 (trial, attempt, epoch), which a unique index enforces.
