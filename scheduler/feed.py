@@ -18,7 +18,11 @@ Sources, and why two:
   first window of its points would go in (`scheduler.messages.batches`: fused groups,
   chunks), and a pass sends whole messages of its block (at most one message past its
   room), so the trials fed after the first window are grouped and chunked as the first
-  (an adaptive search's units are the same idea, `scheduler.units`);
+  (an adaptive search's units are the same idea, `scheduler.units`). Where resolving the
+  trials' configs would take longer than `RESOLVE_SECONDS` for the whole sweep (its kind's
+  `config_seconds`: a grid of deep Caffe nets), the points keep the expansion's order and
+  each pass resolves one block of that many seconds at most, so a submit, and each step of
+  the scheduler, stays short;
 - every other sweep has a `SearchSession` (Optuna): adaptive algorithms ask it; grid and
   random with pruning add their expanded points to it, so the pruner sees every trial,
   and go in `scheduler.units.rung_order` (the cheapest fifth first).
@@ -66,6 +70,7 @@ unchanged (``counts_rev``) for `STALL_SECONDS` recounts them from the trials
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -80,6 +85,7 @@ from celery import Celery
 
 from core.errors import NotFound, StoreUnavailable, SweepstackError
 from core.settings import Settings
+from core.spec.kinds import kind_of
 from core.spec.search import IN_WORKER, decides, decision_epochs
 from core.spec.sweep import SweepSpec, load_spec
 from core.states import TERMINAL_STATES, TrialState
@@ -116,6 +122,12 @@ RENEW_SHARE = 0.25
 #: The longest a step goes without reading its trials in flight (`Feeder._tell_and_prune`)
 #: while the sweep's counts say none ended: counts that drifted are caught this soon.
 TELL_SECONDS = 1.0
+#: The seconds of resolving trials' configs (and pricing them) a feeder spends on a grid or
+#: random sweep up front, and then on each block: where its kind says one trial takes long
+#: (`core.spec.kind.TrialKind.config_seconds`: a Caffe net's texts rendered and built) and
+#: the whole sweep would take longer than this, its points go in the order of the expansion,
+#: resolved a block at a time, so that a submit answers in seconds whatever the sweep.
+RESOLVE_SECONDS = 2.0
 #: How often a step reads the rows of every running trial for the pruner (`judge` decides
 #: at once where workers wait for it): for a trial that waited in vain once and no longer
 #: waits.
@@ -181,6 +193,9 @@ class Feeder:
         self._by_id: dict[str, TrialPoint] = {}  # grid/random: point id -> point
         self._plan: deque[Batch] = deque()  # grid/random: the block's messages not asked yet
         self._batch_of: dict[str, Batch] = {}  # point id -> its batch, until it is sent
+        # Points resolved a block at a time (`RESOLVE_SECONDS`): the block's size, else None.
+        self._block: int | None = None
+        self._base: dict[str, Any] = {}
         self._created: set[str] = set()  # point ids stored
         # Points asked but not stored when the store failed: the next `ask` gives them first.
         self._pending: tuple[list[TrialPoint], dict[str, dict[str, Any]]] | None = None
@@ -212,12 +227,20 @@ class Feeder:
 
     def _source(self) -> None:
         if self.spec.search.algorithm in ("grid", "random"):
-            points = expand(self.spec, with_config=True)
-            costs = {p.id: trial_cost(p.config) for p in points}
-            self._points = sorted(points, key=lambda p: -costs[p.id])  # stable: ties in order
+            points = expand(self.spec)
+            seconds = kind_of(self.spec).config_seconds(self.spec)
+            if seconds is not None and seconds * len(points) > RESOLVE_SECONDS:
+                # Resolved a block at a time (`_plan_block`), in the expansion's order.
+                self._block = max(1, min(self.window, int(RESOLVE_SECONDS / seconds)))
+                self._base = self.spec.base_config()
+                self._points = points
+            else:
+                points = expand(self.spec, with_config=True)
+                costs = {p.id: trial_cost(p.config) for p in points}
+                self._points = sorted(points, key=lambda p: -costs[p.id])  # stable: ties in order
+                if self.spec.pruning.enabled:
+                    self._points = rung_order(self._points)
             self._by_id = {p.id: p for p in points}
-            if self.spec.pruning.enabled:
-                self._points = rung_order(self._points)
             self.total = len(points)
         else:
             self.total = int(self.spec.search.trials or 0)
@@ -389,7 +412,7 @@ class Feeder:
         them; how many were created."""
         points, extras = self.ask(n, units)
         try:
-            if len(points) < n and (units is None or self.used_up):
+            if len(points) < n and self.ran_out:
                 dropped = self.store.feeding.shrink_plan(self.sweep_id, n - len(points))
                 if dropped:
                     log.warning("sweep %s: the space is used up; %d trials fewer",
@@ -413,6 +436,14 @@ class Feeder:
                 self._study_attrs = attrs
         return len(points)
 
+    @property
+    def ran_out(self) -> bool:
+        """Whether the source has no point left to ask: a grid's or random sweep's list is
+        all asked, or an adaptive search's space gave no new point (`used_up`)."""
+        if self._points is not None:
+            return not self._plan and self._next >= len(self._points)
+        return self.used_up
+
     def ask(
         self, n: int, units: int | None = None
     ) -> tuple[list[TrialPoint], dict[str, dict[str, Any]]]:
@@ -428,7 +459,12 @@ class Feeder:
         extras: dict[str, dict[str, Any]] = {}
         points: list[TrialPoint] = []
         if self._points is not None:
-            while len(points) < n and (self._plan or self._plan_block()):
+            planned = False  # one block a call at most, where blocks are resolved as planned
+            while len(points) < n:
+                if not self._plan:
+                    if (planned and self._block is not None) or not self._plan_block():
+                        break
+                    planned = True
                 batch = self._plan.popleft()
                 for key in batch.keys:
                     self._batch_of[key] = batch
@@ -461,13 +497,22 @@ class Feeder:
         trials each later pass has room for. Whether there was a point left to plan."""
         assert self._points is not None
         block: list[TrialPoint] = []
-        while len(block) < self.window and self._next < len(self._points):
+        while len(block) < (self._block or self.window) and self._next < len(self._points):
             point = self._points[self._next]
             self._next += 1
             if point.id not in self._created:
                 block.append(point)
+        if self._block is not None:
+            block = [self._resolved(point) for point in block]
         self._plan.extend(batches(block, self.workers))
         return bool(block)
+
+    def _resolved(self, point: TrialPoint) -> TrialPoint:
+        """`point` with its config (`expand`'s, for a sweep resolved a block at a time)."""
+        config = self.spec.seeded_config(point.params, point.seed, self._base)
+        resolved = dataclasses.replace(point, config=config)
+        self._by_id[point.id] = resolved
+        return resolved
 
     def outgoing(
         self, sweep_id: str, points: Sequence[TrialPoint], units: Mapping[str, Any] | None

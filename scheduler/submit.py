@@ -60,7 +60,7 @@ def submit_sweep(
     first = min(wanted, feeder.total)
     points, extras = feeder.ask(first, units)
     total = feeder.total
-    if len(points) < first and (units is None or feeder.used_up):
+    if len(points) < first and feeder.ran_out:
         total = len(points)  # the space ran out in the first window already
     lease = store.feeding.lease_for(lease_owner, LEASE_SECONDS)
     sweep_fields: dict[str, Any] = {"lease": lease}

@@ -119,6 +119,13 @@ class TrialKind(abc.ABC):
         built-in network's cost model price it from its model, data and epochs."""
         return None
 
+    def config_seconds(self, spec: SweepSpec) -> float | None:
+        """About how many seconds resolving one trial's config and pricing it (`work`) take,
+        where that is enough to bound how many a feeder resolves at once
+        (`scheduler.feed.Feeder`: a Caffe net's texts, rendered and built per trial); None
+        where it is cheap enough to do for a whole sweep up front."""
+        return None
+
     def macs(self, config: Mapping[str, Any], data: Mapping[str, Any]) -> int | None:
         """Multiply-adds of one sample's forward pass through the trial's model, from its
         resolved config and what its worker loaded (`data`: the record's ``dataset``, its

@@ -137,3 +137,24 @@ def test_a_net_of_7500_layers_over_a_500_value_grid_answers_within_10_seconds(
         "the net's layers must be <= 1,000 on this server (SWEEPSTACK_MAX_CAFFE_LAYERS), got 7,503"
     )
     nothing_stored(client, served)
+
+
+def test_a_net_of_1000_layers_over_a_500_value_grid_is_stored_within_10_seconds(
+    settings: Settings, store: Store
+) -> None:
+    """At the layer ceiling, a grid of 500 distinct 1,000-layer nets (each ~0.3 s to render
+    and price): the submit resolves a first block of trials and plans the rest, which the
+    scheduler resolves a block at a time (`scheduler.feed.RESOLVE_SECONDS`); it took ~195 s."""
+    served = dataclasses.replace(settings, api_max_body_bytes=1 << 20, api_max_trials=500)
+    client = create_app(served, store=store, sender=sender_app(served)).test_client()
+    net = deep_net(997)  # 1,000 layers with the data, the inner product and the loss
+    spec = caffe(net, layers={"ip": {"num_output": list(range(10, 510))}})
+    start = time.monotonic()
+    response = client.post(SWEEPS, json=spec, headers=ALICE)
+    took = time.monotonic() - start
+    assert response.status_code == 201, response.get_data()[:800]
+    assert took < 10, f"answered in {took:.1f} s"
+    sweep = store.reads.get_sweep(response.json["id"])
+    assert sweep["trial_count"] == 500
+    created = store.db["trials"].count_documents({"sweep_id": sweep["_id"]})
+    assert 0 < created < 50 and sweep["planned"] == 500 - created

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from core.spec.kinds import kind_of
 from core.spec.sweep import load_spec
 from scheduler.feed import Feeder
 from scheduler.messages import messages
@@ -108,3 +109,29 @@ def test_a_grid_fed_in_small_windows_sends_groups_and_chunks_after_the_first(
     assert later <= 3 * first + 3, (first, later)
     counts = stack.store.reads.counts(sweep_id)
     assert sum(counts.values()) == 120 and counts["queued"] + counts["complete"] == 120
+
+
+def test_a_sweep_of_costly_configs_is_resolved_a_block_at_a_time() -> None:
+    """Caffe nets of 300 layers (~0.1 s each to render and price): the feeder resolves at
+    most `RESOLVE_SECONDS` of them a call, in the expansion's order, each config as
+    `expand` gives it, and never mistakes a block's end for the end of the sweep."""
+    from scheduler.expand import expand
+    from scheduler.feed import RESOLVE_SECONDS
+    from tests.api.test_ceilings import caffe, deep_net
+
+    spec = load_spec(caffe(deep_net(300), layers={"ip": {"num_output": list(range(10, 40))}}))
+    feeder = Feeder(None, None, "", spec, owner="t", workers=2)  # type: ignore[arg-type]
+    block = feeder._block
+    assert block is not None and 1 <= block < 30
+    assert block * kind_of(spec).config_seconds(spec) <= RESOLVE_SECONDS  # type: ignore[operator]
+    expected = {p.id: p.config for p in expand(spec, with_config=True)}
+    order = [p.id for p in expand(spec)]
+    asked: list[str] = []
+    while not feeder.ran_out:
+        points, _ = feeder.ask(100)
+        assert 0 < len(points) <= block
+        assert all(p.config == expected[p.id] for p in points)
+        asked += [p.id for p in points]
+        feeder.sent(points)
+    assert sorted(asked) == sorted(order) and len(asked) == 30
+    assert feeder.ask(100) == ([], {})
