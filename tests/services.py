@@ -1,4 +1,5 @@
-"""Real services for tests: SecantusDB processes and RabbitMQ reachability.
+"""Real services for tests: SecantusDB processes, RabbitMQ reachability, and a TCP proxy
+that cuts a service off (an outage).
 
 `make test` starts RabbitMQ (if needed) and one SecantusDB, and exports their URLs; when
 pytest runs on its own, a SecantusDB is started here instead. A missing RabbitMQ fails the
@@ -7,10 +8,12 @@ test that needs it, loudly: there is no stand-in.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -102,3 +105,167 @@ def broker_url_or_fail() -> str:
             pytrace=False,
         )
     return url
+
+
+class Proxy:
+    """A TCP proxy to `target`, on a free local port, that `cut` turns into an outage: every
+    connection through it is shut down and new ones are closed at once, until `restore`."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.open = True
+        self.live: set[socket.socket] = set()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.open:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                self.live |= {client, upstream}
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(1 << 16):
+                sink.sendall(data)
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        with self.lock:
+            self.live -= {source, sink}
+        source.close()  # the other direction's recv then ends too
+
+    def cut(self) -> None:
+        self.open = False
+        with self.lock:
+            for sock in self.live:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            self.live = set()
+
+    def restore(self) -> None:
+        self.open = True
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+
+RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
+
+
+class RabbitNode:
+    """A RabbitMQ node of its own (a second node beside the system's, on free ports, with
+    its own data, logs and Erlang cookie under `folder`), which a test may stop and start:
+    the shared broker stays up for everyone else. Started as `rabbitmq-server` in the
+    foreground of its own process group; `close` shuts it down."""
+
+    def __init__(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
+        self.port = free_port()
+        self.name = f"sweepstack-{os.getpid()}-{self.port}@localhost"
+        home = folder / "home"
+        home.mkdir(exist_ok=True)
+        cookie = home / ".erlang.cookie"
+        if not cookie.exists():
+            cookie.write_text(os.urandom(16).hex().upper())
+            cookie.chmod(0o400)
+        config = folder / "rabbitmq.conf"
+        config.write_text(f"listeners.tcp.1 = 127.0.0.1:{self.port}\nloopback_users = none\n")
+        (folder / "rabbitmq-env.conf").write_text("")
+        self.env = {
+            **os.environ,
+            "HOME": str(home),
+            "RABBITMQ_NODENAME": self.name,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(free_port()),
+            "RABBITMQ_CONFIG_FILE": str(config),
+            "RABBITMQ_CONF_ENV_FILE": str(folder / "rabbitmq-env.conf"),
+            "RABBITMQ_MNESIA_BASE": str(folder / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(folder / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(folder / "enabled_plugins"),
+            "RABBITMQ_PID_FILE": str(folder / "rabbitmq.pid"),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+        }
+        self.log = open(folder / "rabbitmq-server.log", "a")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [str(RABBITMQ_BIN / "rabbitmq-server")],
+            env=self.env,
+            cwd=folder,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            self._await_startup(90)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+
+    def ctl(self, *args: str, timeout: float = 60) -> str:
+        """`rabbitmqctl -n NODE ARGS`; its output, or `RuntimeError` with it."""
+        done = subprocess.run(
+            [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.name, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stdout}{done.stderr}")
+        return done.stdout
+
+    def _await_startup(self, timeout: float) -> None:
+        # `await_startup` fails at once while the node is not known to epmd yet.
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rabbitmq-server exited with {self.proc.returncode}")
+            try:
+                self.ctl("await_startup", "--timeout", str(int(timeout)), timeout=timeout + 30)
+                break
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+        wait_listening("127.0.0.1", self.port, 30)
+
+    def stop_app(self) -> None:
+        """Stop the broker (the Erlang node stays): every connection drops."""
+        self.ctl("stop_app")
+
+    def start_app(self) -> None:
+        """Start the broker again; its durable queues and persistent messages come back."""
+        self.ctl("start_app")
+        self._await_startup(90)
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
+            self.ctl("shutdown", timeout=60)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, 9)
+        self.proc.wait()
+        self.log.close()

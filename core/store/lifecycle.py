@@ -410,14 +410,24 @@ class MongoTrialLifecycle(TrialLifecycle):
         )
         if not held.matched_count:
             return False
-        # Rows this attempt has already (a resume begun before) make the move a duplicate.
-        self._s.metrics.delete_many(
-            {"trial_id": trial_id, "attempt": attempt, "epoch": {"$lte": epoch}}
-        )
-        self._s.metrics.update_many(
-            {"trial_id": trial_id, "attempt": from_attempt, "epoch": {"$lte": epoch}},
-            {"$set": {"attempt": attempt}},
-        )
+        # The checkpoint's rows are `from_attempt`'s, unless an attempt between resumed from
+        # the same checkpoint and took them over, then died before a checkpoint of its own
+        # (a resume of a resume): they are then that attempt's, the latest such first. Rows
+        # this attempt has already (a resume begun before, its reply lost) stay: each epoch
+        # is moved once, never written twice.
+        doc = self._s.trials.find_one({"_id": trial_id}, {"resumed": 1}) or {}
+        holders = {from_attempt} | {
+            int(r["attempt"]) for r in doc.get("resumed") or []
+            if r.get("from_attempt") == from_attempt and from_attempt < r["attempt"] < attempt
+        }  # fmt: skip
+        for holder in sorted(holders, reverse=True):
+            mine = [row["epoch"] for row in self._s.metrics.find(
+                {"trial_id": trial_id, "attempt": attempt, "epoch": {"$lte": epoch}},
+                {"epoch": 1})]  # fmt: skip
+            self._s.metrics.update_many(
+                {"trial_id": trial_id, "attempt": holder, "epoch": {"$lte": epoch, "$nin": mine}},
+                {"$set": {"attempt": attempt}},
+            )
         return True
 
     @available

@@ -209,9 +209,10 @@ class TrialLifecycle(Protocol):
     def resume(self, trial_id: str, attempt: int, from_attempt: int, epoch: int) -> bool:
         """Let running `attempt` go on from a checkpoint that attempt `from_attempt` saved
         after `epoch`: that attempt's rows up to `epoch` become this attempt's (so the
-        trial's curve is whole and no epoch is written twice), and the resume is noted in
-        the trial's ``resumed`` list. False, changing nothing, when the attempt no longer
-        holds the trial."""
+        trial's curve is whole and no epoch is written twice), taken from a later attempt
+        that resumed from the same checkpoint and died before one of its own, if one
+        did; the resume is noted in the trial's ``resumed`` list. False, changing nothing,
+        when the attempt no longer holds the trial."""
 
     @abstractmethod
     def note(self, trial_id: str, attempt: int, text: str) -> bool:

@@ -5,9 +5,6 @@ once. A stand-in worker finishes trials through the store, as in tests/scheduler
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import uuid
 from collections.abc import Iterator
 from urllib.parse import urlparse
@@ -21,60 +18,9 @@ from scheduler.feed import Feeder
 from scheduler.submit import submit_sweep
 from tests.integration.stack import Stack
 from tests.scheduler.test_feed import finish_some
+from tests.services import Proxy
 
 pytestmark = pytest.mark.integration
-
-
-class Proxy:
-    """A TCP proxy to `target`, on a free local port, that `cut` turns into an outage."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.open = True
-        self.live: list[socket.socket] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.open:
-                client.close()
-                continue
-            upstream = socket.create_connection(self.target)
-            with self.lock:
-                self.live += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(1 << 16):
-                sink.sendall(data)
-        for sock in (source, sink):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-    def cut(self) -> None:
-        self.open = False
-        with self.lock:
-            for sock in self.live:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-            self.live = []
-
-    def restore(self) -> None:
-        self.open = True
-
-    def close(self) -> None:
-        self.cut()
-        self.listener.close()
 
 
 @pytest.fixture

@@ -84,6 +84,32 @@ def test_claim_takes_over_an_attempt_known_to_be_dead(store: Store) -> None:
     assert heartbeat(store, tid, 1) is Heartbeat.LOST
 
 
+def _epochs(store: Store, tid: str) -> list[tuple[int, int]]:
+    found = store.db["metrics"].find({"trial_id": tid}, {"attempt": 1, "epoch": 1})
+    return sorted((row["attempt"], row["epoch"]) for row in found)
+
+
+def test_two_resumes_from_one_checkpoint_each_take_its_rows(store: Store) -> None:
+    # Attempt 1 checkpoints after epoch 4 and dies in epoch 6; attempt 2 resumes from that
+    # checkpoint (taking rows 1-4) and dies before one of its own; attempt 3 resumes from
+    # the same checkpoint: rows 1-4 are now attempt 2's, and they are what it takes (#29).
+    sweep_id, points = make_sweep(store)
+    tid = trial_ids(sweep_id, points)[0]
+    run(store, tid)
+    for epoch in range(1, 6):
+        report(store, tid, 1, epoch, {"loss": 1.0 / epoch})
+    for attempt in (2, 3):
+        taken = store.lifecycle.claim(tid, WORKER, stale_after=60, takeover_attempt=attempt - 1)
+        assert taken is not None and taken["attempt"] == attempt
+        assert store.lifecycle.resume(tid, attempt, 1, 4)
+        report(store, tid, attempt, 5, {"loss": 0.2})
+    assert _epochs(store, tid) == [(1, 5), (2, 5), (3, 1), (3, 2), (3, 3), (3, 4), (3, 5)]
+    assert [r["attempt"] for r in store.lifecycle.trial(tid)["resumed"]] == [2, 3]
+    # A resume begun again (the same attempt, after a restart within it) changes nothing.
+    assert store.lifecycle.resume(tid, 3, 1, 4)
+    assert [e for a, e in _epochs(store, tid) if a == 3] == [1, 2, 3, 4, 5]
+
+
 def test_a_trial_whose_worker_dies_max_attempts_times_ends_failed(
     store: Store, clock: FakeClock
 ) -> None:
