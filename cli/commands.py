@@ -11,6 +11,7 @@ import logging
 import time
 
 import click
+from kombu.exceptions import OperationalError
 
 from cli.local import open_store
 from cli.shared import fail_spec, load_spec, need, program, read_settings
@@ -107,7 +108,7 @@ def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
                     if once:
                         click.echo(f"requeued {len(ids)} stale trials")
                         return
-            except SweepstackError as exc:
+            except (SweepstackError, OperationalError) as exc:
                 log.warning("scheduler pass failed: %s", exc)
             feeders.judge_until(time.monotonic() + min(FEED_SECONDS, every))
     finally:

@@ -4,6 +4,10 @@ Each pass takes the lease of the sweeps it does not feed yet (a sweep another sc
 feeds is skipped until that one stops renewing), steps every feeder it holds, and drops
 those whose sweep is finished, cancelled or deleted. `sweepstack run` steps one `Feeder`
 of its own instead.
+
+A feeder that could not send its window (the broker down) is dropped and its lease given
+back: the window's trials are stored and named in the sweep's ``sending`` list, and the
+feeder a later pass opens sends them (`Feeder.open`), as after a kill -9.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import logging
 from typing import Any
 
 from celery import Celery
+from kombu.exceptions import OperationalError
 
 from core.errors import SpecError, SweepstackError
 from core.store.store import Store
@@ -73,6 +78,10 @@ class Feeders:
                 self._broken.add(sweep_id)
                 self.store.feeding.release_lease(sweep_id, self.owner)
                 continue
+            except OperationalError as exc:
+                log.warning("sweep %s: its unsent trials wait for the broker: %s", sweep_id, exc)
+                self.store.feeding.release_lease(sweep_id, self.owner)
+                continue
             if feeder is not None:
                 log.info("feeding sweep %s (%d trials)", sweep_id, feeder.total)
                 self.feeders[sweep_id] = feeder
@@ -81,6 +90,11 @@ class Feeders:
                 alive = feeder.step()
             except SweepstackError as exc:
                 log.warning("feeding sweep %s failed this pass: %s", sweep_id, exc)
+                continue
+            except OperationalError as exc:
+                log.warning("sweep %s: its window waits for the broker: %s", sweep_id, exc)
+                feeder.close()
+                del self.feeders[sweep_id]
                 continue
             if not alive:
                 log.info("sweep %s needs no more feeding", sweep_id)

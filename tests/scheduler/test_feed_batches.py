@@ -135,3 +135,32 @@ def test_a_sweep_of_costly_configs_is_resolved_a_block_at_a_time() -> None:
         feeder.sent(points)
     assert sorted(asked) == sorted(order) and len(asked) == 30
     assert feeder.ask(100) == ([], {})
+
+
+@pytest.mark.integration
+def test_a_window_the_broker_refuses_is_sent_by_a_later_pass(stack: Stack) -> None:
+    """`sweepstack scheduler` meets the broker down while it sends a window: the pass goes
+    on (no crash), and the window, stored, is sent once the broker answers again."""
+    import dataclasses
+
+    from scheduler.enqueue import sender_app
+    from scheduler.feeders import Feeders
+
+    spec = spec_of(CHEAP)
+    sweep_id, _ = submit_sweep(spec, stack.store, stack.app, workers=2, window=30)
+    first = stack.queue_depth()
+    finish_some(stack, sweep_id, 30)
+    down = sender_app(
+        dataclasses.replace(stack.settings, broker_url="amqp://guest:guest@127.0.0.1:9//")
+    )
+    feeders = Feeders(stack.store, down, workers=2, big_window=30)
+    feeders.step()  # stores the next window, cannot send it
+    assert feeders.feeders == {}
+    stored = len(stack.store.feeding.feed_trials(sweep_id))
+    assert stored > 30 and stack.store.reads.get_sweep(sweep_id)["sending"]
+    assert stack.queue_depth() == first
+    up = Feeders(stack.store, stack.app, workers=2, big_window=30)
+    up.step()
+    assert stack.queue_depth() > first
+    assert not stack.store.reads.get_sweep(sweep_id).get("sending")
+    up.close()
