@@ -116,7 +116,7 @@ def test_median_waits_for_startup_and_min_trials() -> None:
 
 
 def test_rank_rule_refuses_a_single_objective_pruner() -> None:
-    with pytest.raises(ValueError, match="pruning.algorithm must be one of median"):
+    with pytest.raises(ValueError, match=r"pruning\.algorithm must be one of median"):
         RankRule.of(Pruning(algorithm="hyperband"), ACC_PARAMS)
 
 
