@@ -98,6 +98,7 @@ from scheduler.grouping import shared_dimensions
 from scheduler.messages import Batch, batches, messages, unit_messages
 from scheduler.order import trial_cost
 from scheduler.prune_decision import decide, pruned_value
+from scheduler.rank_judge import RankJudge
 from scheduler.units import ADAPTIVE_GROUP_CAP, ask_unit, by_unit, rung_order, unit_keys
 
 log = logging.getLogger(__name__)
@@ -184,8 +185,13 @@ class Feeder:
         self.watch = spec.pruning.enabled
         # Where a watched trial's worker waits for the pruner's decision (module docstring),
         # or decides itself (`in_worker`).
-        self.decide_at = decision_epochs(spec.pruning, spec.planned_epochs())
+        self.decide_at = decision_epochs(spec.pruning, spec.planned_epochs(), len(spec.objectives))
         self.in_worker = self.decide_at == IN_WORKER
+        # Several objectives are pruned by Pareto rank, here (`scheduler.rank_judge`).
+        self._rank: RankJudge | None = None
+        if spec.multi_objective and spec.pruning.enabled:
+            goals = [(o.metric, o.direction) for o in spec.objectives]
+            self._rank = RankJudge(spec.pruning, goals, spec.planned_epochs())
         self.window = parallelism(spec, workers) if needs_session(spec) else big_window
         self.session: Any = None
         self._points: list[TrialPoint] | None = None  # grid/random: the expansion, by cost
@@ -275,6 +281,11 @@ class Feeder:
         self._created = {d["key"] for d in docs}
         self._index = max((d["index"] for d in docs), default=-1) + 1
         self.store.feeding.repair_plan(self.sweep_id, self.total, len(docs))
+        if self._rank is not None:
+            for d in docs:
+                self._note_costs(d["_id"], d.get("config") or {})
+                if d["state"] == TrialState.COMPLETE.value:
+                    self._rank.complete(d["_id"])
         if self.session is not None:
             epochs = self._stored_epochs(docs)
             records = []
@@ -318,6 +329,9 @@ class Feeder:
         for start in range(0, len(ids), 1000):
             part = {tid: attempts[tid] for tid in ids[start : start + 1000]}
             for tid, rows in self.store.feeding.epoch_rows(part, {}).items():
+                if self._rank is not None:
+                    for epoch in sorted(rows):
+                        self._rank.observe(tid, epoch, rows[epoch])
                 values = {e: m[metric] for e, m in rows.items() if pruned_value(m, metric)}
                 out[tid] = values
                 if rows:
@@ -474,6 +488,7 @@ class Feeder:
                     asked = self.session.add_point(point.params)
                     extras[point.id] = _optuna(asked.number, asked.system_attrs)
                     self._numbers[f"{self.sweep_id}-{point.id}"] = asked.number
+                    self._note_costs(f"{self.sweep_id}-{point.id}", point.config)
             return points, extras
         made = 0
         while len(points) < n and (units is None or made < units):
@@ -488,7 +503,13 @@ class Feeder:
                 extras[point.id] = _optuna(asked.number, asked.system_attrs, unit=key)
                 tid = f"{self.sweep_id}-{point.id}"
                 self._numbers[tid], self._units[tid] = asked.number, key
+                self._note_costs(tid, point.config)
         return points, extras
+
+    def _note_costs(self, trial_id: str, config: Mapping[str, Any]) -> None:
+        """Keep a trial's costs known before training, for the Pareto-rank pruner."""
+        if self._rank is not None and config:
+            self._rank.set_costs(trial_id, kind_of(config).costs_before_training(config))
 
     def _plan_block(self) -> bool:
         """Plan the next block of a grid's or random sweep's points, as many as its first
@@ -579,6 +600,10 @@ class Feeder:
                 continue
             value = doc.get("objectives") if self.spec.multi_objective else doc.get("objective")
             self.session.tell(number, value, doc["state"], doc.get("constraints"))
+            if self._rank is not None and doc["state"] == TrialState.COMPLETE.value:
+                self._rank.complete(tid)
+            elif self._rank is not None and doc["state"] != TrialState.PRUNED.value:
+                self._rank.forget(tid)
             del self._numbers[tid]
             self._epochs.pop(tid, None)
             self._requested.discard(tid)
@@ -672,8 +697,11 @@ class Feeder:
         for tid, epochs in rows.items():
             if epochs:
                 self._epochs[tid] = (attempts[tid], max(epochs))
-        metric = self.spec.pruning.metric or self.spec.objective.metric
-        stop = decide(self.session, running, rows, metric)
+        if self._rank is not None:
+            stop = self._rank.decide(running, rows)
+        else:
+            metric = self.spec.pruning.metric or self.spec.objective.metric
+            stop = decide(self.session, running, rows, metric)
         go_on: dict[str, tuple[int, int]] = {}
         if self.decide_at is not None:
             # Those the pruner let go on after a decision epoch, told so at once: their

@@ -80,6 +80,30 @@ def ranks(loss: np.ndarray) -> np.ndarray:
     return out
 
 
+def crowding(loss: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Each row's crowding distance within its rank, as Optuna's NSGA-II computes it
+    (``_calc_crowding_distance``): for each objective with a range among the rank's rows,
+    those rows sorted by it, the first and last get infinity and each other one the gap
+    between its two neighbours over that range; summed over the objectives (an objective
+    with no range adds nothing). Larger: a lonelier point."""
+    out = np.zeros(len(loss), dtype=float)
+    for r in np.unique(rank).tolist():
+        members = np.flatnonzero(rank == r)
+        order = np.arange(members.size)
+        for j in range(loss.shape[1]):
+            values = loss[members, j]
+            # Each objective's sort is stable on the previous one's order, as Optuna's
+            # in-place sorts are: equal values keep the same neighbours.
+            order = order[np.argsort(values[order], kind="stable")]
+            span = values[order[-1]] - values[order[0]]
+            if span <= 0:
+                continue
+            out[members[order[0]]] = out[members[order[-1]]] = math.inf
+            if members.size > 2:
+                out[members[order[1:-1]]] += (values[order[2:]] - values[order[:-2]]) / span
+    return out
+
+
 def hypervolume(loss: np.ndarray, reference: Sequence[float]) -> float:
     """The volume the rows of `loss` dominate up to `reference` (rows not below it in
     every objective add nothing)."""

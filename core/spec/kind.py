@@ -133,6 +133,13 @@ class TrialKind(abc.ABC):
         function's model is its own: it may report ``macs`` itself)."""
         return None
 
+    def costs_before_training(self, config: Mapping[str, Any]) -> dict[str, int]:
+        """The trial's ``param_count`` and ``macs`` counted from its resolved config alone,
+        before a worker loads its data (what a Pareto-rank pruner ranks a cost objective
+        with at every rung, `core.analysis.rank_pruner`); those the kind cannot count so
+        are left out (none by default)."""
+        return {}
+
     def host_problems(self, spec: SweepSpec) -> list[Problem]:
         """What this host lacks to run the spec (checked first where specs are accepted,
         `core.spec.limits`); none by default."""

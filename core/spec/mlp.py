@@ -23,7 +23,15 @@ from pydantic import ValidationError
 from core.errors import Problem, SpecError
 from core.settings import Settings
 from core.spec.artifacts import Artifacts
-from core.spec.ceilings import candidates, data_shape, numbers, over, top
+from core.spec.ceilings import (
+    BUILTIN_SHAPES,
+    SYNTHETIC,
+    candidates,
+    data_shape,
+    numbers,
+    over,
+    top,
+)
 from core.spec.config import REGRESSION_DATASETS, SECTIONS, TrialConfig
 from core.spec.documents import value_problems
 from core.spec.fields import config_value, field_adapter
@@ -84,6 +92,37 @@ class MlpKind(TrialKind):
         )
         sizes = [features, *widths, int(outputs)]
         return sum(a * b for a, b in itertools.pairwise(sizes))
+
+    def costs_before_training(self, config: Mapping[str, Any]) -> dict[str, int]:
+        """Parameters and multiply-adds of the trial's network where its data's shape is
+        known without loading it (a built-in or synthetic set, `BUILTIN_SHAPES`), as the
+        worker counts them once the data is loaded (`macs`); nothing for a file."""
+        dataset = config.get("dataset") or {}
+        name = dataset.get("name")
+        if name in BUILTIN_SHAPES:
+            _, features, classes = BUILTIN_SHAPES[name]
+        elif name in SYNTHETIC and isinstance(dataset.get("features"), int):
+            features, classes = dataset["features"], dataset.get("classes")
+        else:
+            return {}
+        regression = name in REGRESSION_DATASETS
+        data = {"n_features": features, "n_classes": classes,
+                "task": "regression" if regression else "classification"}  # fmt: skip
+        macs = self.macs(config, data)
+        if macs is None:
+            return {}
+        units = config_value(config, "model.hidden_units")
+        widths = (
+            [int(u) for u in units]
+            if isinstance(units, list)
+            else [int(units)] * int(config_value(config, "model.hidden_layers"))
+        )
+        outputs = 1 if regression or not classes else int(classes)
+        batch_norm = config_value(config, "model.batch_norm") is True
+        return {
+            "param_count": _mlp_parameters(features, widths, outputs, batch_norm),
+            "macs": int(macs),
+        }
 
     def limit_problems(self, spec: SweepSpec, settings: Settings) -> list[Problem]:
         """The largest model the spec allows against ``SWEEPSTACK_MAX_MODEL_PARAMETERS``, and

@@ -174,21 +174,27 @@ def _objectives(
     return {"objective": found[0], "objectives": tuple(found)}
 
 
+#: The pruners that judge a multi-objective sweep, by Pareto rank (`core.analysis.rank_pruner`).
+RANK_PRUNERS = ("median", "percentile", "asha")
+#: Objectives a trial's rows cannot give at a rung: known only when the trial ends (its epoch
+#: rows report no cumulative time), with why.
+_UNRANKABLE = {
+    "train_seconds": "is known only when a trial ends (its epoch rows carry no cumulative "
+    "time), so it cannot rank trials at a rung",
+}
+
+
 def goal_problems(objectives: Sequence[Any], pruning: Any) -> list[Problem]:
-    """Rules between the objectives and the ``pruning`` section: a pruner with several
-    objectives is refused for now (Pareto-rank pruning is to come), and a pruner needs a
-    per-epoch metric to judge (a cost objective has none)."""
+    """Rules between the objectives and the ``pruning`` section. One objective: a pruner
+    needs a per-epoch metric to judge (a cost objective has none). Several: only the
+    Pareto-rank pruners (`RANK_PRUNERS`) judge them, on the objectives themselves (no
+    ``pruning.metric``), with ``min_resource`` a number of epochs for ASHA and no
+    ``bootstrap_count``; an objective no epoch row or trial cost gives (``train_seconds``)
+    is refused."""
     if pruning is None or not pruning.enabled:
         return []
     if len(objectives) > 1:
-        return [
-            Problem(
-                "pruning.algorithm",
-                f"{pruning.algorithm} judges one objective, but the sweep has "
-                f"{len(objectives)}; pruning a multi-objective sweep is not supported yet "
-                "(leave pruning out, or use algorithm: none)",
-            )
-        ]
+        return _rank_problems(objectives, pruning)
     metric = objectives[0].metric if objectives else None
     if pruning.metric is None and metric in COST_METRICS:
         return [
@@ -198,6 +204,54 @@ def goal_problems(objectives: Sequence[Any], pruning: Any) -> list[Problem]:
             )
         ]
     return []
+
+
+def _rank_problems(objectives: Sequence[Any], pruning: Any) -> list[Problem]:
+    n = len(objectives)
+    if pruning.algorithm not in RANK_PRUNERS:
+        return [
+            Problem(
+                "pruning.algorithm",
+                f"{pruning.algorithm} judges one objective, but the sweep has {n}; a "
+                f"multi-objective sweep is pruned by Pareto rank with "
+                f"{', '.join(RANK_PRUNERS)} (or algorithm: none)",
+            )
+        ]
+    problems = []
+    if pruning.metric is not None:
+        problems.append(
+            Problem(
+                "pruning.metric",
+                f"a multi-objective sweep is pruned by the Pareto rank of its {n} "
+                "objectives, not by one metric; leave pruning.metric out",
+            )
+        )
+    if pruning.algorithm == "asha" and pruning.min_resource == "auto":
+        problems.append(
+            Problem(
+                "pruning.min_resource",
+                "must be a number of epochs for Pareto-rank ASHA (its rungs are fixed up "
+                "front), got 'auto'; left out it is 1",
+            )
+        )
+    if pruning.algorithm == "asha" and pruning.bootstrap_count:
+        problems.append(
+            Problem(
+                "pruning.bootstrap_count",
+                "is not taken by Pareto-rank ASHA (a rung keeps its best 1/reduction_factor "
+                f"from its first trial on), got {pruning.bootstrap_count}",
+            )
+        )
+    for i, objective in enumerate(objectives):
+        if objective.metric in _UNRANKABLE:
+            problems.append(
+                Problem(
+                    f"objectives[{i}].metric",
+                    f"{objective.metric} {_UNRANKABLE[objective.metric]}; leave pruning out "
+                    "or search for another objective",
+                )
+            )
+    return problems
 
 
 def multi_objective_problems(objectives: Sequence[Any], algorithm: str) -> list[Problem]:

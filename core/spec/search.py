@@ -404,7 +404,9 @@ def decides(epochs: Collection[int] | str | None, epoch: int) -> bool:
     )
 
 
-def decision_epochs(pruning: Pruning, max_epochs: int) -> list[int] | str | None:
+def decision_epochs(
+    pruning: Pruning, max_epochs: int, objectives: int = 1
+) -> list[int] | str | None:
     """The epochs after which the spec's pruner may stop a trial, and who decides there:
     None when nothing prunes; `IN_WORKER` for a pruner the worker runs itself
     (`judged_in_worker`: median, percentile, threshold, patient around those), after every
@@ -417,10 +419,14 @@ def decision_epochs(pruning: Pruning, max_epochs: int) -> list[int] | str | None
     reaches a rung, ``min_resource * reduction_factor ** (min_early_stopping_rate + k)``;
     Hyperband's brackets are successive halving with rates 0, 1, ..., so its rungs are
     ``min_resource * reduction_factor ** k``. Optuna's defaults where the spec says nothing.
+
+    With several `objectives` the scheduler judges by Pareto rank (`rank_decision_epochs`).
     """
     algorithm = pruning.algorithm
     if algorithm == "none":
         return None
+    if objectives > 1:
+        return rank_decision_epochs(pruning, max_epochs)
     if judged_in_worker(pruning):
         return IN_WORKER
     if algorithm not in ("asha", "hyperband"):
@@ -438,3 +444,22 @@ def decision_epochs(pruning: Pruning, max_epochs: int) -> list[int] | str | None
         rungs.append(epoch)
         k += 1
     return rungs
+
+
+def rank_decision_epochs(pruning: Pruning, max_epochs: int) -> list[int]:
+    """The epochs after which a multi-objective sweep's Pareto-rank pruner judges a trial,
+    always the scheduler, where the worker waits (docs/spec.md, "Pruning by Pareto rank"):
+    ASHA's rungs ``min_resource * reduction_factor ** (min_early_stopping_rate + k)``
+    (``min_resource`` 1 when left out, ``reduction_factor`` 4); for median and percentile,
+    every ``interval_steps``-th epoch from ``n_warmup_steps`` on (never epoch 0), as
+    Optuna's percentile pruner checks a trial that reports every epoch."""
+    opts = pruning.pruner_options()
+    if pruning.algorithm == "asha":
+        low, factor = int(opts.get("min_resource", 1)), int(opts.get("reduction_factor", 4))
+        rate, rungs, k = int(opts.get("min_early_stopping_rate", 0)), [], 0
+        while (epoch := low * factor ** (rate + k)) <= max_epochs:
+            rungs.append(epoch)
+            k += 1
+        return rungs
+    warmup, interval = opts.get("n_warmup_steps", 0), opts.get("interval_steps", 1)
+    return [e for e in range(max(1, warmup), max_epochs + 1) if (e - warmup) % interval == 0]

@@ -56,8 +56,19 @@ def test_the_single_objective_is_a_list_of_one() -> None:
         ({"constraints": ["param_count <= inf"]}, "the bound must be a finite number"),
         ({"constraints": ["flops <= 3"]}, "constraints[0]: unknown metric 'flops'"),
         ({"constraints": "param_count <= 3"}, "constraints: must be a list of texts"),
-        ({"objectives": TWO, "pruning": {"algorithm": "median"}},
-         "pruning.algorithm: median judges one objective, but the sweep has 2"),
+        ({"objectives": TWO, "pruning": {"algorithm": "hyperband"}},
+         "pruning.algorithm: hyperband judges one objective, but the sweep has 2; a "
+         "multi-objective sweep is pruned by Pareto rank with median, percentile, asha"),
+        ({"objectives": TWO, "pruning": {"algorithm": "median", "metric": "val_loss"}},
+         "pruning.metric: a multi-objective sweep is pruned by the Pareto rank"),
+        ({"objectives": TWO, "pruning": {"algorithm": "asha", "min_resource": "auto"}},
+         "pruning.min_resource: must be a number of epochs for Pareto-rank ASHA"),
+        ({"objectives": TWO, "pruning": {"algorithm": "asha", "min_resource": 1,
+                                         "bootstrap_count": 2}},
+         "pruning.bootstrap_count: is not taken by Pareto-rank ASHA"),
+        ({"objectives": [{"metric": "val_accuracy", "direction": "max"},
+                         {"metric": "train_seconds"}], "pruning": {"algorithm": "asha"}},
+         "objectives[1].metric: train_seconds is known only when a trial ends"),
         ({"objectives": TWO, "search": {"algorithm": "cmaes", "trials": 4}},
          "search.algorithm: cmaes searches for one objective, but the sweep has 2"),
         ({"objective": {"metric": "param_count"}, "pruning": {"algorithm": "median"}},
@@ -70,6 +81,17 @@ def test_the_single_objective_is_a_list_of_one() -> None:
 )  # fmt: skip
 def test_each_refusal_names_its_field(doc: dict[str, Any], expected: str) -> None:
     assert any(expected in p for p in _problems(**doc)), _problems(**doc)
+
+
+@pytest.mark.parametrize(
+    "pruning",
+    [{"algorithm": "median", "n_startup_trials": 2, "n_warmup_steps": 1},
+     {"algorithm": "percentile", "percentile": 25.0},
+     {"algorithm": "asha", "min_resource": 1, "reduction_factor": 3}],
+)  # fmt: skip
+def test_rank_pruners_take_several_objectives(pruning: dict[str, Any]) -> None:
+    spec = load_spec({**BASE, "objectives": TWO, "pruning": pruning})
+    assert spec.multi_objective and spec.pruning.algorithm == pruning["algorithm"]
 
 
 def test_nsga_options_are_taken() -> None:
