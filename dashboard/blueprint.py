@@ -293,6 +293,12 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
     def sweep_parallel(sweep_id: str) -> Response:
         return _json(_partial(sweep_id, "parallel"))
 
+    @bp.get("/dashboard/data/sweeps/<sweep_id>/front")
+    def sweep_front(sweep_id: str) -> Response:
+        _own_sweep(sweep_id)
+        table = _state().tables.get(_services().store.reads, sweep_id)
+        return _json(payloads.front_payload(table, request.args))
+
     @bp.get("/dashboard/data/sweeps/<sweep_id>/analysis")
     def sweep_analysis(sweep_id: str) -> Response:
         _own_sweep(sweep_id)

@@ -92,6 +92,13 @@ def _number(value: Any) -> float | int | None:
     return finite_number(value)
 
 
+def _numbers(values: Any) -> list[float | int | None] | None:
+    """A trial's ``objectives``: each value `_number`, or None when it has none."""
+    if not isinstance(values, list):
+        return None
+    return [_number(v) for v in values]
+
+
 def _count(value: Any) -> int | None:
     return value if type(value) is int and value >= 0 else None
 
@@ -144,6 +151,10 @@ def trial_row(doc: Mapping[str, Any]) -> dict[str, Any]:
         "state": doc.get("state"),
         "params": params,
         "objective": _number(doc.get("objective")),
+        # Every objective's value and the constraints' verdict (None: not measured, or no
+        # constraint), for the sweep page's Pareto front (`dashboard.front`).
+        "objectives": _numbers(doc.get("objectives")),
+        "feasible": feasible if isinstance(feasible := doc.get("feasible"), bool) else None,
         "train_seconds": _number(doc.get("train_seconds")),
         "param_count": _count(doc.get("param_count")),
         "finished_at": to_ms(doc.get("finished_at")),

@@ -122,7 +122,7 @@ def width_figure(rows: Sequence[Mapping[str, Any]], metric: str) -> dict[str, An
     return {"data": traces, "layout": layout}
 
 
-def _marker_style(n: int) -> tuple[int, float]:
+def marker_style(n: int) -> tuple[int, float]:
     """Smaller, fainter markers as points get many, so dense regions still show."""
     if n <= 2000:
         return 6, 0.8
@@ -135,7 +135,7 @@ def scatter_figure(points: Mapping[str, Any], metric: str) -> dict[str, Any]:
     """Objective against a chosen parameter for every complete trial (WebGL)."""
     param = points["param"]
     axis = points["axis"]
-    size, opacity = _marker_style(len(points["y"]))
+    size, opacity = marker_style(len(points["y"]))
     xaxis: dict[str, Any] = {"type": axis["kind"]}
     if axis.get("values"):
         xaxis.update(tickvals=axis["values"], ticktext=[f"{v:g}" for v in axis["values"]])

@@ -23,12 +23,14 @@ from datetime import datetime
 from typing import Any
 
 from core.analysis.failures import failure_reasons
-from core.errors import NotFound
+from core.errors import InvalidQuery, NotFound
 from core.spec.kinds import kind_of
+from core.spec.objectives import Goals
 from core.spec.search_settings import describe, pruning_settings, search_settings
 from core.store.roles import Reads
 from dashboard import data, figures, param_axes, parcoords
 from dashboard.detail import epoch_series, trial_detail
+from dashboard.front import front_figures, table_front
 from dashboard.history import best_history, history_figures
 from dashboard.param_axes import Prepared
 from dashboard.table import SweepTable, Tables
@@ -94,6 +96,7 @@ def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
     metric, direction = _objective(sweep)
     search, pruning = search_settings(sweep), pruning_settings(sweep)
     kind = kind_of(sweep.get("spec") or {})
+    goals = Goals.of(sweep)
     return {
         "id": sweep["_id"],
         "name": sweep.get("name"),
@@ -105,6 +108,10 @@ def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
         "trial_count": sweep.get("trial_count", 0),
         "metric": metric,
         "direction": direction,
+        # Every objective (the first is `metric`) and the constraints: with several, the
+        # page draws the Pareto front (`dashboard.front`).
+        "objectives": [{"metric": m, "direction": d} for m, d in goals.objectives],
+        "constraints": [c.text for c in goals.constraints],
         "counts": dict(sweep.get("counts") or {}),
         "search": search,
         "pruning": pruning,
@@ -255,7 +262,58 @@ def sweep_changes(
         "best": _best(top),
     }
     out["sweep"] = sweep_meta(table.sweep)
+    if len(out["sweep"]["objectives"]) > 1:
+        # The front's figures depend on the page's choice of objectives: it asks for them
+        # again (`front_payload`) when this version differs from the one it drew.
+        out["front"] = table_front(table, PREPARED_SECONDS)["version"]
     return out
+
+
+def _objective_arg(
+    args: Mapping[str, str], name: str, metrics: Sequence[str], default: int | None
+) -> int | None:
+    """The index of the objective that query argument `name` names (a metric of the
+    sweep's; ``none`` for the colour: no objective), or `default` when it is left out."""
+    raw = args.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw == "none" and name == "colour":
+        return None
+    if raw not in metrics:
+        extra = " or none" if name == "colour" else ""
+        raise InvalidQuery(name, f"must be one of the sweep's objectives ({', '.join(metrics)})"
+                           f"{extra}, got {raw[:60]!r}")  # fmt: skip
+    return list(metrics).index(raw)
+
+
+def front_payload(table: SweepTable, args: Mapping[str, str]) -> dict[str, Any]:
+    """The sweep's Pareto front for the objectives the query names, ``x`` and ``y`` (each
+    a metric of the sweep's objectives; the first two by default) and ``colour`` (the
+    third by default when there is one; ``none``: none): the front's summary and figures
+    (`dashboard.front`), and the ``version`` the page's polls compare (`sweep_changes`)."""
+    front = table_front(table, PREPARED_SECONDS)
+    metrics = [o["metric"] for o in front["objectives"]]
+    x = _objective_arg(args, "x", metrics, 0)
+    y = _objective_arg(args, "y", metrics, 1 if len(metrics) > 1 else 0)
+    colour = _objective_arg(args, "colour", metrics, 2 if len(metrics) > 2 else None)
+    assert x is not None and y is not None
+    _, figs = table.memo(f"front:{x}:{y}:{colour}",
+                         lambda _: front_figures(front, x, y, colour), PREPARED_SECONDS,
+                         versioned=False)  # fmt: skip
+    return {
+        "version": front["version"],
+        "objectives": front["objectives"],
+        "constraints": front["constraints"],
+        "x": metrics[x],
+        "y": metrics[y],
+        "colour": None if colour is None else metrics[colour],
+        "front": front["front"],
+        "complete": front["complete"],
+        "feasible": front["feasible"],
+        "reference": front["reference"],
+        "hypervolume": front["hypervolume"],
+        "figures": figs,
+    }
 
 
 def curves_payload(

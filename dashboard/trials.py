@@ -12,6 +12,9 @@ column, operator or state is a 400 naming it):
   value as JSON reads it (``64``, ``true``, ``null`` for "not set", ``[64,32]``), else as
   text (``relu``); ``lt``, ``le``, ``gt``, ``ge`` need a number and match only numbers, so
   ``objective:ge:0.9`` and ``objective:le:0.95`` make a range.
+- ``front``: ``true`` keeps the trials on the Pareto front of the sweep's objectives
+  (`dashboard.front`: those of the API's ``trials?front=true`` and the page's front
+  figure); ``false`` (the default) keeps all.
 - ``page`` (from 1; past the last, the last) and ``size`` (`PAGE_SIZES`, at most
   `MAX_PAGE_SIZE`).
 
@@ -35,6 +38,7 @@ from core.errors import InvalidQuery
 from core.states import ALL_STATES
 from core.store.query import sort_key
 from dashboard.data import public_row
+from dashboard.front import table_front
 from dashboard.param_axes import Prepared
 from dashboard.table import SweepTable
 
@@ -59,7 +63,7 @@ FIXED_COLUMNS = (
 )
 NUMERIC_COLUMNS = frozenset(FIXED_COLUMNS) - {"state"}
 OPERATORS = ("eq", "ne", "lt", "le", "gt", "ge")
-PARAMETERS = ("sort", "order", "state", "filter", "page", "size")
+PARAMETERS = ("sort", "order", "state", "filter", "front", "page", "size")
 STATE_ORDER = {state.value: n for n, state in enumerate(ALL_STATES)}
 #: How long a snapshot of a busy sweep's rows may serve the table (as the figures).
 SNAPSHOT_SECONDS = 2.0
@@ -111,22 +115,28 @@ class TableQuery:
     filters: tuple[Filter, ...] = ()
     page: int = 1
     size: int = DEFAULT_PAGE_SIZE
+    front: bool = False
 
-    def matches(self, row: Mapping[str, Any]) -> bool:
-        return self.predicate()(row)
+    def matches(self, row: Mapping[str, Any], front: frozenset[int] = frozenset()) -> bool:
+        return self.predicate(front)(row)
 
     def key(self) -> str:
         """What the rows it selects depend on (not the page): a cache key."""
         filters = ";".join(f"{f.column}:{f.op}:{json.dumps(f.value)}" for f in self.filters)
         order = "desc" if self.descending else "asc"
-        return f"trials:{self.sort}:{order}:{','.join(sorted(self.states))}:{filters}"
+        front = ":front" if self.front else ""
+        return f"trials:{self.sort}:{order}:{','.join(sorted(self.states))}:{filters}{front}"
 
-    def predicate(self) -> Callable[[Mapping[str, Any]], bool]:
-        """Whether a row matches: the state first, then each filter on its cell."""
+    def predicate(self, front: frozenset[int] = frozenset()) -> Callable[[Mapping[str, Any]], bool]:
+        """Whether a row matches: on the front (`front`: the indexes on it) when the query
+        asks, in one of its states, then each filter on its cell."""
         states = self.states
         checks = [(f.column, f.column in FIXED_COLUMNS, f.test()) for f in self.filters]
+        only_front = self.front
 
         def matches(row: Mapping[str, Any]) -> bool:
+            if only_front and row["index"] not in front:
+                return False
             if states and row["state"] not in states:
                 return False
             for column, fixed, test in checks:
@@ -255,7 +265,11 @@ def parse_query(
     filters = tuple(parse_filter(text, columns) for text in texts)
     page = _int("page", _one(args, "page"), 1, 1, 10**9) if paged else 1
     size = _int("size", _one(args, "size"), DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
-    return TableQuery(sort, order == "desc", frozenset(states), filters, page, size)
+    front = _one(args, "front") or "false"
+    if front not in ("true", "false"):
+        raise InvalidQuery("front", f"must be true or false, got {front[:40]!r}")
+    return TableQuery(sort, order == "desc", frozenset(states), filters, page, size,
+                      front == "true")  # fmt: skip
 
 
 def _sort_value(column: str) -> Callable[[Mapping[str, Any]], Any]:
@@ -290,7 +304,7 @@ def select(table: SweepTable, query: TableQuery) -> tuple[Prepared, list[Mapping
         versioned=False,
     )
     prep = table.prepared(SNAPSHOT_SECONDS)
-    if not query.states and not query.filters:
+    if not query.states and not query.filters and not query.front:
         return prep, ordered
     kept: OrderedDict[str, tuple[list, list]] | None = table.memo_get(_SELECTIONS)
     if kept is None:
@@ -301,7 +315,8 @@ def select(table: SweepTable, query: TableQuery) -> tuple[Prepared, list[Mapping
     if found is not None and found[0] is ordered:  # made from this snapshot's order
         kept.move_to_end(key)
         return prep, found[1]
-    matches = query.predicate()
+    front = table_front(table, SNAPSHOT_SECONDS)["front"] if query.front else ()
+    matches = query.predicate(frozenset(front))
     chosen = [row for row in ordered if matches(row)]
     kept[key] = (ordered, chosen)
     while len(kept) > KEPT_SELECTIONS:
@@ -333,6 +348,7 @@ def table_payload(table: SweepTable, args: MultiDict) -> dict[str, Any]:
         "size": query.size,
         "sort": query.sort,
         "order": "desc" if query.descending else "asc",
+        "front": query.front,
         "columns": list(FIXED_COLUMNS),
         "params": list(prep.params),
         "left": counts.get("queued", 0) + counts.get("running", 0),
@@ -352,4 +368,5 @@ def selected_indexes(
         args, columns_of(table.prepared(SNAPSHOT_SECONDS)), paged=False, extra=extra
     )
     _, rows = select(table, query)
-    return sorted(row["index"] for row in rows), bool(query.states or query.filters)
+    filtered = bool(query.states or query.filters or query.front)
+    return sorted(row["index"] for row in rows), filtered

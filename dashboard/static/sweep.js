@@ -408,6 +408,34 @@
       : (t.legendrank === undefined ? offset[t.meta.group || "top"] : t.legendrank))) });
   }
 
+  // -- the Pareto front (a sweep with several objectives) -------------------------------
+
+  // The front's figures are the server's for the objectives the selects name; a poll says
+  // the front's version (`d.front`), and the page asks for the figures again when it is not
+  // the one drawn. One request at a time; a change made meanwhile is asked right after.
+  const F = { version: null, busy: false, again: false };
+
+  function frontQuery() {
+    return new URLSearchParams({ x: $("front-x").value, y: $("front-y").value,
+      colour: $("front-colour").value });
+  }
+
+  async function loadFront() {
+    if (F.busy) { F.again = true; return; }
+    F.busy = true;
+    try {
+      const answer = await SS.getJSON(cfg.frontUrl + "?" + frontQuery());
+      await plotlyReady;
+      await plot("fig-front", answer.figures.pareto);
+      await plot("fig-hypervolume", answer.figures.hypervolume);
+      F.version = answer.version;
+      window.__dashboard.front = answer.version;
+    } finally {
+      F.busy = false;
+    }
+    if (F.again) { F.again = false; await loadFront(); }
+  }
+
   // -- loading and polling --------------------------------------------------------------
 
   function fillParamSelect() {
@@ -452,6 +480,10 @@
     performance.mark("fig-history");
     await plotTiming(figs.timing);
     performance.mark("fig-timing");
+    if (cfg.frontUrl) {
+      await loadFront();
+      performance.mark("fig-front");
+    }
   }
 
   async function step() {
@@ -479,6 +511,7 @@
       renderPruned(d.pruned);
       await updateCurves(d.pruned, "pruned", S.limits.curves_pruned);
     }
+    if (cfg.frontUrl && d.front && d.front !== F.version) await loadFront();
     window.__dashboard.polls = (window.__dashboard.polls || 0) + 1;
   }
 
@@ -507,6 +540,11 @@
     const answer = await replaceFigure(cfg.parallelUrl + "?mode=" + S.mode, "fig-parallel");
     setParallel(answer.figure);
   });
+  if (cfg.frontUrl) {
+    for (const id of ["front-x", "front-y", "front-colour"]) {
+      $(id).addEventListener("change", loadFront);
+    }
+  }
   $("history-axis").addEventListener("change", async (event) => {
     S.historyAxis = event.target.value;
     await plotlyReady;
@@ -547,7 +585,9 @@
     await SS.painted();
     SS.drawn();
     for (const id of ["fig-scatter", "fig-parallel", "fig-history-trials",
-      "fig-history-epochs"]) $(id).on("plotly_click", openTrial);
+      "fig-history-epochs", "fig-front", "fig-hypervolume"]) {
+      if ($(id)) $(id).on("plotly_click", openTrial);
+    }
     for (const id of ["fig-depth", "fig-size"]) $(id).on("plotly_click", openTimed);
     SS.setLive(true, "live");
     SS.poll(step, POLL_MS);

@@ -12,7 +12,7 @@
   const short = (path) => (path.includes(".") ? path.split(".").slice(1).join(".") : path);
   const T = {
     sort: "index", order: "asc", page: 1, size: limits.page_size, states: new Set(),
-    filters: [], selected: new Map(), data: null, busy: false, confirm: null,
+    filters: [], selected: new Map(), data: null, busy: false, confirm: null, front: false,
   };
   const LABELS = {
     index: "trial", state: "state", objective: cfg.metric, train_seconds: "train time",
@@ -27,6 +27,7 @@
     const q = new URLSearchParams();
     q.set("sort", T.sort); q.set("order", T.order);
     if (T.states.size) q.set("state", [...T.states].join(","));
+    if (T.front) q.set("front", "true");
     for (const f of T.filters) q.append("filter", f.column + ":" + f.op + ":" + f.value);
     const low = $("objective-min").value, high = $("objective-max").value;
     if (low !== "") q.append("filter", "objective:ge:" + low);
@@ -328,12 +329,16 @@
       if (event.target.checked) T.states.add(event.target.value);
       else T.states.delete(event.target.value);
       again(1);
+    } else if (event.target.id === "filter-front") {
+      T.front = event.target.checked;
+      again(1);
     } else if (event.target.id === "objective-min" || event.target.id === "objective-max") {
       again(1);
     }
   });
   $("filters-clear").addEventListener("click", () => {
-    T.filters = []; T.states.clear();
+    T.filters = []; T.states.clear(); T.front = false;
+    if ($("filter-front")) $("filter-front").checked = false;
     $("objective-min").value = ""; $("objective-max").value = "";
     for (const box of document.querySelectorAll("#trials-filters input[name=state]")) box.checked = false;
     renderChips();
