@@ -12,7 +12,7 @@ its last value is the front's hypervolume and the line never falls; while the sw
 the reference point moves out with the worst trials and the whole line is measured again.
 
 Figures (`front_figures`): the objectives two by two, as the page chooses them (a third as
-colour): the front's trials marked, the others feasible or infeasible, and the *2-D front*
+colour, in bands): the front's trials marked, the others feasible or infeasible, and the *2-D front*
 of the pair shown (the trials no other feasible one beats on both) as a step line; with
 two objectives it runs through every trial of the front. Beside it, the hypervolume
 against trials finished (complete, failed or pruned, as the best-so-far chart counts them).
@@ -34,6 +34,7 @@ from core.analysis.pareto import front_rows, hypervolume, losses, nondominated
 from core.spec.objectives import Goals
 from core.states import FINISH_STATES, TrialState
 from dashboard.figures import STATE_COLOURS, empty_note, marker_style
+from dashboard.parcoords import band_colours, band_edges, band_of
 from dashboard.table import SweepTable, digest
 
 _COMPLETE = TrialState.COMPLETE.value
@@ -41,6 +42,8 @@ _FINISHED = frozenset(s.value for s in FINISH_STATES)
 #: The memo of a table's front rows (`table_front`).
 MEMO = "front"
 INFEASIBLE_COLOUR = "#9aa5b1"
+#: Colour bands of the objective that colours the scatter.
+COLOUR_BANDS = 5
 FRONT_COLOUR = "#1f3a93"
 
 
@@ -178,7 +181,14 @@ def _step_line(
 def pareto_figure(front: Mapping[str, Any], x: int, y: int, colour: int | None) -> dict[str, Any]:
     """Objective `y` against objective `x` (indexes into ``front["objectives"]``), coloured
     by objective `colour` (None: by kind): the front's trials, the other feasible ones, the
-    infeasible ones, and the pair's 2-D front as a step line."""
+    infeasible ones, and the pair's 2-D front as a step line. Each trace's ``meta`` says
+    which of them it is (``feasible``, ``infeasible``, ``line``, ``front``).
+
+    The colour is in bands, as the parallel coordinates' (`parcoords.band_edges`:
+    quantiles of the feasible trials' values, Viridis from its dark end for the best), one
+    legend entry and one trace of the feasible trials per band: a continuous colour scale
+    would need plotly's colour bar, whose gradient is an inline style the pages' policy
+    refuses."""
     objectives = front["objectives"]
     directions = [o["direction"] for o in objectives]
     points = front["points"]
@@ -189,86 +199,93 @@ def pareto_figure(front: Mapping[str, Any], x: int, y: int, colour: int | None) 
     size, opacity = marker_style(len(points))
     hover = f"trial #%{{customdata}}<br>{_label(xo)} %{{x:.4g}}<br>{_label(yo)} %{{y:.4g}}"
     if colour is not None:
-        hover += f"<br>{_label(objectives[colour])} %{{marker.color:.4g}}"
+        hover += f"<br>{_label(objectives[colour])} %{{text}}"
 
     def trace(
         kind: str,
         group: Sequence[Mapping[str, Any]],
         name: str,
+        meta: str,
         marker: dict[str, Any],
         note: str = "",
     ) -> dict[str, Any]:
-        return {
+        out = {
             "type": kind,
             "mode": "markers",
             "name": name,
-            "x": [p["values"][x] for p in group],
-            "y": [p["values"][y] for p in group],
+            "meta": meta,
+            "x": _column(group, x),
+            "y": _column(group, y),
             "customdata": [p["index"] for p in group],
             "marker": marker,
             "hovertemplate": hover + note + "<extra></extra>",
         }
+        if colour is not None:
+            out["text"] = [f"{v:.4g}" for v in _column(group, colour)]
+        return out
 
-    def coloured(group: Sequence[Mapping[str, Any]], plain: str) -> dict[str, Any]:
-        if colour is None:
-            return {"color": plain}
-        return {"color": [p["values"][colour] for p in group], "coloraxis": "coloraxis"}
-
+    cloud = {"size": size, "opacity": opacity}
+    front_marker: dict[str, Any] = {
+        "color": FRONT_COLOUR,
+        "size": 10,
+        "symbol": "diamond",
+        "line": {"color": FRONT_COLOUR, "width": 1.5},
+    }
+    if colour is None:
+        feasible = [
+            trace(
+                "scattergl",
+                rest,
+                "feasible",
+                "feasible",
+                {**cloud, "color": STATE_COLOURS["complete"]},
+            )
+        ]
+    else:
+        edges = band_edges(_column([p for p in points if p["feasible"]], colour), COLOUR_BANDS)
+        maximize = directions[colour] == "maximize"
+        colours = band_colours(len(edges) - 1, maximize)
+        bands: dict[int, list[Mapping[str, Any]]] = {}
+        for p in rest:
+            bands.setdefault(band_of(p["values"][colour], edges), []).append(p)
+        metric = plotly_text(objectives[colour]["metric"])
+        feasible = [
+            trace(
+                "scattergl",
+                bands[b],
+                f"{metric} {edges[b]:.3g} to {edges[b + 1]:.3g}",
+                "feasible",
+                {**cloud, "color": colours[b]},
+            )
+            for b in sorted(bands, reverse=maximize)  # the best band first
+        ]
+        front_marker["color"] = [colours[band_of(p["values"][colour], edges)] for p in on]
     line = _step_line(points, x, y, directions)
     traces = [
-        trace(
-            "scattergl",
-            rest,
-            "feasible",
-            {**coloured(rest, STATE_COLOURS["complete"]), "size": size, "opacity": opacity},
-        ),
-        trace(
-            "scattergl",
-            infeasible,
-            "infeasible (breaks a constraint)",
-            {"color": INFEASIBLE_COLOUR, "size": size, "opacity": 0.5},
-            "<br>infeasible",
-        ),
+        *feasible,
+        trace("scattergl", infeasible, "infeasible (breaks a constraint)", "infeasible",
+              {"color": INFEASIBLE_COLOUR, "size": size, "opacity": 0.5}, "<br>infeasible"),
         {
-            "type": "scatter",
-            "mode": "lines",
-            "name": "front of these two",
-            "x": [p["values"][x] for p in line],
-            "y": [p["values"][y] for p in line],
+            "type": "scatter", "mode": "lines", "name": "front of these two", "meta": "line",
+            "x": _column(line, x), "y": _column(line, y), "hoverinfo": "skip",
             "line": {"shape": "hv", "color": FRONT_COLOUR, "width": 2},
-            "hoverinfo": "skip",
         },
-        trace(
-            "scatter",
-            on,
-            "on the front",
-            {
-                **coloured(on, FRONT_COLOUR),
-                "size": 10,
-                "symbol": "diamond",
-                "line": {"color": FRONT_COLOUR, "width": 1.5},
-            },
-            "<br>on the front",
-        ),
-    ]
-    title = (
-        f"Pareto front: {plotly_text(yo['metric'])} vs {plotly_text(xo['metric'])} "
-        f"({len(on):,} of {front['feasible']:,} feasible trials on the front)"
-    )
+        trace("scatter", on, "on the front", "front", front_marker, "<br>on the front"),
+    ]  # fmt: skip
+    title = (f"Pareto front: {plotly_text(yo['metric'])} vs {plotly_text(xo['metric'])} "
+             f"({len(on):,} of {front['feasible']:,} feasible trials on the front)")  # fmt: skip
+    legend: dict[str, Any] = {"orientation": "h", "y": -0.2}
+    if colour is not None:
+        legend["title"] = {"text": f"colour: {_label(objectives[colour])}"}
     layout = base_layout(title, _label(xo), _label(yo), xaxis=_axis(_column(points, x)),
-                         yaxis=_axis(_column(points, y)), legend={"orientation": "h", "y": -0.18},
+                         yaxis=_axis(_column(points, y)), legend=legend,
                          uirevision=f"{x}:{y}")  # fmt: skip
     subtitle = f"{len(infeasible):,} infeasible" if front["constraints"] else "no constraints"
     if front["constraints"]:
         subtitle += " (" + "; ".join(plotly_text(c) for c in front["constraints"]) + ")"
     layout["title"]["subtitle"] = {"text": subtitle, "font": {"size": 12, "color": "#616e7c"}}
-    layout["margin"] = {**layout["margin"], "t": 64, "b": 96}
+    layout["margin"] = {**layout["margin"], "t": 64, "b": 110}
     layout["meta"] = {"x": x, "y": y, "colour": colour, "front": [p["index"] for p in on]}
-    if colour is not None:
-        layout["coloraxis"] = {"colorscale": "Viridis",
-                               "reversescale": directions[colour] == "minimize",
-                               "colorbar": {"title": {"text": _label(objectives[colour])},
-                                            "thickness": 12}}  # fmt: skip
     if not points:
         empty_note(layout, "no complete trials yet")
     return {"data": traces, "layout": layout}

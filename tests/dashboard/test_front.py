@@ -126,9 +126,13 @@ def test_two_of_three_objectives_draw_their_own_front_and_the_third_colours() ->
     traces = {t["name"]: t for t in figure["data"]}
     # On accuracy and parameters alone, #2 and #3 are beaten by #0 and #1.
     assert traces["front of these two"]["x"] == [0.9, 0.8]
-    assert traces["on the front"]["marker"]["color"] == [5.0, 9.0, 1.0, 0.5]
-    assert figure["layout"]["coloraxis"]["reversescale"] is True  # minimised: best is dark
+    # The third objective colours in bands (no colour bar: its gradient is an inline style).
+    colours = traces["on the front"]["marker"]["color"]
+    assert len(colours) == 4 and colours[2] != colours[1]  # 1 s and 9 s: far apart
+    assert traces["on the front"]["text"] == ["5", "9", "1", "0.5"]
     assert "train_seconds ↓" in traces["on the front"]["hovertemplate"]
+    assert "coloraxis" not in figure["layout"]
+    assert figure["layout"]["legend"]["title"]["text"] == "colour: train_seconds ↓"
 
 
 def test_a_wide_positive_axis_is_logarithmic_and_an_empty_sweep_says_why() -> None:
