@@ -4,6 +4,8 @@ Optuna's plots are: rows from the store's records, then figures from the rows.
 - rows: `data` (records → rows), `param_axes` (the parameters as the scatter's and the
   parallel coordinates' axes), `detail` (one trial and its curve), `history` (best so far),
   `timing` (time against depth and size), `workers` (who is online, through Celery);
+  `front` holds both steps of a multi-objective sweep's Pareto front (its rows from
+  `core.analysis.pareto`, the scatter and the hypervolume drawn from them);
 - figures: `figures` (rows → Plotly figure dicts, on `core.analysis.layout`'s one layout),
   `parcoords` (the parallel coordinates' geometry, computed once here and sent as rows that
   the page extends), `analysis` (the Analysis panel's data);
