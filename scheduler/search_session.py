@@ -367,7 +367,11 @@ class SearchSession:
                 values = [-value if self._flip else value]
             elif state != TrialState.COMPLETE:
                 values = None
-            epochs = {e: (-v if self._flip else v) for e, v in record.epochs.items()}
+            # A multi-objective study keeps no reports: its pruner ranks the objectives
+            # itself (`scheduler.rank_judge`), and TPE reads a pruned trial's last report
+            # with the study's single direction, which such a study has not got.
+            reports = {} if self.spec.multi_objective else record.epochs
+            epochs = {e: (-v if self._flip else v) for e, v in reports.items()}
             attrs = dict(record.system_attrs)
             told = state in (TrialState.COMPLETE, TrialState.PRUNED)
             if record.constraints is not None and self.spec.constraints and told:

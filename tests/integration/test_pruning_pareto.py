@@ -18,7 +18,8 @@ import pytest
 
 from core.spec.search import decision_epochs
 from core.spec.sweep import load_spec
-from tests.integration.stack import Scheduler, Stack
+from core.store.records import flatten_params
+from tests.integration.stack import Scheduler, Stack, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -36,12 +37,14 @@ def stack(
     # Only the wait at the rung can stop a trial there (the heartbeat hears a minute late).
     stack.env["SWEEPSTACK_HEARTBEAT_SECONDS"] = "60"
     stack.env["SWEEPSTACK_STALE_AFTER_SECONDS"] = "300"
-    scheduler = Scheduler(stack.env, tmp / "scheduler.log", lease=3)
+    schedulers = [Scheduler(stack.env, tmp / "scheduler.log", lease=3)]
+    stack.schedulers = schedulers  # type: ignore[attr-defined]
     try:
         stack.start_worker(concurrency=2)
         yield stack
     finally:
-        scheduler.stop()
+        for scheduler in schedulers:
+            scheduler.stop()
         stack.close()
 
 
@@ -113,3 +116,37 @@ def test_fused_members_each_get_their_decision(stack: Stack) -> None:
     assert any(d.get("fused", 1) > 1 and d["state"] == "pruned" for d in docs), (
         "no fused member was pruned"
     )
+
+
+def test_a_constrained_sweep_survives_a_scheduler_kill_9_without_asking_twice(
+    stack: Stack, tmp_path: Any
+) -> None:
+    """Multi-objective TPE with a constraint and Pareto-rank ASHA, its scheduler killed -9
+    mid-sweep and a new one started: exactly ``search.trials`` trials, no point or Optuna
+    number twice, every objective and the constraint's verdict stored, pruned trials
+    stopped at their rungs."""
+    spec = (
+        f"name: pareto-kill-{uuid.uuid4().hex[:6]}\ndataset: {{name: digits}}\n"
+        f"objectives: {OBJECTIVES}\nconstraints: ['param_count <= 3000']\n"
+        "model: {hidden_layers: {int: [1, 2]}, hidden_units: [8, 16, 32, 64]}\n"
+        "training: {optimizer: sgd, epochs: 4, batch_size: 64, lr: {loguniform: [0.0003, 0.1]}}\n"
+        "execution: {device: cpu, fuse: off}\n"
+        "search: {algorithm: tpe, trials: 18, seed: 11, n_startup_trials: 4, parallelism: 3}\n"
+        f"pruning: {ASHA}\n"
+    )
+    sweep_id, _ = stack.submit(spec)
+    trials = stack.store.db["trials"]
+    wait_for(lambda: trials.count_documents({"sweep_id": sweep_id}) >= 7, 120, "7 trials")
+    schedulers = stack.schedulers  # type: ignore[attr-defined]
+    schedulers[-1].kill_all()
+    assert trials.count_documents({"sweep_id": sweep_id}) < 18, "killed after the sweep was fed"
+    schedulers.append(Scheduler(stack.env, tmp_path / "scheduler-2.log", lease=3))
+    docs = _check(stack, sweep_id, epochs=4)
+    assert len(docs) == 18
+    asked = {repr(sorted(flatten_params(d["params"]).items())) for d in docs}
+    assert len(asked) == 18, "a point was asked twice"
+    assert len({d["optuna"]["number"] for d in docs}) == 18
+    for d in docs:
+        if d["state"] == "complete":
+            assert d["feasible"] == (d["param_count"] <= 3000)
+            assert len(d["constraints"]) == 1

@@ -74,3 +74,31 @@ def test_a_rebuilt_search_asks_what_the_first_would_have_and_no_point_twice() ->
     rebuilt = [t for t in again.study.trials if t.state.name == "COMPLETE"]
     assert [t.values for t in rebuilt] == [r.values for r in records]
     assert all(t.constraints for t in rebuilt)
+
+
+def test_a_rebuilt_search_with_pruned_trials_asks_as_the_first_did() -> None:
+    """Pruned trials come back without reports (the live study never had any: its pruner
+    ranks the objectives itself); with them, TPE asked the single direction the study has
+    not got and the rebuilt scheduler could ask nothing."""
+    asha = {"algorithm": "asha", "min_resource": 1, "reduction_factor": 3}
+    search = {"algorithm": "tpe", "trials": 20, "n_startup_trials": 4}
+    spec = load_spec({**SPEC, "search": search, "training": {"epochs": 4}, "pruning": asha})
+    first = SearchSession(spec)
+    records = []
+    for i in range(8):
+        (asked,) = first.ask(1)
+        accuracy, params = _result(asked.params)
+        if i % 2:
+            first.tell(asked.number, None, "pruned", [params - 3000])
+            records.append(Record(asked.number, asked.params, "pruned", None,
+                                  epochs={1: accuracy}, system_attrs=asked.system_attrs,
+                                  constraints=[params - 3000]))  # fmt: skip
+        else:
+            first.tell(asked.number, [accuracy, params], "complete", [params - 3000])
+            records.append(Record(asked.number, asked.params, "complete", accuracy,
+                                  system_attrs=asked.system_attrs, values=[accuracy, params],
+                                  constraints=[params - 3000]))  # fmt: skip
+    following = [a.key for a in first.ask(2)]
+    again = SearchSession(spec)
+    again.rebuild(records)
+    assert [a.key for a in again.ask(2)] == following
