@@ -29,6 +29,21 @@ BUILTIN_SHAPES = {
 SYNTHETIC = ("synthetic_classification", "synthetic_regression")
 
 
+#: A conditional dimension's field left unset, among its candidates (`dimension_candidates`).
+UNSET: Any = object()
+
+
+def dimension_candidates(dim: Any) -> list[Any]:
+    """The values a dimension's field takes at its extremes: a range's bounds, every listed
+    value, and `UNSET` where a condition may leave the field out (the Caffe and training
+    function ceilings try each, `core.spec.caffe.ceilings`, `core.spec.trainable_costs`)."""
+    if isinstance(dim, Uniform | IntRange):
+        values: list[Any] = [dim.low, dim.high]
+    else:
+        values = list(dim.values())
+    return [*values, UNSET] if dim.when else values
+
+
 def candidates(spec: SweepSpec, path: str) -> list[Any]:
     """Every value `path` can take in the sweep: a dimension's values (a range's bounds),
     and the default as well where the dimension is conditional; else the fixed value or

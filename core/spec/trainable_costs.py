@@ -34,9 +34,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from core.errors import Problem
-from core.spec.ceilings import over
+from core.spec.ceilings import UNSET, dimension_candidates, over
 from core.spec.fields import set_in
-from core.spec.space import IntRange, Uniform
 
 if TYPE_CHECKING:
     from core.settings import Settings
@@ -53,7 +52,6 @@ FIGURES = {
     "activations": ("the elements a step holds at once (batch x every activation)",
                     "max_activation_elements", "SWEEPSTACK_MAX_ACTIVATION_ELEMENTS"),
 }  # fmt: skip
-_UNSET = object()
 
 Cost = Callable[[dict[str, Any]], Mapping[str, Any]]
 
@@ -69,14 +67,6 @@ def declared_cost(module: str) -> Cost | None:
         return None
     found = getattr(loaded, "cost", None)
     return found if callable(found) else None
-
-
-def _candidates(dim: Any) -> list[Any]:
-    if isinstance(dim, Uniform | IntRange):
-        values: list[Any] = [dim.low, dim.high]
-    else:
-        values = list(dim.values())
-    return [*values, _UNSET] if dim.when else values
 
 
 def _size(value: Any) -> float:
@@ -101,7 +91,7 @@ def _points(dimensions: list[tuple[str, list[Any]]]) -> Iterator[dict[str, Any]]
 def _params(point: dict[str, Any]) -> dict[str, Any]:
     config: dict[str, Any] = {"params": {}}
     for path, value in point.items():
-        if value is not _UNSET:
+        if value is not UNSET:
             set_in(config, path, value)
     return config["params"]
 
@@ -128,16 +118,16 @@ def _blame(cost: Cost, point: dict[str, Any], key: str, figure: float) -> str:
     """The parameter whose own default (left out of `point`) lowers `key` the most."""
     best, path = figure, "params"
     for name, value in point.items():
-        if value is _UNSET:
+        if value is UNSET:
             continue
-        answer = _ask(cost, {**point, name: _UNSET})
+        answer = _ask(cost, {**point, name: UNSET})
         if isinstance(answer, dict) and answer.get(key, figure) < best:
             best, path = answer[key], name
     return path
 
 
 def _show(point: dict[str, Any]) -> str:
-    shown = {p: v for p, v in point.items() if v is not _UNSET}
+    shown = {p: v for p, v in point.items() if v is not UNSET}
     return ", ".join(f"{p}={json.dumps(v)}" for p, v in shown.items()) or "its params"
 
 
@@ -147,7 +137,9 @@ def cost_problems(spec: SweepSpec, module: str, settings: Settings) -> list[Prob
     cost = declared_cost(module)
     if cost is None:
         return []
-    dimensions = [(p, _candidates(d)) for p, d in spec.space.items() if p.startswith("params.")]
+    dimensions = [
+        (p, dimension_candidates(d)) for p, d in spec.space.items() if p.startswith("params.")
+    ]
     dimensions = [(p, v) for p, v in dimensions if v]
     worst: dict[str, tuple[float, dict[str, Any]]] = {}
     for point in _points(dimensions):

@@ -44,8 +44,8 @@ from core.spec.caffe.fields import MAX_BATCH_SIZE, MAX_DILATION, MAX_PAD
 from core.spec.caffe.net import NetGraph, build_graph
 from core.spec.caffe.prototxt import Message
 from core.spec.caffe.shapes import count, dims
-from core.spec.ceilings import over
-from core.spec.space import Fixed, IntRange, Uniform
+from core.spec.ceilings import UNSET, dimension_candidates, over
+from core.spec.space import Fixed
 
 if TYPE_CHECKING:
     from core.settings import Settings
@@ -67,8 +67,6 @@ MAX_SECONDS = 2.0
 #: candidate of a dimension before any net is built.
 FIELD_CEILINGS = {"pad": MAX_PAD, "pad_h": MAX_PAD, "pad_w": MAX_PAD, "dilation": MAX_DILATION,
                   "batch_size": MAX_BATCH_SIZE}  # fmt: skip
-#: A conditional dimension left unset: the field keeps the text's value.
-_UNSET = object()
 
 
 @dataclass(frozen=True)
@@ -90,14 +88,6 @@ def layer_count(net: Message) -> int:
     return len(net.getall("layer")) + len(net.getall("layers"))
 
 
-def _candidates(dim: Any) -> list[Any]:
-    if isinstance(dim, Uniform | IntRange):
-        values: list[Any] = [dim.low, dim.high]
-    else:
-        values = list(dim.values())
-    return [*values, _UNSET] if dim.when else values
-
-
 def layer_dimensions(spec: CaffeNets) -> list[tuple[str, list[Any]]]:
     """Each dimension over a layer's field that varies (a fixed one is in every net), with its
     candidates."""
@@ -108,7 +98,7 @@ def layer_dimensions(spec: CaffeNets) -> list[tuple[str, list[Any]]]:
             continue
         if isinstance(dim, Fixed) and not dim.when:
             continue
-        out.append((path, _candidates(dim)))
+        out.append((path, dimension_candidates(dim)))
     return out
 
 
@@ -117,7 +107,7 @@ def field_problems(spec: CaffeNets, dimensions: list[tuple[str, list[Any]]]) -> 
     problems = []
     for path, values in dimensions:
         most = FIELD_CEILINGS.get(_field(spec, path))
-        largest = max((_size(v) for v in values if v is not _UNSET), default=-math.inf)
+        largest = max((_size(v) for v in values if v is not UNSET), default=-math.inf)
         if most is not None and largest > most:
             rule = f"must be <= {most:,} (a ceiling of the field itself), got {largest:,.0f}"
             problems.append(Problem(path, rule))
@@ -138,7 +128,7 @@ def bound_point(spec: CaffeNets, dimensions: list[tuple[str, list[Any]]]) -> dic
     """Each dimension at the candidate that makes the blobs largest (module docstring)."""
     point = {}
     for path, values in dimensions:
-        given = [v for v in values if v is not _UNSET]
+        given = [v for v in values if v is not UNSET]
         field = _field(spec, path)
         if field in LARGER:
             point[path] = max(given, key=_size)
@@ -160,7 +150,7 @@ def _shape(spec: CaffeNets) -> tuple[tuple[int, ...], int | None, bool]:
 def _graphs(spec: CaffeNets, point: dict[str, Any], shape: Any, classes: Any) -> list[NetGraph]:
     """The TRAIN graph of the point's net, and its TEST graph where it builds; `SpecError`
     when the TRAIN net does not build."""
-    net, solver = spec.messages({p: v for p, v in point.items() if v is not _UNSET})
+    net, solver = spec.messages({p: v for p, v in point.items() if v is not UNSET})
     states = solver_states(solver)
     graphs = [build_graph(net, "TRAIN", shape, classes, spec.net_source, states["TRAIN"])]
     with contextlib.suppress(SpecError):  # `core.spec.caffe.checks` reports a TEST net's
@@ -190,7 +180,7 @@ def _kernel_scale(spec: CaffeNets, point: dict[str, Any], dimensions: list, trai
         if field not in KERNELS:
             continue
         layer = spec.targets[path].layer
-        largest = _size(max((v for v in values if v is not _UNSET), key=_size))
+        largest = _size(max((v for v in values if v is not UNSET), key=_size))
         smallest = max(_size(point[path]), 1.0)
         axes = 2 if field == "kernel_size" else 1  # kernel_h, kernel_w: one axis each
         ratio[layer] = ratio.get(layer, 1.0) * (largest / smallest) ** axes
@@ -202,7 +192,7 @@ def _kernel_scale(spec: CaffeNets, point: dict[str, Any], dimensions: list, trai
 
 
 def _show(point: dict[str, Any]) -> str:
-    shown = {p: v for p, v in point.items() if v is not _UNSET}
+    shown = {p: v for p, v in point.items() if v is not UNSET}
     return ", ".join(f"{p}={json.dumps(v)}" for p, v in shown.items())
 
 
@@ -211,7 +201,7 @@ def _path(spec: CaffeNets, point: dict[str, Any], layer: str) -> str:
     value, over the layer that peaks if one is; else any dimension over that layer; else any
     of the trial's; else the net."""
     first = first_params(spec)
-    moved = [p for p, v in point.items() if v is not _UNSET and v != first.get(p)]
+    moved = [p for p, v in point.items() if v is not UNSET and v != first.get(p)]
     on_layer = [p for p in moved if spec.targets[p].layer == layer]
     if on_layer or moved:
         return (on_layer or moved)[0]
