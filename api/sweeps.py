@@ -24,7 +24,6 @@ queued without a message; nothing resends them yet (a known gap).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 from urllib.parse import urlencode
 
@@ -43,6 +42,7 @@ from api.serialize import (
 )
 from api.submission import read_spec
 from core.analysis import sweep_analysis
+from core.analysis.pareto import read_reference
 from core.analysis.sweep import sweep_front
 from core.store import export
 from core.store.kept_models import model_entry
@@ -206,14 +206,9 @@ def _reference(count: int) -> list[float] | None:
     if raw is None:
         return None
     try:
-        values = [float(v) for v in raw.split(",")]
-    except ValueError:
-        values = []
-    if len(values) != count or not all(math.isfinite(v) for v in values):
-        raise bad_parameter(
-            "reference", f"must be {count} finite number(s), comma-separated, got {raw[:60]!r}"
-        )
-    return values
+        return read_reference(raw, count)
+    except ValueError as exc:
+        raise bad_parameter("reference", str(exc)) from None
 
 
 @blueprint.get("/<sweep_id>/analysis")

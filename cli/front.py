@@ -9,7 +9,6 @@ to the reference point. The store comes from `cli.local.open_store`, as for ``st
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import click
@@ -19,6 +18,7 @@ from rich.table import Table
 from cli.local import find_sweep, open_store, with_data_dir
 from cli.options import data_option
 from cli.shared import read_settings
+from core.analysis.pareto import read_reference
 from core.analysis.sweep import sweep_front
 from core.store.records import flatten_params
 
@@ -27,15 +27,9 @@ def _reference(raw: str | None, count: int) -> list[float] | None:
     if raw is None:
         return None
     try:
-        values = [float(v) for v in raw.split(",")]
-    except ValueError:
-        values = []
-    if len(values) != count or not all(math.isfinite(v) for v in values):
-        raise click.BadParameter(
-            f"must be {count} finite number(s), comma-separated, got {raw!r}",
-            param_hint="'--reference'",
-        )
-    return values
+        return read_reference(raw, count)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--reference'") from None
 
 
 def _number(value: Any) -> str:

@@ -142,6 +142,18 @@ def _volume(points: np.ndarray, ref: np.ndarray) -> float:
     return total
 
 
+def read_reference(raw: str, count: int) -> list[float]:
+    """A reference point as a user writes it (``--reference``, ``?reference=``): `count`
+    finite numbers, comma-separated, one per objective; `ValueError` naming the rule."""
+    try:
+        values = [float(v) for v in raw.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != count or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"must be {count} finite number(s), comma-separated, got {raw[:60]!r}")
+    return values
+
+
 def default_reference(loss: np.ndarray) -> list[float]:
     """The nadir of `loss` moved out by `REFERENCE_MARGIN` of each range (module docstring)."""
     worst, best = loss.max(axis=0), loss.min(axis=0)
