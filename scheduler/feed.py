@@ -66,6 +66,9 @@ forever, so the sweep would never end. A step that finds trials in flight but th
 unchanged (``counts_rev``) for `STALL_SECONDS` recounts them from the trials
 (`SweepAdmin.recount`); while they still do not move the wait doubles, up to
 `MAX_STALL_SECONDS` (a long epoch is no drift, and a recount reads the whole sweep).
+Drifts that cancel out are recounted at once: a claim's counter write lost leaves one trial
+"queued" too many, and its end then one "running" too few, so nothing looks in flight while
+the sweep still looks unfinished.
 """
 
 from __future__ import annotations
@@ -370,6 +373,12 @@ class Feeder:
         counts, planned = sweep["counts"], int(sweep.get("planned") or 0)
         in_flight = counts["queued"] - planned + counts["running"]
         if in_flight > 0 and self._stalled(sweep.get("counts_rev", 0)):
+            counts = self.store.admin.recount(self.sweep_id)
+            in_flight = counts["queued"] - planned + counts["running"]
+        elif in_flight <= 0 and (counts["queued"] - planned or counts["running"]):
+            # Drifts that cancel out (a claim's counter write lost: one "queued" too many and
+            # one "running" too few once the trial ends) look like nothing in flight, while
+            # the sweep still looks unfinished to `Feeding.unfinished_sweeps`: recount now.
             counts = self.store.admin.recount(self.sweep_id)
             in_flight = counts["queued"] - planned + counts["running"]
         if planned > 0:

@@ -300,6 +300,26 @@ def test_counts_left_one_off_by_a_kill_mid_finish_are_recounted_once_they_stop_m
     assert stack.store.reads.counts(sweep_id)["running"] == 0
 
 
+def test_counts_left_off_by_a_kill_mid_claim_are_recounted_at_once(stack: Stack) -> None:
+    """kill -9 between a claim's trial write and its counter write (CI, the poison test:
+    a worker killed the instant its trial showed "running"): once the trial ends the counts
+    say one queued and minus one running. Nothing looks in flight, yet the sweep looks
+    unfinished to the schedulers, so a feeder that stopped would be opened again forever.
+    The feeder recounts at once and ends the sweep."""
+    sweep_id, _ = submit_sweep(tpe_spec(trials=2, parallelism=2), stack.store, stack.app)
+    feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="c")
+    assert feeder is not None
+    assert finish_some(stack, sweep_id, 2) == 2
+    stack.store.db["sweeps"].update_one(
+        {"_id": sweep_id}, {"$inc": {"counts.queued": 1, "counts.running": -1}}
+    )
+    assert [d["_id"] for d in stack.store.feeding.unfinished_sweeps()] == [sweep_id]
+    assert feeder.step() is False
+    counts = stack.store.reads.counts(sweep_id)
+    assert (counts["queued"], counts["running"], counts["complete"]) == (0, 0, 2)
+    assert sweep_id not in [d["_id"] for d in stack.store.feeding.unfinished_sweeps()]
+
+
 def test_a_long_epoch_is_recounted_with_a_doubling_wait(stack: Stack) -> None:
     sweep_id, _ = submit_sweep(tpe_spec(trials=2, parallelism=2), stack.store, stack.app)
     feeder = Feeder.open(stack.store, stack.app, sweep_id, owner="l")
