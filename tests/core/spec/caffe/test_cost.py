@@ -13,8 +13,8 @@ from core.spec.caffe.cost import (
     trial_work,
 )
 from core.spec.caffe.net import build_graph
-from core.spec.kinds import kind_of
 from core.spec.caffe.prototxt import parse
+from core.spec.kinds import kind_of
 from core.spec.sweep import load_spec
 from scheduler.expand import expand
 from tests.core.spec.caffe.texts import graph, layer
