@@ -215,6 +215,8 @@ class Feeder:
         self._study_attrs: dict[str, Any] = {}
         self._requested: set[str] = set()  # prunes asked for
         self.total = 0
+        self.rev = 0  # the revision of the sweep's spec this feeder feeds (`core.spec.changes`)
+        self.paused = False  # the sweep was paused: nothing new is sent
         self.done = False
         self.used_up = False  # an adaptive search's space gave no new point
         self.freed = False  # `judge` saw a trial in flight end (`judge_until` resets it)
@@ -272,18 +274,34 @@ class Feeder:
         doc = store.reads.get_sweep(sweep_id)
         feeder = cls(store, app, sweep_id, load_spec(doc["spec"]), owner=owner, **kwargs)
         feeder._renewed = asked
+        feeder.rev = int(doc.get("spec_rev") or 0)
+        feeder.paused = doc.get("paused_at") is not None
         stored = store.feeding.feed_trials(sweep_id)
-        feeder._rebuild(stored, doc.get("study_attrs") or {}, doc.get("sending") or [])
+        changed = feeder.rev != int(doc.get("applied_rev") or 0)
+        feeder._rebuild(stored, doc.get("study_attrs") or {}, doc.get("sending") or [], changed)
         return feeder
 
     def _rebuild(
-        self, docs: list[dict[str, Any]], study_attrs: dict[str, Any], sending: list[str]
+        self,
+        docs: list[dict[str, Any]],
+        study_attrs: dict[str, Any],
+        sending: list[str],
+        changed: bool = False,
     ) -> None:
         from scheduler.search_session import Record
 
         self._created = {d["key"] for d in docs}
         self._index = max((d["index"] for d in docs), default=-1) + 1
-        self.store.feeding.repair_plan(self.sweep_id, self.total, len(docs))
+        if self.rev and self._points is not None:
+            self._renumber()
+        created = len(docs)
+        if self.spec.search.algorithm == "grid" and self._points is not None:
+            created = len(self._created & set(self._by_id))  # a narrowed grid's own points
+        if changed:
+            # The spec changed (`core.spec.changes`): exactly its trials not created yet.
+            self.store.feeding.replan(self.sweep_id, self.rev, max(self.total - created, 0))
+        else:
+            self.store.feeding.repair_plan(self.sweep_id, self.total, created)
         if self._rank is not None:
             for d in docs:
                 self._note_costs(d["_id"], d.get("config") or {})
@@ -321,6 +339,18 @@ class Feeder:
                      len(unsent))  # fmt: skip
             units = {d["key"]: (d.get("optuna") or {}).get("unit") for d in unsent}
             self._send([self._point_of(d) for d in unsent], units)
+
+    def _renumber(self) -> None:
+        """Give a changed grid's or random sweep's points not created yet indexes after the
+        stored trials', in the expansion's order: the new expansion's own indexes may be
+        those of stored trials (a value added to the first dimension moves every later
+        point), and a trial's index is unique in its sweep."""
+        assert self._points is not None
+        position = {p.id: i for i, p in enumerate(sorted(self._by_id.values(), key=_index_of))}
+        for i, point in enumerate(self._points):
+            if point.id not in self._created:
+                moved = dataclasses.replace(point, index=self._index + position[point.id])
+                self._points[i] = self._by_id[point.id] = moved
 
     def _stored_epochs(self, docs: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
         if not self.spec.pruning.enabled:
@@ -368,8 +398,16 @@ class Feeder:
             return self._stop()
         if sweep.get("cancelled_at") is not None:
             return self._stop()
+        if int(sweep.get("spec_rev") or 0) != self.rev:
+            # Its spec changed: a feeder rebuilt on the new one takes over (`Feeders.step`,
+            # `sweepstack run`), from the stored trials, as after a restart.
+            log.info("sweep %s: its spec changed; feeding it anew", self.sweep_id)
+            return self._stop()
+        self.paused = sweep.get("paused_at") is not None
         if self.session is not None:
             self._tell_and_prune(sweep["counts"])
+        if sweep.get("held") and not self.paused:
+            self._send_held(sweep["held"])
         counts, planned = sweep["counts"], int(sweep.get("planned") or 0)
         in_flight = counts["queued"] - planned + counts["running"]
         if in_flight > 0 and self._stalled(sweep.get("counts_rev", 0)):
@@ -382,12 +420,25 @@ class Feeder:
             counts = self.store.admin.recount(self.sweep_id)
             in_flight = counts["queued"] - planned + counts["running"]
         if planned > 0:
-            wanted, units = self.wanted(in_flight)
+            # Paused: running trials finish and are told (above); nothing new goes out.
+            wanted, units = self.wanted(in_flight) if not self.paused else (0, None)
             if wanted > 0:
                 self.feed(min(wanted, planned), units)
         elif in_flight <= 0:
             return self._stop()
         return True
+
+    def _send_held(self, held: list[str]) -> None:
+        """Send again the trials a worker left queued while the sweep was paused
+        (`core.store.lifecycle`'s claim notes them in the sweep's ``held`` list)."""
+        docs = self.store.feeding.feed_trials(self.sweep_id, held, with_config=True)
+        docs = [d for d in docs if d["state"] == TrialState.QUEUED.value]
+        if docs:
+            log.info("sweep %s: sending %d trials held while it was paused", self.sweep_id,
+                     len(docs))  # fmt: skip
+            units = {d["key"]: (d.get("optuna") or {}).get("unit") for d in docs}
+            self._send([self._point_of(d) for d in docs], units)
+        self.store.feeding.release_held(self.sweep_id, held)
 
     def _renew(self) -> bool:
         """Renew the feeding lease when `RENEW_SHARE` of it has passed; whether it is held."""
@@ -755,6 +806,10 @@ def judge_until(feeders: Sequence[Feeder], deadline: float) -> None:
             return
         every = JUDGE_SECONDS if found else min(every * 1.5, JUDGE_MAX_SECONDS)
         time.sleep(min(every, max(0.0, deadline - time.monotonic())))
+
+
+def _index_of(point: TrialPoint) -> int:
+    return point.index
 
 
 def _optuna(number: int, system_attrs: dict[str, Any], **more: Any) -> dict[str, Any]:

@@ -183,14 +183,23 @@ def full_counts(counts: Mapping[str, int] | None) -> dict[str, int]:
 
 
 def sweep_status(doc: dict[str, Any]) -> str:
-    """``cancelled``, ``finished`` (nothing queued or running), ``running`` or ``queued``."""
+    """``cancelled``, ``finished`` (nothing queued or running), ``paused`` (nothing new
+    starts: `core.store.admin`'s `pause_sweep`), ``running`` or ``queued``."""
     counts = doc["counts"]
     if doc.get("cancelled_at") is not None:
         return "cancelled"
     if counts["queued"] + counts["running"] == 0:
         return "finished"
+    if doc.get("paused_at") is not None:
+        return "paused"
     started = counts["running"] + sum(counts[s.value] for s in TERMINAL_STATES)
     return "running" if started else "queued"
+
+
+def change_entry(kind: str, summary: str, by: str | None, at: datetime) -> dict[str, Any]:
+    """One entry of a sweep's ``changes`` history: ``pause``, ``resume`` or ``change`` (of
+    its spec: `core.spec.changes`), what changed in words, who asked and when."""
+    return {"kind": kind, "summary": summary, "by": by, "at": at}
 
 
 def finite_number(value: Any) -> float | int | None:

@@ -290,6 +290,35 @@ class SweepAdmin(Protocol):
         """
 
     @abstractmethod
+    def pause_sweep(self, sweep_id: str, *, by: str | None = None) -> bool:
+        """Pause a sweep: nothing new starts (a claim of one of its queued trials leaves it
+        queued and notes it in the sweep's ``held`` list, for the feeder to send again on
+        resume); running trials finish. Noted in the sweep's ``changes`` history with
+        `by`. Whether this call paused it (False: already paused). `InvalidTransition` for
+        a cancelled sweep, `NotFound` for an unknown one."""
+
+    @abstractmethod
+    def resume_sweep(self, sweep_id: str, *, by: str | None = None) -> bool:
+        """Resume a paused sweep (its held trials are sent again by its feeder), noted in
+        its history; whether this call resumed it (False: it was not paused)."""
+
+    @abstractmethod
+    def change_spec(
+        self,
+        sweep_id: str,
+        rev: int,
+        spec: Mapping[str, Any],
+        summary: str,
+        *,
+        by: str | None = None,
+    ) -> int:
+        """Replace a sweep's spec by `spec` (`core.spec.changes.apply_change`'s), if its
+        ``spec_rev`` is still `rev`, and note `summary` in its history; the new revision.
+        The sweep's feeder sees the revision move, rebuilds on the new spec and sets the
+        planned trials (`Feeding.replan`). `InvalidTransition` if the sweep was cancelled
+        or changed meanwhile (its revision moved), `NotFound` for an unknown one."""
+
+    @abstractmethod
     def cancel_sweep(self, sweep_id: str) -> dict[str, int]:
         """Cancel a sweep: queued trials become cancelled, running ones are asked to stop
         (their heartbeats answer ``stop``), planned ones are dropped (the sweep's
@@ -431,10 +460,22 @@ class Feeding(Protocol):
         Nothing for a cancelled or unknown sweep, nor when planned is not high."""
 
     @abstractmethod
-    def feed_trials(self, sweep_id: str, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def feed_trials(
+        self, sweep_id: str, ids: Sequence[str] | None = None, *, with_config: bool = False
+    ) -> list[dict[str, Any]]:
         """The sweep's trials (or those of `ids`) with what a feeder's rebuild needs: ``key``,
         ``index``, ``params``, ``state``, ``attempt``, ``objective``, ``optuna``, and
-        ``config`` (its texts in place) when `ids` is None."""
+        ``config`` (its texts in place) when `ids` is None or `with_config`."""
+
+    @abstractmethod
+    def replan(self, sweep_id: str, rev: int, planned: int) -> None:
+        """Set the sweep's planned trials to `planned` (its ``trial_count`` and queued count
+        moved with them) and note revision `rev` of its spec applied: what the feeder of a
+        changed sweep does, the lease held (`SweepAdmin.change_spec`)."""
+
+    @abstractmethod
+    def release_held(self, sweep_id: str, trial_ids: Sequence[str]) -> None:
+        """Take these trials off the sweep's ``held`` list: sent again after a resume."""
 
     @abstractmethod
     def set_study_attrs(self, sweep_id: str, attrs: Mapping[str, Any]) -> None:
