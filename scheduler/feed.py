@@ -182,8 +182,10 @@ class Feeder:
         workers: int | None = None,
         big_window: int = BIG_WINDOW,
         lease_seconds: float = LEASE_SECONDS,
+        warm: Sequence[Any] = (),
     ) -> None:
         self.store, self.app, self.sweep_id, self.spec = store, app, sweep_id, spec
+        self._warm = warm  # earlier sweeps' trials for the session (`scheduler.warm`)
         self.owner, self.workers, self.lease_seconds = owner, workers, lease_seconds
         self.watch = spec.pruning.enabled
         # Where a watched trial's worker waits for the pruner's decision (module docstring),
@@ -258,7 +260,7 @@ class Feeder:
         if needs_session(self.spec):
             from scheduler.search_session import SearchSession  # imports Optuna (~1 s)
 
-            self.session = SearchSession(self.spec)
+            self.session = SearchSession(self.spec, warm=self._warm)
             self._shared = shared_dimensions(self.spec.space)
 
     @classmethod
@@ -272,7 +274,12 @@ class Feeder:
         if not store.feeding.take_lease(sweep_id, owner, seconds):
             return None
         doc = store.reads.get_sweep(sweep_id)
-        feeder = cls(store, app, sweep_id, load_spec(doc["spec"]), owner=owner, **kwargs)
+        spec = load_spec(doc["spec"])
+        if doc.get("warm_trials"):
+            from scheduler.warm import warm_records
+
+            kwargs["warm"] = warm_records(store, spec, doc["warm_trials"])
+        feeder = cls(store, app, sweep_id, spec, owner=owner, **kwargs)
         feeder._renewed = asked
         feeder.rev = int(doc.get("spec_rev") or 0)
         feeder.paused = doc.get("paused_at") is not None
