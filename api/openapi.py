@@ -117,9 +117,7 @@ def _schemas(settings: Settings) -> dict[str, Any]:
     )  # fmt: skip
     search = obj(
         {"algorithm": {"enum": list(ALGORITHMS)}, "trials": nullable(INT),
-         "parallelism": nullable(INT), "seed": INT, "options": ANY_OBJ,
-         "warm_start": {"type": "array", "items": STR},
-         "first": {"type": "array", "items": ANY_OBJ}},
+         "parallelism": nullable(INT), "seed": INT, "options": ANY_OBJ},
         description="grid for sweeps older than search algorithms; trials null for a grid "
         "(trial_count), parallelism null when the scheduler chooses; options by Optuna's names",
     )  # fmt: skip

@@ -25,6 +25,7 @@ queued without a message; nothing resends them yet (a known gap).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 from urllib.parse import urlencode
 
@@ -41,7 +42,7 @@ from api.serialize import (
     sweep_view,
     trial_view,
 )
-from api.submission import read_spec
+from api.submission import check_limits, read_spec
 from core.analysis import sweep_analysis
 from core.analysis.pareto import read_reference
 from core.analysis.sweep import sweep_front
@@ -135,10 +136,13 @@ def change(sweep_id: str) -> dict[str, Any]:
     """Change a sweep's spec: more trials, values added, a range narrowed
     (`core.spec.changes`); 422 naming the field and rule, 409 if cancelled."""
     accept(())
+    ctx = context()
+    ctx.store.reads.get_sweep(sweep_id, owner=owner())
     body = request.get_json(silent=True)
     if not isinstance(body, dict):
         raise bad_parameter("body", 'must be a JSON object such as {"trials": 60}')
-    done = changes.change_sweep(context().store, sweep_id, body, owner=owner(), by=owner())
+    check = functools.partial(check_limits, settings=ctx.settings)
+    done = changes.change_sweep(ctx.store, sweep_id, body, owner=owner(), by=owner(), check=check)
     return {"summary": done["summary"], "spec_rev": done["spec_rev"],
             "sweep": sweep_view(done["sweep"])}  # fmt: skip
 

@@ -98,6 +98,11 @@ def _raise_trials(raw: dict[str, Any], old: SweepSpec, trials: int) -> str:
         raise _refuse(
             "trials", f"must be more than the sweep's search.trials ({before}), got {trials}"
         )
+    most = old.limits.max_trials
+    if trials > most:
+        raise _refuse(
+            "trials", f"must be <= the sweep's limits.max_trials ({most:,}), got {trials}"
+        )
     raw.setdefault("search", {})["trials"] = trials
     return f"search.trials {before} -> {trials}"
 

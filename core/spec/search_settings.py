@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-#: The search keys that are settings of every algorithm, not a sampler's options.
+#: The search keys that are settings of every algorithm, not a sampler's options (the
+#: warm start and first points are in the spec, shown with it).
 _SEARCH_KEYS = ("algorithm", "trials", "parallelism", "seed", "warm_start", "first")
 _PRUNING_KEYS = ("algorithm", "metric")
 #: How the header names each algorithm (Optuna's own capitalisation).
@@ -54,8 +55,6 @@ def search_settings(sweep: Mapping[str, Any]) -> dict[str, Any]:
         "parallelism": section.get("parallelism"),
         "seed": section.get("seed", 0),
         "options": _options(section, _SEARCH_KEYS),
-        "warm_start": section.get("warm_start") or [],
-        "first": section.get("first") or [],
     }
 
 

@@ -11,10 +11,11 @@ or `InvalidTransition` for a cancelled sweep or one changed meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from core.spec.changes import apply_change
+from core.spec.sweep import SweepSpec, load_spec
 from core.store.store import Store
 
 __all__ = ["change_sweep", "pause_sweep", "resume_sweep"]
@@ -45,10 +46,15 @@ def change_sweep(
     *,
     owner: str | None,
     by: str | None,
+    check: Callable[[SweepSpec], Any] | None = None,
 ) -> dict[str, Any]:
-    """Make `change` to the sweep's spec (`core.spec.changes`); what changed, in words."""
+    """Make `change` to the sweep's spec (`core.spec.changes`); what changed, in words.
+    `check` applies the caller's limits to the changed spec, as to a submit (the API's
+    `api.submission.check_limits`), raising `SpecError`."""
     doc = store.reads.get_sweep(sweep_id, owner=owner)
     spec, summary = apply_change(doc["spec"], change)
+    if check is not None:
+        check(load_spec(spec))
     rev = store.admin.change_spec(sweep_id, int(doc.get("spec_rev") or 0), spec, summary, by=by)
     return {"changed": True, "summary": summary, "spec_rev": rev,
             "sweep": store.reads.get_sweep(sweep_id)}  # fmt: skip
