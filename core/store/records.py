@@ -188,7 +188,9 @@ def sweep_status(doc: dict[str, Any]) -> str:
     counts = doc["counts"]
     if doc.get("cancelled_at") is not None:
         return "cancelled"
-    if counts["queued"] + counts["running"] == 0:
+    # A spec change its scheduler has not planned yet (`core.spec.changes`) may add trials.
+    pending = (doc.get("spec_rev") or 0) != (doc.get("applied_rev") or 0)
+    if counts["queued"] + counts["running"] == 0 and not pending:
         return "finished"
     if doc.get("paused_at") is not None:
         return "paused"
