@@ -55,7 +55,8 @@ def test_pause_resume_and_extend_a_sweep(store: Store, secantus_url: str, db_nam
     assert [c["kind"] for c in sweep["changes"]] == ["pause", "resume", "change"]
 
     code, _, err = run("extend", sweep_id, "--trials", "5")
-    assert code == 2 and err.startswith("error: trials: must be more than") and "Traceback" not in err
+    assert code == 2 and err.startswith("error: trials: must be more than")
+    assert "Traceback" not in err
     code, _, err = run("extend", sweep_id, "--narrow", "training.lr=0.0001,0.01")
     assert code == 2 and "narrow.training.lr: must lie inside [0.005, 0.05]" in err
     code, _, err = run("extend", sweep_id, "--add", "nothing")
