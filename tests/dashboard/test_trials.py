@@ -293,8 +293,11 @@ def test_retry_without_a_broker_says_so(
 def test_pause_resume_and_a_change_show_on_the_sweep_page(
     client: FlaskClient,
     seeded: Seeded,
-    store: Store,  # noqa: F811
+    store: Store,
 ) -> None:
+    """Pause, resume and a change (``…/pause``, ``…/resume``, ``…/change``): the button's
+    state in the table's data, the badge and the history on the page (every dashboard POST
+    is held to the login, the page's token and the owner by test_auth.py)."""
     sid = seeded.sweep_id
     page = client.get(f"/sweeps/{sid}").get_data(as_text=True)
     assert 'id="pause-sweep"' in page and ">Pause sweep<" in page
