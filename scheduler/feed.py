@@ -219,6 +219,7 @@ class Feeder:
         self.total = 0
         self.rev = 0  # the revision of the sweep's spec this feeder feeds (`core.spec.changes`)
         self.paused = False  # the sweep was paused: nothing new is sent
+        self.respecified = False  # stopped as its spec changed: a new feeder goes on (`open`)
         self.done = False
         self.used_up = False  # an adaptive search's space gave no new point
         self.freed = False  # `judge` saw a trial in flight end (`judge_until` resets it)
@@ -409,6 +410,7 @@ class Feeder:
             # Its spec changed: a feeder rebuilt on the new one takes over (`Feeders.step`,
             # `sweepstack run`), from the stored trials, as after a restart.
             log.info("sweep %s: its spec changed; feeding it anew", self.sweep_id)
+            self.respecified = True
             return self._stop()
         self.paused = sweep.get("paused_at") is not None
         if self.session is not None:

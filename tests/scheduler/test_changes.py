@@ -68,6 +68,7 @@ def test_extending_a_running_tpe_sweep_creates_exactly_the_new_trials_none_asked
     done = changes.change_sweep(stack.store, sweep_id, {"trials": 60}, owner=None, by="ann")
     assert done["summary"] == "search.trials 40 -> 60"
     assert feeder.step() is False  # its spec changed: a rebuilt feeder takes over
+    assert feeder.respecified
     # A restart part way: the rebuilt feeder is killed, its lease runs out, another goes on.
     second = reopen(stack, sweep_id, "second")
     assert stack.store.reads.get_sweep(sweep_id)["planned"] == 60 - len(before)
@@ -133,7 +134,10 @@ def test_a_narrowed_range_is_searched_inside_and_the_search_keeps_what_it_learne
         feeder.step()
         finish_some(stack, sweep_id, 2)
     old = {d["_id"] for d in stack.store.feeding.feed_trials(sweep_id)}
-    change = {"narrow": {"training.lr": [0.001, 0.01], "model.hidden_units": [16, 48]}}
+    change = {
+        "narrow": {"training.lr": [0.001, 0.01], "model.hidden_units": [16, 48]},
+        "add": {"model.activation": ["elu", "gelu"]},
+    }
     changes.change_sweep(stack.store, sweep_id, change, owner=None, by=None)
     assert feeder.step() is False
     fresh = reopen(stack, sweep_id, "b")
@@ -141,11 +145,14 @@ def test_a_narrowed_range_is_searched_inside_and_the_search_keeps_what_it_learne
     assert sum(t.state.name == "COMPLETE" for t in told) >= 8  # what it learned, outside too
     run_to_end(stack, sweep_id, fresh)
     check_whole(stack, sweep_id, 20)
+    activations: set[str] = set()
     for doc in stack.store.feeding.feed_trials(sweep_id):
         if doc["_id"] not in old:
             params = flatten_params(doc["params"])
             assert 0.001 <= params["training.lr"] <= 0.01
             assert 16 <= params["model.hidden_units"] <= 48
+            activations.add(params["model.activation"])
+    assert activations & {"elu", "gelu"}  # the values added are asked too
 
 
 def test_changes_that_break_a_rule_are_refused_naming_it_and_change_nothing(
