@@ -46,6 +46,15 @@ but maybe never sent (the sweep's ``sending`` list) is sent again; ``planned`` i
 from the count of trials.
 One feeder per sweep: the store's lease (`core.store.feeding`), renewed every step.
 
+Pause and change (`core.store.changes`): a paused sweep's feeder tells the search the
+trials that end and sends nothing new; once resumed, it first sends again the trials a
+worker left queued meanwhile (the sweep's ``held`` list: `core.store.lifecycle`'s claim
+starts no trial of a paused sweep). A changed spec (its ``spec_rev`` moved) stops the feeder
+(`respecified`); the one opened next rebuilds from the stored trials on the new spec, as
+after a restart, and sets the planned trials to exactly those of the new spec not created
+yet (`Feeding.replan`; a grid's new points get indexes after the stored ones:
+`_renumber`), so no point is asked twice and an adaptive search keeps all it learned.
+
 Decisions at the rung: a watched trial's message says at which epochs its worker waits for
 the pruner (``decide_at``, `core.spec.search.decision_epochs`: successive halving's rungs,
 or every epoch). Between two steps the scheduler calls `judge` every `JUDGE_SECONDS` while

@@ -10,6 +10,8 @@ duplicate key that changes nothing. The window being sent is one write per windo
 sweep document (``sending``), not one per trial: SecantusDB takes ~14 ms per trial for an
 ``update_many`` by ``_id $in``. The lease is taken and renewed by one conditional
 ``update_one`` (free, expired, or already ours), so of two schedulers exactly one feeds.
+A changed spec (`core.store.changes`) is planned by the lease holder alone (`replan`, which
+notes ``applied_rev``); until then `unfinished_sweeps` lists the sweep, finished or not.
 """
 
 from __future__ import annotations

@@ -9,7 +9,13 @@ A **sweep** document::
     counts_rev (bumped with every change to counts); for sweeps fed in windows
     (`core.store.feeding`): planned (trials not yet created, counted as queued), sending
     (ids of the window being sent), lease {owner, expires}, study_attrs (the search's
-    Optuna study state). A fed trial also has optuna {number, system_attrs}.
+    Optuna study state), warm_trials (the earlier sweeps' trial ids its search is told
+    first: `scheduler.warm`). A fed trial also has optuna {number, system_attrs}. Once
+    paused, resumed or changed (`core.store.changes`): paused_at (None unless paused), held
+    (ids of queued trials a claim left queued while it was paused, for the feeder to send
+    again), spec_rev (the spec's revision, 0 or absent as submitted), applied_rev (the
+    revision whose planned trials the feeder set: `Feeding.replan`), changes [{kind, summary,
+    by, at, rev}] (its history: `change_entry`).
 
 A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
 
