@@ -22,7 +22,8 @@ invariant holds trial by trial:
 
 When a bulk write changes fewer trials than it names, one read finds out which (rare: a
 trial taken over, requeued or cancelled meanwhile). Round trips for K trials:
-`claim_queued` 2 (the claims; the counts, if the sweep is not cancelled), `heartbeat_many`
+`claim_queued` 2 (the claims; the counts, if the sweep is neither cancelled nor paused),
+`heartbeat_many`
 1, `report_many` 2 (progress, rows), `finish_many` 2 (the finishes, each building its
 history entry on the server, and the counts). The careful `claim` reads the trial first and
 writes one trial.

@@ -134,8 +134,10 @@ class TrialLifecycle(Protocol):
         ``history`` as ``lost`` and counts in ``lost_attempts``; the one that makes it
         `max_attempts` ends the trial ``failed`` instead (a poison trial: whatever kills its
         worker would kill the next one too). None when the trial is terminal, held by a live
-        attempt or ended so. A trial of a cancelled sweep is cancelled instead of claimed.
-        `NotFound` for a trial the store does not have. The config holds its texts.
+        attempt or ended so. A trial of a cancelled sweep is cancelled instead of claimed;
+        a queued one of a paused sweep stays queued, noted in the sweep's ``held`` list for
+        its feeder to send again on resume (None). `NotFound` for a trial the store does not
+        have. The config holds its texts.
         """
 
     @abstractmethod
@@ -151,8 +153,9 @@ class TrialLifecycle(Protocol):
         `expected` maps each trial id to the attempt it is queued at (0 for a new trial; a
         message carries it, `scheduler.enqueue`); a claimed trial runs attempt
         ``expected + 1`` and its document need not be read. A trial in another state or at
-        another attempt, unknown, or of a cancelled sweep is left alone and not returned:
-        the caller asks `claim`, which takes over dead attempts and cancels.
+        another attempt, unknown, or of a cancelled or paused sweep is left alone and not
+        returned (a paused sweep's held: see `claim`): the caller asks `claim`, which takes
+        over dead attempts and cancels.
         """
 
     @abstractmethod
