@@ -51,6 +51,15 @@ _FAILED = TrialState.FAILED.value
 _CANCELLED = TrialState.CANCELLED.value
 
 
+#: The entries a sweep's history keeps (the latest): a size a document always has room for.
+MAX_CHANGES = 1000
+
+
+def _kept(entry: dict[str, Any]) -> dict[str, Any]:
+    """A ``$push`` of `entry` to a sweep's ``changes`` that keeps the last `MAX_CHANGES`."""
+    return {"$each": [entry], "$slice": -MAX_CHANGES}
+
+
 class MongoSweepAdmin(SweepAdmin):
     """`SweepAdmin` on the store's shared state (`core.store.state`); `feeding` is the
     store's feeding role, which drops a cancelled sweep's planned trials; `artifacts` its
@@ -177,7 +186,7 @@ class MongoSweepAdmin(SweepAdmin):
         paused = self._s.sweeps.update_one(
             {"_id": sweep_id, "cancelled_at": None, "paused_at": None},
             {"$set": {"paused_at": now, "updated_at": now},
-             "$push": {"changes": change_entry("pause", "paused", by, now)}},
+             "$push": {"changes": _kept(change_entry("pause", "paused", by, now))}},
         )  # fmt: skip
         return bool(paused.modified_count)
 
@@ -188,7 +197,7 @@ class MongoSweepAdmin(SweepAdmin):
         resumed = self._s.sweeps.update_one(
             {"_id": sweep_id, "paused_at": {"$ne": None}},
             {"$set": {"paused_at": None, "updated_at": now},
-             "$push": {"changes": change_entry("resume", "resumed", by, now)}},
+             "$push": {"changes": _kept(change_entry("resume", "resumed", by, now))}},
         )  # fmt: skip
         return bool(resumed.modified_count)
 
@@ -212,7 +221,7 @@ class MongoSweepAdmin(SweepAdmin):
         changed = self._s.sweeps.update_one(
             {"_id": sweep_id, "cancelled_at": None, "spec_rev": rev or None},
             {"$set": {"spec": dict(spec), "spec_rev": rev + 1, "updated_at": now},
-             "$push": {"changes": entry}},
+             "$push": {"changes": _kept(entry)}},
         )  # fmt: skip
         if not changed.modified_count:
             raise InvalidTransition(

@@ -341,3 +341,19 @@ def test_warm_start_refuses_another_owners_sweep_and_an_incompatible_space(
     other = {**other, "objective": {"metric": "val_loss", "direction": "minimize"}}
     with pytest.raises(SpecError, match="same objectives"):
         submit_sweep(load_spec(other), stack.store, stack.app, owner="ann")
+
+
+def test_the_history_keeps_the_latest_entries(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from core.store import admin
+
+    monkeypatch.setattr(admin, "MAX_CHANGES", 3)
+    sweep_id, _ = submit_sweep(tpe_spec(trials=4, parallelism=2), stack.store, stack.app)
+    for _ in range(3):
+        changes.pause_sweep(stack.store, sweep_id, owner=None, by="a")
+        changes.resume_sweep(stack.store, sweep_id, owner=None, by="b")
+    kept = stack.store.reads.get_sweep(sweep_id)["changes"]
+    assert [(c["kind"], c["by"]) for c in kept] == [
+        ("resume", "b"), ("pause", "a"), ("resume", "b")
+    ]  # fmt: skip
