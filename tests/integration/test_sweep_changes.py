@@ -10,6 +10,7 @@ trials left queued are trained once it resumes. One stack serves the module.
 
 from __future__ import annotations
 
+import statistics
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import pytest
 
 from core.store import changes
 from core.store.records import flatten_params
+from scheduler.submit import submit_sweep
 from tests.integration.stack import Scheduler, Stack, wait_for
 from tests.integration.test_feed_workers import LEASE, TERMINAL, logs, tpe
 
@@ -154,3 +156,33 @@ def test_a_paused_sweep_starts_no_trial_after_the_pause_and_goes_on_when_resumed
     between = [d["_id"] for d in docs if paused_at < d["started_at"] < resumed_at]
     assert between == []
     assert fed.store.reads.get_sweep(sweep_id).get("held") in (None, [])
+
+
+def test_a_warm_started_tpe_sweep_trains_better_first_trials_than_a_cold_one(
+    fed: Stack, started: list[Scheduler]
+) -> None:
+    """The McLeod space (configs/mcleod-demo.yaml: 48 nets on digits), each trained for
+    real for one epoch: the first 6 trials of TPE warm-started from a 16-trial sweep against
+    a cold start's, two fixed seeds each (tests/scheduler/test_changes.py holds the same
+    with a cheap stand-in for training, over more sweeps)."""
+    from tests.scheduler.test_changes import mcleod_spec
+
+    start(fed, started)
+    tag = uuid.uuid4().hex[:6]
+
+    def run(spec: Any) -> tuple[str, list[float]]:
+        sweep_id, _ = submit_sweep(spec, fed.store, fed.app, owner="ann")
+        counts = fed.wait_finished(sweep_id, timeout=300)
+        assert counts["complete"] == spec.search.trials, logs(fed, started)
+        docs = sorted(trials(fed, sweep_id), key=lambda d: d["index"])
+        return sweep_id, [d["objective"] for d in docs]
+
+    earlier, _ = run(mcleod_spec(f"earlier-{tag}", 16, seed=1))
+    cold: list[float] = []
+    warm: list[float] = []
+    for seed in (3, 4):
+        cold += run(mcleod_spec(f"cold-{seed}-{tag}", 6, seed=seed))[1]
+        warm += run(mcleod_spec(f"warm-{seed}-{tag}", 6, seed=seed, warm_start=[earlier]))[1]
+    print(f"first 6 trials, 2 seeds: warm mean {statistics.mean(warm):.3f}, "
+          f"cold mean {statistics.mean(cold):.3f}")  # fmt: skip
+    assert statistics.mean(warm) > statistics.mean(cold) + 0.05, (warm, cold)
