@@ -188,16 +188,8 @@ def _schemas(settings: Settings) -> dict[str, Any]:
         ),
         "SweepChanged": obj({"summary": STR, "spec_rev": INT, "sweep": ref("Sweep")}),
         "Retried": obj({"retried": INT, "requeued_stale": INT, "sweep": ref("Sweep")}),
-        "Deleted": obj(
-            {
-                "id": STR,
-                "deleted": {"const": True},
-                "trials": INT,
-                "metrics": INT,
-                "texts": INT,
-                "artifacts": INT,
-            }
-        ),
+        "Deleted": obj({"id": STR, "deleted": {"const": True}, "trials": INT, "metrics": INT,
+                           "texts": INT, "artifacts": INT}),
         "Health": obj({"status": {"const": "ok"}, "store": part, "broker": part}),
         "Workers": obj({"queue": STR, "workers": {"type": "array", "items": worker}}),
         "KeptModel": obj(

@@ -90,6 +90,15 @@ def _objective(sweep: Mapping[str, Any]) -> tuple[str, str]:
     return objective.get("metric", "objective"), objective.get("direction", "maximize")
 
 
+def _changes(sweep: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The sweep's pauses, resumes and spec changes, oldest first (`core.store.changes`)."""
+    keys = ("kind", "summary", "by")
+    return [
+        {"at": data.to_ms(c.get("at")), **{k: c.get(k) for k in keys}}
+        for c in sweep.get("changes") or []
+    ]
+
+
 def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
     """A sweep's name, owner, dates, objective, and search and pruning settings (with the
     header's one-line summary of them), as pages show them."""
@@ -106,16 +115,7 @@ def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
         "updated_at": data.to_ms(sweep.get("updated_at")),
         "cancelled": sweep.get("cancelled_at") is not None,
         "paused": sweep.get("paused_at") is not None,
-        # Pauses, resumes and spec changes, oldest first (`core.store.changes`).
-        "changes": [
-            {
-                "at": data.to_ms(c.get("at")),
-                "kind": c.get("kind"),
-                "summary": c.get("summary"),
-                "by": c.get("by"),
-            }
-            for c in sweep.get("changes") or []
-        ],
+        "changes": _changes(sweep),
         "trial_count": sweep.get("trial_count", 0),
         "metric": metric,
         "direction": direction,
@@ -227,11 +227,8 @@ def sweep_payload(
             "scatter": _scatter(table, param),
             "parallel": _parallel(table, mode),
             "curves": figures.curves_figure(
-                _curves(state, reads, [*top[:CURVES_K], *pruned[:shown]], metric),
-                metric,
-                CURVES_K,
-                shown,
-                kind_of(sweep.get("spec") or {}).step,
+                _curves(state, reads, [*top[:CURVES_K], *pruned[:shown]], metric), metric,
+                CURVES_K, shown, kind_of(sweep.get("spec") or {}).step,
             ),
             "history": values["history"][1],
         },
@@ -258,9 +255,8 @@ def sweep_changes(
     the aggregates whose digest differs from the page's `versions` (name -> digest)."""
     cursor, rows = table.changed_after(since)
     out: dict[str, Any] = {"since": cursor, "rows": [data.public_row(r) for r in rows]}
-    _, dims = table.memo(
-        "parallel-dims", param_axes.parallel_dims, PREPARED_SECONDS, versioned=False
-    )
+    _, dims = table.memo("parallel-dims", param_axes.parallel_dims, PREPARED_SECONDS,
+                         versioned=False)
     out["done"] = parcoords.placements(table.prepared(PREPARED_SECONDS), dims, rows)
     aggregates = aggregate_functions(table.sweep)
     current: dict[str, str] = {}
@@ -340,16 +336,9 @@ def curves_payload(
     return {"traces": _curves(state, reads, rows, metric)}
 
 
-def sweeps_payload(
-    state: DashboardState,
-    reads: Reads,
-    now: datetime,
-    since: int | None = None,
-    limit: int = 100,
-    *,
-    owner: str | None = None,
-    cursor: str | None = None,
-) -> dict[str, Any]:
+def sweeps_payload(state: DashboardState, reads: Reads, now: datetime,
+                   since: int | None = None, limit: int = 100, *, owner: str | None = None,
+                   cursor: str | None = None) -> dict[str, Any]:
     """One page of the newest sweeps (`owner`'s only, unless None) with counts, and the
     best objective of those already in memory; ``next`` is the next page's cursor.
 
@@ -393,9 +382,8 @@ def _trial_sweep(reads: Reads, doc: Mapping[str, Any], owner: str | None) -> dic
     return sweep
 
 
-def trial_payload(
-    reads: Reads, trial_id: str, now: datetime, *, owner: str | None = None
-) -> dict[str, Any]:
+def trial_payload(reads: Reads, trial_id: str, now: datetime, *, owner: str | None = None
+                  ) -> dict[str, Any]:
     """A trial's record, timings and per-epoch curves (`NotFound` unless `owner`'s, when
     given)."""
     doc = reads.get_trial(trial_id, with_metrics=True)
@@ -405,24 +393,14 @@ def trial_payload(
     return {
         "trial": trial_detail(doc, sweep, now),
         "series": series,
-        "figures": figures.epoch_figures(
-            series,
-            planned if isinstance(planned, int) else None,
-            data.pruned_stop(doc),
-            kind_of(doc.get("config") or {}).step,
-        ),
+        "figures": figures.epoch_figures(series, planned if isinstance(planned, int) else None,
+                                         data.pruned_stop(doc),
+                                         kind_of(doc.get("config") or {}).step),
     }
 
 
-def trial_changes(
-    reads: Reads,
-    trial_id: str,
-    now: datetime,
-    attempt: int,
-    epoch: int,
-    *,
-    owner: str | None = None,
-) -> dict[str, Any]:
+def trial_changes(reads: Reads, trial_id: str, now: datetime, attempt: int,
+                  epoch: int, *, owner: str | None = None) -> dict[str, Any]:
     """A trial's record now and its epochs after (`attempt`, `epoch`); `NotFound` unless
     `owner`'s, when given.
 

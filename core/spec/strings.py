@@ -51,11 +51,8 @@ def string_problems(document: Any, limit: int) -> list[Problem]:
         if isinstance(value, str):
             # Fewer characters than limit / 4 cannot pass it in UTF-8: most strings stop here.
             if len(value) * 4 > limit:
-                note(
-                    path or "(document)",
-                    _size(value),
-                    "the UTF-8 bytes of one of its values" if inside else "its UTF-8 bytes",
-                )
+                note(path or "(document)", _size(value),
+                     "the UTF-8 bytes of one of its values" if inside else "its UTF-8 bytes")
             return
         if isinstance(value, dict):
             for key, item in value.items():

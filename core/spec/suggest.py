@@ -1,4 +1,4 @@
-""" "Did you mean" for a misspelled spec key: the rule of an unknown key names the known
+""""Did you mean" for a misspelled spec key: the rule of an unknown key names the known
 ones and, when one is close (`difflib`, as git and click do), the likeliest.
 
 `core.spec.sweep` builds the rule of every unknown key with `unknown_key`; for the sections that

@@ -241,6 +241,7 @@ def first_problems(spec: CaffeNets) -> list[Problem]:
     return check_messages(spec, net, solver)
 
 
+
 def first_param_count(spec: CaffeNets) -> int | None:
     """The learnable parameters of the first trial's net, or None when only a worker can
     build it (a file's shape) or it cannot be built (reported by `first_problems`)."""
