@@ -156,6 +156,12 @@ def _narrow(raw: dict[str, Any], dims: Mapping[str, Any], path: str, bounds: Any
     new_low, new_high = bounds
     if form == "int" and not all(isinstance(b, int) for b in bounds):
         raise _refuse(f"narrow.{path}", f"an int range takes integers, got {show_value(bounds)}")
+    step = leaf.get("step", 1) if form == "int" else None
+    if step and (new_low - low) % step:
+        raise _refuse(
+            f"narrow.{path}",
+            f"must start on its step of {step} from {low}, got {new_low}",
+        )  # the trials so far keep their values, on that step
     if not (low <= new_low < new_high <= high):
         raise _refuse(
             f"narrow.{path}",
