@@ -1,5 +1,6 @@
 """`core.spec.changes`: a change written into a spec as submitted, and every refusal naming
-the field and the rule (the spec itself untouched)."""
+the field and the rule (the spec itself untouched); search.first and search.warm_start
+checked against the space."""
 
 from __future__ import annotations
 
@@ -82,4 +83,36 @@ def test_a_grid_grows_by_its_values_not_its_trials() -> None:
         apply_change(grid, {"trials": 40})
     assert apply_change(grid, {"add": {"model.hidden_units": [128]}})[1] == (
         "model.hidden_units + [128]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("search", "path", "rule"),
+    [
+        ({"algorithm": "random", "trials": 4, "first": [{"model.activation": "relu"}]},
+         "search.first", "needs an adaptive search.algorithm"),
+        ({"algorithm": "grid", "warm_start": ["3f2a9c1d7e4b"]}, "search.warm_start",
+         "needs an adaptive search.algorithm"),
+        ({"algorithm": "tpe", "trials": 4, "first": [{"model.depth": 2}]},
+         "search.first[0].model.depth", "is not a dimension that varies"),
+        ({"algorithm": "tpe", "trials": 4, "first": [{"model.hidden_layers": 3}]},
+         "search.first[0].model.hidden_layers", "3 is not a value of this int dimension"),
+        ({"algorithm": "tpe", "trials": 4, "first": [{"training.lr": 1}]},
+         "search.first[0].training.lr", "is not a value of this loguniform dimension"),
+        ({"algorithm": "tpe", "trials": 4,
+          "first": [{"model.activation": "tanh"}, {"model.activation": "tanh"}]},
+         "search.first[1]", "repeats search.first[0]"),
+        ({"algorithm": "tpe", "trials": 4, "first": [{}]}, "search.first[0]",
+         "at least one dimension"),
+    ],
+)  # fmt: skip
+def test_first_points_and_warm_starts_are_checked_against_the_space(
+    search: dict[str, Any], path: str, rule: str
+) -> None:
+    from core.spec.sweep import load_spec
+
+    with pytest.raises(SpecError) as caught:
+        load_spec({**SPEC, "search": search})
+    assert any(p.path == path and rule in p.message for p in caught.value.problems), (
+        caught.value.problems
     )
