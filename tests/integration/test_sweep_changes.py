@@ -127,22 +127,31 @@ def test_adding_a_value_to_a_grid_creates_exactly_the_new_combinations(
 def test_a_paused_sweep_starts_no_trial_after_the_pause_and_goes_on_when_resumed(
     fed: Stack, started: list[Scheduler]
 ) -> None:
-    # Batches of four: trials of ~0.3 s, so that at the pause some wait in the broker.
-    sweep_id, _ = fed.submit(tpe(trials=10, parallelism=4, seed=8).replace(
+    # Batches of four: trials of ~0.3 s, so that some wait in the broker at the pause.
+    sweep_id, _ = fed.submit(tpe(trials=14, parallelism=4, seed=8).replace(
         "batch_size: 256", "batch_size: 4"))  # fmt: skip
     first = start(fed, started)
-    wait_for(lambda: fed.store.reads.counts(sweep_id)["complete"] >= 3, 120, "3 complete")
+
+    def waiting() -> bool:
+        """Some trials complete, and some sent but not claimed: their messages wait in the
+        broker (the worker's two processes each hold one message at a time)."""
+        docs = trials(fed, sweep_id)
+        complete = sum(d["state"] == "complete" for d in docs)
+        return complete >= 2 and sum(d["state"] == "queued" for d in docs) >= 2
+
+    wait_for(waiting, 120, "trials waiting in the broker")
     changes.pause_sweep(fed.store, sweep_id, owner=None, by="test")
     paused_at = fed.store.reads.get_sweep(sweep_id)["paused_at"]
     # Running trials finish; the queued ones stay queued, a scheduler restart included.
     wait_for(lambda: fed.store.reads.counts(sweep_id)["running"] == 0, 60, "running to end")
     first.kill_all()
     start(fed, started)
-    time.sleep(LEASE + 3)  # the new scheduler has taken the sweep, and a worker may ask
+    # The worker takes the waiting messages and leaves their trials queued, for the feeder
+    # to send again on resume.
+    wait_for(lambda: fed.store.reads.get_sweep(sweep_id).get("held"), 30, "held trials")
+    time.sleep(LEASE + 3)  # the new scheduler has taken the sweep, and sends nothing
     held = fed.store.reads.counts(sweep_id)
     assert held["running"] == 0 and held["queued"] > 0
-    # The worker took their messages and left them queued, for the feeder to resend.
-    assert fed.store.reads.get_sweep(sweep_id).get("held"), "no claim met the pause"
     late = [d["_id"] for d in trials(fed, sweep_id)
             if d.get("started_at") is not None and d["started_at"] > paused_at]  # fmt: skip
     assert late == [], "trials started after the pause"
@@ -150,9 +159,9 @@ def test_a_paused_sweep_starts_no_trial_after_the_pause_and_goes_on_when_resumed
     changes.resume_sweep(fed.store, sweep_id, owner=None, by="test")
     resumed_at = fed.store.reads.get_sweep(sweep_id)["changes"][-1]["at"]
     counts = fed.wait_finished(sweep_id, timeout=300)
-    assert counts["complete"] == 10, logs(fed, started)
-    docs = check_each_once(fed, sweep_id, 10)
-    assert created < 10  # nothing new was created while paused
+    assert counts["complete"] == 14, logs(fed, started)
+    docs = check_each_once(fed, sweep_id, 14)
+    assert created < 14  # nothing new was created while paused
     between = [d["_id"] for d in docs if paused_at < d["started_at"] < resumed_at]
     assert between == []
     assert fed.store.reads.get_sweep(sweep_id).get("held") in (None, [])
