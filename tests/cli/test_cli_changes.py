@@ -3,6 +3,7 @@ history it leaves, and bad input that exits 2 naming the field (1 for a missing 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -41,6 +42,8 @@ def test_pause_resume_and_extend_a_sweep(store: Store, secantus_url: str, db_nam
         return done.exit_code, done.stdout, done.stderr
 
     assert run("pause", sweep_id) == (0, f"sweep {sweep_id} paused\n", "")
+    code, out, _ = run("status", sweep_id)
+    assert code == 0 and "paused since" in out and f"resume {sweep_id}" in out
     assert run("pause", sweep_id)[1] == f"sweep {sweep_id} was already paused\n"
     assert run("resume", sweep_id)[1] == f"sweep {sweep_id} resumed\n"
     code, out, _ = run("extend", sweep_id, "--trials", "6", "--add", "model.hidden_units=32,64",
@@ -53,6 +56,11 @@ def test_pause_resume_and_extend_a_sweep(store: Store, secantus_url: str, db_nam
     sweep = store.reads.get_sweep(sweep_id)
     assert sweep["spec"]["search"]["trials"] == 6 and sweep["spec_rev"] == 1
     assert [c["kind"] for c in sweep["changes"]] == ["pause", "resume", "change"]
+    code, out, _ = run("status", sweep_id)
+    assert code == 0 and "paused since" not in out
+    assert "search.trials 4 -> 6; model.hidden_units + [32, 64]" in out and "resume by" in out
+    listed = json.loads(run("status", sweep_id, "--json")[1])
+    assert [c["kind"] for c in listed["changes"]] == ["pause", "resume", "change"]
 
     code, _, err = run("extend", sweep_id, "--trials", "5")
     assert code == 2 and err.startswith("error: trials: must be more than")
