@@ -86,14 +86,20 @@ def _schemas(settings: Settings) -> dict[str, Any]:
     sweep = obj(
         {
             "id": STR, "name": STR, "description": STR, "owner": nullable(STR),
-            "status": {"type": "string", "enum": ["queued", "running", "finished", "cancelled"]},
+            "status": {"type": "string",
+                       "enum": ["queued", "running", "paused", "finished", "cancelled"]},
             "objective": obj({"metric": STR, "direction": STR}), "trial_count": INT,
             "objectives": {"type": "array", "items": obj({"metric": STR, "direction": STR})},
             "constraints": {"type": "array", "items": STR},
             "search": ref("SearchSettings"), "pruning": ref("PruningSettings"),
             "counts": ref("Counts"), "created_at": TIME, "updated_at": TIME,
-            "cancelled_at": nullable(TIME), "links": ANY_OBJ,
+            "cancelled_at": nullable(TIME), "paused_at": nullable(TIME), "links": ANY_OBJ,
         }
+    )  # fmt: skip
+    change = obj(
+        {"at": TIME, "kind": {"enum": ["pause", "resume", "change"]}, "summary": STR,
+         "by": nullable(STR), "rev": nullable(INT)},
+        description="One pause, resume or change of the sweep's spec, in its history",
     )  # fmt: skip
     throughput = obj(
         {"per_minute": nullable(NUM), "window_seconds": NUM, "remaining": INT,
@@ -143,12 +149,44 @@ def _schemas(settings: Settings) -> dict[str, Any]:
         "SweepDetail": {
             "allOf": [
                 ref("Sweep"),
-                obj({"spec": ANY_OBJ, "best": nullable(ref("Trial")), "throughput": throughput}),
+                obj(
+                    {
+                        "spec": ANY_OBJ,
+                        "spec_rev": INT,
+                        "changes": {"type": "array", "items": change},
+                        "best": nullable(ref("Trial")),
+                        "throughput": throughput,
+                    }
+                ),
             ]
         },
         "SweepPage": _page("Sweep"),
         "SweepCreated": obj({"id": STR, "name": STR, "trials": INT, "links": ANY_OBJ}),
         "Cancelled": obj({"cancelled": INT, "stopping": INT, "sweep": ref("Sweep")}),
+        "Paused": obj(
+            {"changed": {"type": "boolean"}, "sweep": ref("Sweep")},
+            description="changed: false when it already was (or was not) paused",
+        ),
+        "SweepChange": obj(
+            {
+                "trials": INT,
+                "add": {"type": "object", "additionalProperties": {"type": "array"}},
+                "narrow": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "array",
+                        "items": NUM,
+                        "minItems": 2,
+                        "maxItems": 2,
+                    },
+                },
+            },
+            description="At least one: trials raises search.trials (random and adaptive "
+            "searches); add gives values to a grid list or choice dimension, by its dotted "
+            "path; narrow gives a uniform, loguniform or int dimension [low, high] inside its "
+            "range. Existing trials keep their ids and results; no point is asked twice.",
+        ),
+        "SweepChanged": obj({"summary": STR, "spec_rev": INT, "sweep": ref("Sweep")}),
         "Retried": obj({"retried": INT, "requeued_stale": INT, "sweep": ref("Sweep")}),
         "Deleted": obj({"id": STR, "deleted": {"const": True}, "trials": INT, "metrics": INT,
                            "texts": INT, "artifacts": INT}),
@@ -447,6 +485,24 @@ def _paths() -> dict[str, Any]:
         f"{PREFIX}/sweeps/{{sweep_id}}/cancel": {
             "post": _op("Cancel queued trials, ask running ones to stop",
                         {"200": _json(ref("Cancelled"), "Cancelled")}, common, parameters=sweep),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/pause": {
+            "post": _op("Pause: nothing new starts, running trials finish",
+                        {"200": _json(ref("Paused"), "Paused")}, (*common, "409"),
+                        parameters=sweep),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/resume": {
+            "post": _op("Resume a paused sweep",
+                        {"200": _json(ref("Paused"), "Resumed")}, common, parameters=sweep),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/change": {
+            "post": _op("Change a sweep's spec: more trials, values added, a range narrowed",
+                        {"200": _json(ref("SweepChanged"), "Changed; the scheduler feeds the "
+                                      "new spec from its next pass")},
+                        (*common, "409", "422"), parameters=sweep,
+                        requestBody={"required": True, "content": {"application/json": {
+                            "schema": ref("SweepChange"),
+                            "example": {"trials": 60, "add": {"model.hidden_units": [512]}}}}}),
         },
         f"{PREFIX}/sweeps/{{sweep_id}}/retry": {
             "post": _op("Queue failed and stale trials again",

@@ -90,6 +90,15 @@ def _objective(sweep: Mapping[str, Any]) -> tuple[str, str]:
     return objective.get("metric", "objective"), objective.get("direction", "maximize")
 
 
+def _changes(sweep: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The sweep's pauses, resumes and spec changes, oldest first (`core.store.changes`)."""
+    keys = ("kind", "summary", "by")
+    return [
+        {"at": data.to_ms(c.get("at")), **{k: c.get(k) for k in keys}}
+        for c in sweep.get("changes") or []
+    ]
+
+
 def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
     """A sweep's name, owner, dates, objective, and search and pruning settings (with the
     header's one-line summary of them), as pages show them."""
@@ -105,6 +114,8 @@ def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
         "created_at": data.to_ms(sweep.get("created_at")),
         "updated_at": data.to_ms(sweep.get("updated_at")),
         "cancelled": sweep.get("cancelled_at") is not None,
+        "paused": sweep.get("paused_at") is not None,
+        "changes": _changes(sweep),
         "trial_count": sweep.get("trial_count", 0),
         "metric": metric,
         "direction": direction,

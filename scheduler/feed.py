@@ -46,6 +46,15 @@ but maybe never sent (the sweep's ``sending`` list) is sent again; ``planned`` i
 from the count of trials.
 One feeder per sweep: the store's lease (`core.store.feeding`), renewed every step.
 
+Pause and change (`core.store.changes`): a paused sweep's feeder tells the search the
+trials that end and sends nothing new; once resumed, it first sends again the trials a
+worker left queued meanwhile (the sweep's ``held`` list: `core.store.lifecycle`'s claim
+starts no trial of a paused sweep). A changed spec (its ``spec_rev`` moved) stops the feeder
+(`respecified`); the one opened next rebuilds from the stored trials on the new spec, as
+after a restart, and sets the planned trials to exactly those of the new spec not created
+yet (`Feeding.replan`; a grid's new points get indexes after the stored ones:
+`_renumber`), so no point is asked twice and an adaptive search keeps all it learned.
+
 Decisions at the rung: a watched trial's message says at which epochs its worker waits for
 the pruner (``decide_at``, `core.spec.search.decision_epochs`: successive halving's rungs,
 or every epoch). Between two steps the scheduler calls `judge` every `JUDGE_SECONDS` while
@@ -182,8 +191,10 @@ class Feeder:
         workers: int | None = None,
         big_window: int = BIG_WINDOW,
         lease_seconds: float = LEASE_SECONDS,
+        warm: Sequence[Any] = (),
     ) -> None:
         self.store, self.app, self.sweep_id, self.spec = store, app, sweep_id, spec
+        self._warm = warm  # earlier sweeps' trials for the session (`scheduler.warm`)
         self.owner, self.workers, self.lease_seconds = owner, workers, lease_seconds
         self.watch = spec.pruning.enabled
         # Where a watched trial's worker waits for the pruner's decision (module docstring),
@@ -215,6 +226,9 @@ class Feeder:
         self._study_attrs: dict[str, Any] = {}
         self._requested: set[str] = set()  # prunes asked for
         self.total = 0
+        self.rev = 0  # the revision of the sweep's spec this feeder feeds (`core.spec.changes`)
+        self.paused = False  # the sweep was paused: nothing new is sent
+        self.respecified = False  # stopped as its spec changed: a new feeder goes on (`open`)
         self.done = False
         self.used_up = False  # an adaptive search's space gave no new point
         self.freed = False  # `judge` saw a trial in flight end (`judge_until` resets it)
@@ -256,7 +270,7 @@ class Feeder:
         if needs_session(self.spec):
             from scheduler.search_session import SearchSession  # imports Optuna (~1 s)
 
-            self.session = SearchSession(self.spec)
+            self.session = SearchSession(self.spec, warm=self._warm)
             self._shared = shared_dimensions(self.spec.space)
 
     @classmethod
@@ -270,20 +284,41 @@ class Feeder:
         if not store.feeding.take_lease(sweep_id, owner, seconds):
             return None
         doc = store.reads.get_sweep(sweep_id)
-        feeder = cls(store, app, sweep_id, load_spec(doc["spec"]), owner=owner, **kwargs)
+        spec = load_spec(doc["spec"])
+        if doc.get("warm_trials"):
+            from scheduler.warm import warm_records
+
+            kwargs["warm"] = warm_records(store, spec, doc["warm_trials"])
+        feeder = cls(store, app, sweep_id, spec, owner=owner, **kwargs)
         feeder._renewed = asked
+        feeder.rev = int(doc.get("spec_rev") or 0)
+        feeder.paused = doc.get("paused_at") is not None
         stored = store.feeding.feed_trials(sweep_id)
-        feeder._rebuild(stored, doc.get("study_attrs") or {}, doc.get("sending") or [])
+        changed = feeder.rev != int(doc.get("applied_rev") or 0)
+        feeder._rebuild(stored, doc.get("study_attrs") or {}, doc.get("sending") or [], changed)
         return feeder
 
     def _rebuild(
-        self, docs: list[dict[str, Any]], study_attrs: dict[str, Any], sending: list[str]
+        self,
+        docs: list[dict[str, Any]],
+        study_attrs: dict[str, Any],
+        sending: list[str],
+        changed: bool = False,
     ) -> None:
         from scheduler.search_session import Record
 
         self._created = {d["key"] for d in docs}
         self._index = max((d["index"] for d in docs), default=-1) + 1
-        self.store.feeding.repair_plan(self.sweep_id, self.total, len(docs))
+        if self.rev and self._points is not None:
+            self._renumber()
+        created = len(docs)
+        if self.spec.search.algorithm == "grid" and self._points is not None:
+            created = len(self._created & set(self._by_id))  # a narrowed grid's own points
+        if changed:
+            # The spec changed (`core.spec.changes`): exactly its trials not created yet.
+            self.store.feeding.replan(self.sweep_id, self.rev, max(self.total - created, 0))
+        else:
+            self.store.feeding.repair_plan(self.sweep_id, self.total, created)
         if self._rank is not None:
             for d in docs:
                 self._note_costs(d["_id"], d.get("config") or {})
@@ -321,6 +356,18 @@ class Feeder:
                      len(unsent))  # fmt: skip
             units = {d["key"]: (d.get("optuna") or {}).get("unit") for d in unsent}
             self._send([self._point_of(d) for d in unsent], units)
+
+    def _renumber(self) -> None:
+        """Give a changed grid's or random sweep's points not created yet indexes after the
+        stored trials', in the expansion's order: the new expansion's own indexes may be
+        those of stored trials (a value added to the first dimension moves every later
+        point), and a trial's index is unique in its sweep."""
+        assert self._points is not None
+        position = {p.id: i for i, p in enumerate(sorted(self._by_id.values(), key=_index_of))}
+        for i, point in enumerate(self._points):
+            if point.id not in self._created:
+                moved = dataclasses.replace(point, index=self._index + position[point.id])
+                self._points[i] = self._by_id[point.id] = moved
 
     def _stored_epochs(self, docs: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
         if not self.spec.pruning.enabled:
@@ -368,8 +415,17 @@ class Feeder:
             return self._stop()
         if sweep.get("cancelled_at") is not None:
             return self._stop()
+        if int(sweep.get("spec_rev") or 0) != self.rev:
+            # Its spec changed: a feeder rebuilt on the new one takes over (`Feeders.step`,
+            # `sweepstack run`), from the stored trials, as after a restart.
+            log.info("sweep %s: its spec changed; feeding it anew", self.sweep_id)
+            self.respecified = True
+            return self._stop()
+        self.paused = sweep.get("paused_at") is not None
         if self.session is not None:
             self._tell_and_prune(sweep["counts"])
+        if sweep.get("held") and not self.paused:
+            self._send_held(sweep["held"])
         counts, planned = sweep["counts"], int(sweep.get("planned") or 0)
         in_flight = counts["queued"] - planned + counts["running"]
         if in_flight > 0 and self._stalled(sweep.get("counts_rev", 0)):
@@ -382,12 +438,25 @@ class Feeder:
             counts = self.store.admin.recount(self.sweep_id)
             in_flight = counts["queued"] - planned + counts["running"]
         if planned > 0:
-            wanted, units = self.wanted(in_flight)
+            # Paused: running trials finish and are told (above); nothing new goes out.
+            wanted, units = self.wanted(in_flight) if not self.paused else (0, None)
             if wanted > 0:
                 self.feed(min(wanted, planned), units)
         elif in_flight <= 0:
             return self._stop()
         return True
+
+    def _send_held(self, held: list[str]) -> None:
+        """Send again the trials a worker left queued while the sweep was paused
+        (`core.store.lifecycle`'s claim notes them in the sweep's ``held`` list)."""
+        docs = self.store.feeding.feed_trials(self.sweep_id, held, with_config=True)
+        docs = [d for d in docs if d["state"] == TrialState.QUEUED.value]
+        if docs:
+            log.info("sweep %s: sending %d trials held while it was paused", self.sweep_id,
+                     len(docs))  # fmt: skip
+            units = {d["key"]: (d.get("optuna") or {}).get("unit") for d in docs}
+            self._send([self._point_of(d) for d in docs], units)
+        self.store.feeding.release_held(self.sweep_id, held)
 
     def _renew(self) -> bool:
         """Renew the feeding lease when `RENEW_SHARE` of it has passed; whether it is held."""
@@ -755,6 +824,10 @@ def judge_until(feeders: Sequence[Feeder], deadline: float) -> None:
             return
         every = JUDGE_SECONDS if found else min(every * 1.5, JUDGE_MAX_SECONDS)
         time.sleep(min(every, max(0.0, deadline - time.monotonic())))
+
+
+def _index_of(point: TrialPoint) -> int:
+    return point.index
 
 
 def _optuna(number: int, system_attrs: dict[str, Any], **more: Any) -> dict[str, Any]:

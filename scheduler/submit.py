@@ -54,8 +54,15 @@ def submit_sweep(
     the broker refuses, the sweep is cancelled and the error is raised.
     """
     lease_owner = owner_name()
+    warm_ids: list[str] = []
+    warm: list[Any] = []
+    if spec.search.warm_start:
+        from scheduler.warm import warm_records, warm_trials
+
+        warm_ids = warm_trials(store, spec, owner)
+        warm = warm_records(store, spec, warm_ids)
     feeder = Feeder(store, app, "", spec, owner=lease_owner, workers=workers,
-                    big_window=window or BIG_WINDOW)  # fmt: skip
+                    big_window=window or BIG_WINDOW, warm=warm)  # fmt: skip
     wanted, units = feeder.wanted(0)
     first = min(wanted, feeder.total)
     points, extras = feeder.ask(first, units)
@@ -66,6 +73,8 @@ def submit_sweep(
     sweep_fields: dict[str, Any] = {"lease": lease}
     if feeder.session is not None:
         sweep_fields["study_attrs"] = feeder.session.study_attrs()
+    if warm_ids:
+        sweep_fields["warm_trials"] = warm_ids
     sweep_id = store.admin.create_sweep(
         spec, points, owner=owner, total=total, extras=extras, sweep_fields=sweep_fields
     )

@@ -24,6 +24,9 @@ SWEEP_ROUTES = [
     ("GET", "/api/v1/sweeps/{sweep}/export?format=jsonl", 200),
     ("GET", "/api/v1/trials/{trial}", 200),
     ("POST", "/api/v1/sweeps/{sweep}/retry", 200),
+    ("POST", "/api/v1/sweeps/{sweep}/pause", 200),
+    ("POST", "/api/v1/sweeps/{sweep}/resume", 200),
+    ("POST", "/api/v1/sweeps/{sweep}/change", 400),  # no body: the owner gets that far
     ("POST", "/api/v1/sweeps/{sweep}/cancel", 200),
     ("DELETE", "/api/v1/sweeps/{sweep}", 200),  # after the cancel above: nothing runs
 ]
