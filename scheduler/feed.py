@@ -204,6 +204,9 @@ class Feeder:
         #: The sweep's window under the fair share of workers (`core.shares`), set by the
         #: scheduler each pass (`scheduler.feeders`); None: `window` alone.
         self.share_window: int | None = None
+        #: Trials per message of a grid's or random sweep's plan (`_plan_block`): its share
+        #: of workers counts messages, its window trials.
+        self.per_message = 1.0
         self.session: Any = None
         self._points: list[TrialPoint] | None = None  # grid/random: the expansion, by cost
         self._next = 0  # position in `_points`
@@ -411,7 +414,11 @@ class Feeder:
         """How many new trials the window has room for, given the trials in flight, and
         for an adaptive search in how many units at most (module docstring): a unit of
         up to `scheduler.units.ADAPTIVE_GROUP_CAP` points per free place."""
-        window = self.window if self.share_window is None else min(self.window, self.share_window)
+        window = self.window
+        if self.share_window is not None and (self._points is not None or self.session is None):
+            window = min(window, math.ceil(self.share_window * self.per_message))
+        elif self.share_window is not None:
+            window = min(window, self.share_window)  # an adaptive search's window counts units
         if self._points is not None or self.session is None:
             return window - in_flight, None
         free = window - len({self._units.get(t, t) for t in self._numbers})
@@ -543,7 +550,11 @@ class Feeder:
                 block.append(point)
         if self._block is not None:
             block = [self._resolved(point) for point in block]
-        self._plan.extend(batches(block, self.workers))
+        planned = batches(block, self.workers)
+        if planned:
+            # A message (a fused group, a chunk) takes one worker: the fair share counts them.
+            self.per_message = len(block) / len(planned)
+        self._plan.extend(planned)
         return bool(block)
 
     def _resolved(self, point: TrialPoint) -> TrialPoint:

@@ -40,7 +40,8 @@ def test_high_priority_needs_an_admin_or_an_allowance(
     assert response.json["details"] == {"field": "priority", "value": "high"}
     assert store.shares.active_sweeps() == [] and queue_depth(shared) == 0
     # An admin may; and may allow bob.
-    assert admin_client.post(SWEEPS, json=small_spec(priority="high"), headers=CAROL).status_code == 201
+    high = admin_client.post(SWEEPS, json=small_spec(priority="high"), headers=CAROL)
+    assert high.status_code == 201
     allowed = admin_client.put("/api/v1/users/bob", json={"high_priority": True}, headers=CAROL)
     assert allowed.status_code == 200 and allowed.json["high_priority"] is True
     sweep_id = submit(admin_client, small_spec(priority="high"), BOB)
