@@ -32,7 +32,7 @@ from api.serialize import PREFIX
 from core.errors import NotFound
 from core.settings import Settings
 from core.spec.sweep import SweepSpec
-from core.store.shares import QUOTAS, current_shares
+from core.store.shares import QUOTAS, share_rows
 from core.store.store import Store
 from scheduler.expand import check_count
 from web.context import context, identity
@@ -96,41 +96,14 @@ def _admin() -> None:
         raise ApiError(403, "admin_only", "only an admin (SWEEPSTACK_ADMINS) may do this")
 
 
-def share_rows(store: Store, workers: int | None, owner_name: str | None) -> list[dict[str, Any]]:
-    """The active sweeps (`owner_name`'s only, when given) with their share now: ``share``
-    (workers, exact), ``slots`` (whole workers), ``window`` (trials in flight at most),
-    ``position`` (1: the next free worker's), ``priority``, ``weight``, ``running``."""
-    docs = store.shares.active_sweeps()
-    shares = current_shares(store.shares, workers) if workers else {}
-    rows = []
-    for doc in docs:
-        if owner_name is not None and doc.get("owner") != owner_name:
-            continue
-        share = shares.get(doc["_id"])
-        rows.append({
-            "id": doc["_id"],
-            "owner": doc.get("owner"),
-            "priority": doc.get("priority") or "normal",
-            "weight": float(doc.get("weight") or 1.0),
-            "running": int((doc.get("counts") or {}).get("running") or 0),
-            "share": round(share.exact, 3) if share else None,
-            "slots": share.slots if share else None,
-            "window": share.window if share else None,
-            "position": share.position if share and share.position else None,
-        })  # fmt: skip
-    rows.sort(key=lambda r: (r["position"] is None, r["position"] or 0, r["id"]))
-    return rows
-
-
 @blueprint.get("/shares")
 def shares() -> dict[str, Any]:
     """The caller's active sweeps with their share of the workers now (admins: all)."""
     accept(())
-    store = context().store
+    ctx = context()
     who = identity()
-    workers = store.shares.workers()
     mine = None if who is not None and who.admin else owner()
-    return {"workers": workers, "items": share_rows(store, workers, mine)}
+    return share_rows(ctx.store.shares, mine, ctx.settings.quota_running)
 
 
 @blueprint.get("/users/<name>")

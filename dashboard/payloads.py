@@ -105,6 +105,7 @@ def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
         "created_at": data.to_ms(sweep.get("created_at")),
         "updated_at": data.to_ms(sweep.get("updated_at")),
         "cancelled": sweep.get("cancelled_at") is not None,
+        "priority": sweep.get("priority") or "normal",
         "trial_count": sweep.get("trial_count", 0),
         "metric": metric,
         "direction": direction,
@@ -327,9 +328,13 @@ def curves_payload(
 
 def sweeps_payload(state: DashboardState, reads: Reads, now: datetime,
                    since: int | None = None, limit: int = 100, *, owner: str | None = None,
-                   cursor: str | None = None) -> dict[str, Any]:
+                   cursor: str | None = None,
+                   shares: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One page of the newest sweeps (`owner`'s only, unless None) with counts, and the
     best objective of those already in memory; ``next`` is the next page's cursor.
+    ``shares``: the fair share of every active sweep shown (`core.store.shares.share_rows`,
+    by sweep id) and the workers online, whole at every answer (they move without the
+    sweep's own record moving).
 
     With `since` (ms), only sweeps updated after it; a page passes the ``now`` of its last
     answer, less a little, so a change is never missed (it may come twice).
@@ -347,7 +352,9 @@ def sweeps_payload(state: DashboardState, reads: Reads, now: datetime,
             top = aggregate_functions(table.sweep)["top"]
             best = _best(table.memo("top", top, PREPARED_SECONDS)[1])
         out.append({**meta, "best": best, "best_known": table is not None})
-    return {"now": data.to_ms(now), "sweeps": out, "next": next_cursor}
+    return {"now": data.to_ms(now), "sweeps": out, "next": next_cursor,
+            "shares": {row["id"]: row for row in (shares or {}).get("items", [])},
+            "workers": (shares or {}).get("workers")}
 
 
 def sweep_summary(table: SweepTable, now: datetime) -> dict[str, Any]:

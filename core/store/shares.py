@@ -22,7 +22,7 @@ from core.store.query import check_id
 from core.store.roles import Shares
 from core.store.state import StoreState, available
 
-__all__ = ["QUOTAS", "MongoShares", "claims", "current_shares", "running_quotas"]
+__all__ = ["QUOTAS", "MongoShares", "claims", "current_shares", "running_quotas", "share_rows"]
 
 _QUEUED = TrialState.QUEUED.value
 _RUNNING = TrialState.RUNNING.value
@@ -205,3 +205,38 @@ def current_shares(
     found = [*claims(shares.active_sweeps(), users), *extra]
     quotas = running_quotas(users, {c.owner for c in found}, default_running)
     return fair_shares(found, workers, quotas)
+
+
+def share_rows(
+    shares: Shares, owner: str | None = None, default_running: int | None = None
+) -> dict[str, Any]:
+    """What the API (``GET /api/v1/shares``) and the dashboard's Sweeps page show of the
+    fair share: ``workers`` (online, as a scheduler last counted them; None: unknown) and
+    ``items``, the active sweeps (`owner`'s only, when given), each with ``share`` (its
+    exact share of the workers now), ``slots`` (whole workers), ``window`` (trials in
+    flight at most), ``position`` (its place in the line for the next free worker, 1 the
+    next), ``priority``, ``weight`` and ``running``; in line order."""
+    workers = shares.workers()
+    users = shares.users()
+    docs = shares.active_sweeps()
+    found = claims(docs, users)
+    quotas = running_quotas(users, {c.owner for c in found}, default_running)
+    fair = fair_shares(found, workers, quotas) if workers else {}
+    rows = []
+    for doc in docs:
+        if owner is not None and doc.get("owner") != owner:
+            continue
+        share = fair.get(doc["_id"])
+        rows.append({
+            "id": doc["_id"],
+            "owner": doc.get("owner"),
+            "priority": doc.get("priority") or DEFAULT_PRIORITY,
+            "weight": float(doc.get("weight") or 1.0),
+            "running": int((doc.get("counts") or {}).get(_RUNNING) or 0),
+            "share": round(share.exact, 3) if share else None,
+            "slots": share.slots if share else None,
+            "window": share.window if share else None,
+            "position": share.position if share and share.position else None,
+        })  # fmt: skip
+    rows.sort(key=lambda r: (r["position"] is None, r["position"] or 0, r["id"]))
+    return {"workers": workers, "items": rows}
