@@ -16,10 +16,11 @@ running) and planned, capped by its ``search.parallelism``. The result is an exa
 per sweep, in workers (a fraction); the scheduler needs whole trials in flight, so each
 sweep gets ``floor(exact)`` *slots*, and the workers left over go one by one to the sweeps
 furthest below their exact share now (running / exact, then the oldest), so that a share
-of 0.5 is held over time by turns. A sweep's *window* (its trials in flight at most) is its
-slots plus `BUFFER`, where it has any: one trial waits on the queue for the next free
-worker, so a worker never waits for the scheduler's next pass, and a sweep submitted
-later waits behind at most one trial of each other sweep.
+of 0.5 is held over time by turns. A sweep's *window* (its trials in flight at most) is
+twice its slots (at least its slots plus `BUFFER`), where it has any: a trial waits on the
+queue for each worker the sweep has, so a worker that ends a trial takes the next at once
+although the scheduler refills the windows once a pass, and a sweep submitted later waits
+behind at most one queued trial per worker: it starts within about one trial's time.
 
 Pure functions of what the store holds (the active sweeps, the users' weights and quotas,
 the workers online): every scheduler computes the same windows, and a scheduler killed
@@ -40,7 +41,9 @@ DEFAULT_PRIORITY = "normal"
 #: a high sweep's trials overtake those already waiting, a low sweep's wait behind.
 MESSAGE_PRIORITY = {"low": 0, "normal": 1, "high": 2}
 MAX_MESSAGE_PRIORITY = max(MESSAGE_PRIORITY.values())
-#: Trials a sweep with a share keeps waiting on the queue beyond its slots.
+#: Trials a sweep with a share keeps waiting on the queue beyond its slots, at least; as
+#: many as its slots where that is more (a worker that ends a trial finds the next one
+#: queued although the scheduler refills the window only once a pass).
 BUFFER = 1
 _EPSILON = 1e-9
 
@@ -164,7 +167,7 @@ def fair_shares(
         window = slots[c.sweep_id]
         if window > 0:
             room = quota.get(c.owner, math.inf) - user_slots[c.owner]
-            extra = int(min(buffer, max(room, 0)))
+            extra = int(min(max(buffer, window), max(room, 0)))
             user_slots[c.owner] += extra
             window += extra
         windows[c.sweep_id] = min(window, c.demand)

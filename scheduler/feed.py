@@ -35,7 +35,7 @@ Window: at most `parallelism` trials in flight for a session (``search.paralleli
 `PARALLELISM_PER_WORKER` x the workers known, else `DEFAULT_PARALLELISM`), units for an
 adaptive one, `big_window` for grid/random without pruning; and, where the scheduler knows
 the workers online, no more than the sweep's fair share of them (`share_window`,
-`core.shares`: its whole workers plus one trial waiting), so the queue never holds much
+`core.shares`: its whole workers and a trial waiting for each), so the queue never holds much
 more than the workers can start soon, and a sweep submitted behind a large one starts
 within about one trial's time. The sweep's size is known up
 front (``search.trials``, or the expansion's length) and stored as planned trials: exactly

@@ -30,13 +30,23 @@ log = logging.getLogger(__name__)
 
 
 def workers_online(app: Celery, timeout: float = 1.0) -> int | None:
-    """Worker processes online (the sum of their pools' sizes), None when none answers."""
+    """Worker processes online that take this deployment's trials (the sum of their pools'
+    sizes), None when none answers. Celery's remote control reaches every worker on the
+    broker's virtual host, so those consuming another queue (another deployment's, or a
+    test's) are left out: the fair share divides only the workers that serve it."""
     try:
-        stats = app.control.inspect(timeout=timeout).stats() or {}
+        inspector = app.control.inspect(timeout=timeout)
+        stats = inspector.stats() or {}
+        queues = inspector.active_queues() or {}
     except Exception as exc:  # the broker is down: no default from workers this time
         log.warning("cannot ask the workers: %s", exc)
         return None
-    total = sum(int((s.get("pool") or {}).get("max-concurrency") or 1) for s in stats.values())
+    mine = app.conf.task_default_queue
+    total = sum(
+        int((s.get("pool") or {}).get("max-concurrency") or 1)
+        for name, s in stats.items()
+        if any(q.get("name") == mine for q in queues.get(name) or [])
+    )
     return total or None
 
 

@@ -106,6 +106,7 @@ def test_shares_show_each_sweep_its_part_of_the_workers_and_its_place(
     everyone = admin_client.get("/api/v1/shares", headers=CAROL).json["items"]
     assert {row["id"]: row["share"] for row in everyone} == {a: 2.0, b: 2.0}
     assert sorted(row["position"] for row in everyone) == [1, 2]
-    # A submit after the workers were counted stores its fair window only: 2 + 1 waiting.
+    # A submit after the workers were counted stores its fair window only: its 2 workers
+    # and a trial waiting for each.
     assert store.reads.counts(b)["queued"] == 6
-    assert len(store.feeding.feed_trials(b)) == 3
+    assert len(store.feeding.feed_trials(b)) == 4

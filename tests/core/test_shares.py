@@ -53,7 +53,7 @@ def test_the_running_quota_caps_a_user_and_the_rest_goes_to_others() -> None:
     shares = fair_shares(claims, 6, {"alice": 1})
     assert shares["a"].exact == pytest.approx(1) and shares["b"].exact == pytest.approx(5)
     assert shares["a"].window == 1  # no trial waiting beyond the quota
-    assert shares["b"].window == 6
+    assert shares["b"].window == 10  # its 5 workers and a trial waiting for each
 
 
 def test_fractions_become_whole_slots_for_whoever_is_furthest_behind() -> None:

@@ -43,8 +43,10 @@ execution: {{fuse: off}}
 
 
 def submit(stack: Stack, text: str, owner: str) -> tuple[str, float]:
+    """The new sweep's id, and when its submit began (the wait counts the submit too)."""
+    began = time.time()
     sweep_id, _ = submit_sweep(load_spec(text), stack.store, stack.app, owner=owner)
-    return sweep_id, time.time()
+    return sweep_id, began
 
 
 def first_start(stack: Stack, sweep_id: str) -> float | None:
@@ -106,6 +108,15 @@ def test_a_late_small_sweep_gets_half_the_workers_and_a_high_one_goes_first(
             holder = stack.store.reads.get_sweep(a)["lease"]["owner"]
             victim = next(s for s in started if f":{s.proc.pid}:" in holder)
             victim.kill_all()
+            survivor = next(s for s in started if s is not victim)
+            wait_for(
+                lambda: (
+                    f":{survivor.proc.pid}:"
+                    in (stack.store.reads.get_sweep(a)["lease"] or {}).get("owner", "")
+                ),
+                30,
+                "the other scheduler to take alice's sweep over",
+            )
         median = median_duration(stack, a)
         b, b_at = submit(stack, grid("small", 200), "bob")
         b_start = wait_for(lambda: first_start(stack, b), 60, "bob's first trial")
