@@ -42,7 +42,11 @@ def submit(spec: str, as_json: bool, quiet: bool) -> None:
     store = open_store(settings)
     try:
         sweep_id, count = submit_sweep(
-            loaded, store, sender_app(settings), window=settings.feed_window
+            loaded,
+            store,
+            sender_app(settings),
+            window=settings.feed_window,
+            quota_running=settings.quota_running,
         )
     except SpecError as exc:
         fail_spec(exc)

@@ -13,14 +13,19 @@ and YARN's fair schedulers), in three tiers of priority, each served before the 
 
 A sweep's *demand* is the trials it could run at once now: those in flight (queued or
 running) and planned, capped by its ``search.parallelism``. The result is an exact share
-per sweep, in workers (a fraction); the scheduler needs whole trials in flight, so each
-sweep gets ``floor(exact)`` *slots*, and the workers left over go one by one to the sweeps
-furthest below their exact share now (running / exact, then the oldest), so that a share
-of 0.5 is held over time by turns. A sweep's *window* (its trials in flight at most) is
-twice its slots (at least its slots plus `BUFFER`), where it has any: a trial waits on the
-queue for each worker the sweep has, so a worker that ends a trial takes the next at once
-although the scheduler refills the windows once a pass, and a sweep submitted later waits
-behind at most one queued trial per worker: it starts within about one trial's time.
+per sweep, in workers (a fraction).
+
+The scheduler keeps whole trials in flight. The workers take the one queue first in, first
+out, so while it holds trials of several sweeps each sweep's throughput follows its trials
+in flight: a sweep's *window* (its trials in flight at most) is `WINDOW_PER_WORKER` (2)
+times its exact share, in whole trials: each sweep its whole part, the units left over one
+at a time to the sweeps furthest below their share now (running / exact, then the oldest),
+so a fraction is held over time by turns; a user's windows never pass its quota of trials
+running. A trial so waits on the queue for each worker a sweep runs on: a worker that ends
+a trial takes the next at once although the scheduler refills the windows once a pass, and
+a sweep submitted later waits behind at most one queued trial per worker: it starts within
+about one trial's time. *Slots*, the share's whole workers in the same way, are what the
+dashboard and the API show.
 
 Pure functions of what the store holds (the active sweeps, the users' weights and quotas,
 the workers online): every scheduler computes the same windows, and a scheduler killed
@@ -41,10 +46,10 @@ DEFAULT_PRIORITY = "normal"
 #: a high sweep's trials overtake those already waiting, a low sweep's wait behind.
 MESSAGE_PRIORITY = {"low": 0, "normal": 1, "high": 2}
 MAX_MESSAGE_PRIORITY = max(MESSAGE_PRIORITY.values())
-#: Trials a sweep with a share keeps waiting on the queue beyond its slots, at least; as
-#: many as its slots where that is more (a worker that ends a trial finds the next one
-#: queued although the scheduler refills the window only once a pass).
-BUFFER = 1
+#: A sweep's window (its trials in flight) per worker of its exact share: a trial waits on
+#: the queue for each worker it runs on, so a worker that ends a trial takes the next at
+#: once although the scheduler refills the windows only once a pass.
+WINDOW_PER_WORKER = 2
 _EPSILON = 1e-9
 
 K = TypeVar("K", bound=Hashable)
@@ -75,6 +80,31 @@ class Share:
     slots: int
     window: int
     position: int
+
+
+def _whole(ordered: list[Claim], exact: Mapping[str, float], scale: int) -> dict[str, int]:
+    """Whole numbers in proportion to `exact` x `scale`: each sweep its whole part, the
+    units left over one at a time to the sweeps in `ordered` order (furthest below their
+    share first) that have a fraction, never more than a user's own total rounded up."""
+    target = {c.sweep_id: exact[c.sweep_id] * scale for c in ordered}
+    out = {key: math.floor(value + _EPSILON) for key, value in target.items()}
+    users: dict[str, float] = {}
+    given: dict[str, int] = {}
+    for c in ordered:
+        users[c.owner] = users.get(c.owner, 0.0) + target[c.sweep_id]
+        given[c.owner] = given.get(c.owner, 0) + out[c.sweep_id]
+    spare = round(sum(target.values())) - sum(out.values())
+    for c in ordered:
+        if spare <= 0:
+            break
+        if target[c.sweep_id] - out[c.sweep_id] <= _EPSILON:
+            continue
+        if given[c.owner] >= math.ceil(users[c.owner] - _EPSILON):
+            continue
+        out[c.sweep_id] += 1
+        given[c.owner] += 1
+        spare -= 1
+    return out
 
 
 def water_fill(
@@ -132,18 +162,12 @@ def fair_shares(
     claims: Iterable[Claim],
     workers: int,
     running_quota: Mapping[str, int] | None = None,
-    buffer: int = BUFFER,
+    per_worker: int = WINDOW_PER_WORKER,
 ) -> dict[str, Share]:
     """Each sweep's `Share` of `workers` (module docstring): exact, whole slots, window,
     place in line."""
     claims = list(claims)
     exact = exact_shares(claims, workers, running_quota)
-    slots = {c.sweep_id: math.floor(exact[c.sweep_id] + _EPSILON) for c in claims}
-    by_user: dict[str, float] = {}
-    for c in claims:
-        by_user[c.owner] = by_user.get(c.owner, 0.0) + exact[c.sweep_id]
-    user_slots = {u: sum(slots[c.sweep_id] for c in claims if c.owner == u) for u in by_user}
-    spare = round(sum(exact.values())) - sum(slots.values())
     tier = {p: i for i, p in enumerate(PRIORITIES)}
 
     def behind(c: Claim) -> tuple[Any, ...]:
@@ -151,26 +175,16 @@ def fair_shares(
         ratio = c.running / share if share > _EPSILON else math.inf
         return (-tier.get(c.priority, 1), ratio, c.order, c.sweep_id)
 
-    for c in sorted(claims, key=behind):
-        if spare <= 0:
-            break
-        if exact[c.sweep_id] - slots[c.sweep_id] <= _EPSILON:
-            continue
-        if user_slots[c.owner] >= round(by_user[c.owner]):
-            continue
-        slots[c.sweep_id] += 1
-        user_slots[c.owner] += 1
-        spare -= 1
-    quota = running_quota or {}
-    windows: dict[str, int] = {}
-    for c in sorted(claims, key=behind):
-        window = slots[c.sweep_id]
-        if window > 0:
-            room = quota.get(c.owner, math.inf) - user_slots[c.owner]
-            extra = int(min(max(buffer, window), max(room, 0)))
-            user_slots[c.owner] += extra
-            window += extra
-        windows[c.sweep_id] = min(window, c.demand)
+    ordered = sorted(claims, key=behind)
+    slots = _whole(ordered, exact, 1)
+    windows = _whole(ordered, exact, per_worker)
+    for user, limit in (running_quota or {}).items():
+        # Queued trials of the user's would run once others end: the windows hold the quota.
+        mine = [c for c in ordered if c.owner == user]
+        while sum(windows[c.sweep_id] for c in mine) > limit:
+            widest = max(mine, key=lambda c: windows[c.sweep_id])
+            windows[widest.sweep_id] -= 1
+    windows = {c.sweep_id: min(windows[c.sweep_id], c.demand) for c in claims}
     line = sorted((c for c in claims if c.demand > 0), key=behind)
     place = {c.sweep_id: i + 1 for i, c in enumerate(line)}
     return {

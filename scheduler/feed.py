@@ -34,9 +34,9 @@ its window counts units: a place frees when every trial of a unit ended, and
 Window: at most `parallelism` trials in flight for a session (``search.parallelism``, else
 `PARALLELISM_PER_WORKER` x the workers known, else `DEFAULT_PARALLELISM`), units for an
 adaptive one, `big_window` for grid/random without pruning; and, where the scheduler knows
-the workers online, no more than the sweep's fair share of them (`share_window`,
-`core.shares`: its whole workers and a trial waiting for each), so the queue never holds much
-more than the workers can start soon, and a sweep submitted behind a large one starts
+the workers online, no more than twice the sweep's fair share of them (`share_window`,
+`core.shares`; a grid's counts its messages, `per_message`), so the queue never holds
+much more than the workers can start soon, and a sweep submitted behind a large one starts
 within about one trial's time. The sweep's size is known up
 front (``search.trials``, or the expansion's length) and stored as planned trials: exactly
 that many are ever created, fewer only when a search's space runs out

@@ -74,3 +74,22 @@ def test_a_new_sweep_behind_a_large_one_gets_half_at_once() -> None:
     shares = fair_shares(claims, 2)
     assert (shares["a"].window, shares["b"].window) == (2, 2)
     assert shares["b"].position == 1
+
+
+def test_windows_follow_the_exact_shares_in_whole_trials() -> None:
+    """The queue is first in, first out: a sweep's throughput follows its trials in flight,
+    so the windows (twice the share) carry the weights, the fractions by turns."""
+    claims = [
+        Claim("a", "alice", 2000, running=2, user_weight=3),
+        Claim("b", "bob", 1000, running=1, user_weight=2),
+        Claim("c", "carol", 1000, running=1, user_weight=1),
+    ]
+    shares = fair_shares(claims, 4)
+    assert [round(shares[k].exact, 3) for k in "abc"] == [2.0, 1.333, 0.667]
+    assert sum(s.window for s in shares.values()) == 8
+    assert shares["a"].window == 4
+    # bob runs 1 of his 1.33 (75 %), carol 1 of her 0.67 (150 %): the spare unit is bob's.
+    assert (shares["b"].window, shares["c"].window) == (3, 1)
+    again = fair_shares([claims[0], Claim("b", "bob", 1000, running=2, user_weight=2),
+                         Claim("c", "carol", 1000, running=0, user_weight=1)], 4)  # fmt: skip
+    assert (again["b"].window, again["c"].window) == (2, 2)

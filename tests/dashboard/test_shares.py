@@ -5,10 +5,12 @@ an admin's all); the Workers page's rows say which sweep each worker runs."""
 from __future__ import annotations
 
 from flask.testing import FlaskClient
+from playwright.sync_api import BrowserContext
 
 from core.store.store import Store
 from dashboard.workers import worker_rows
 from tests.core import make_sweep
+from tests.dashboard.browser import browser_login, live_server, open_drawn, shoot, wait_until
 from tests.dashboard.conftest import (
     ROOT_TOKEN,
     Sweep,
@@ -57,3 +59,26 @@ def test_each_worker_row_names_the_sweeps_it_runs() -> None:
     rows = {r["name"]: r for r in worker_rows(inspected, [], 1_000_000)}
     assert rows["w1@h"]["sweeps"] == ["0123456789ab"]
     assert rows["w2@h"]["sweeps"] == []
+
+
+def test_chromium_draws_the_share_columns_and_follows_them(
+    context: BrowserContext, sweep: Sweep, secantus_url: str, db_name: str
+) -> None:
+    store = sweep.store
+    bobs, _ = make_sweep(store, small_sweep_spec(name="bobs"), owner="bob")
+    store.shares.note_workers(4)
+    app = dashboard_app(dashboard_settings(secantus_url, db_name), store)
+    with live_server(app) as url:
+        browser_login(context, url, ROOT_TOKEN).close()
+        page, console = open_drawn(context, url + "/")
+        mine = page.locator(f"#sweep-{sweep.sweep_id}")
+        assert mine.locator("td.share").inner_text() == "2 of 4"
+        assert mine.locator("td.position").inner_text() in ("#1", "#2")
+        assert mine.locator(".priority-normal").inner_text() == "normal"
+        assert page.locator("#workers-online").inner_text() == "Workers online: 4."
+        # The share moves without the sweep's record moving: the next poll shows it.
+        store.shares.set_user("alice", {"weight": 3})
+        wait_until(lambda: mine.locator("td.share").inner_text() == "3 of 4", 10, "3 of 4")
+        assert page.locator(f"#sweep-{bobs} td.share").inner_text() == "1 of 4"
+        shoot(page, "sweeps-shares")
+        assert console.errors() == []
