@@ -126,8 +126,10 @@ def main() -> None:
             stack.store.shares.set_user(name, {"weight": weight})
         start = time.time()
         sweeps: dict[str, str] = {}
+        submitted: dict[str, float] = {}
         for name, _, trials, at in USERS:
             time.sleep(max(0.0, start + at - time.time()))
+            submitted[name] = time.time()
             sweeps[name], _ = submit_sweep(load_spec(grid(name, trials)), stack.store,
                                            stack.app, owner=name)  # fmt: skip
             print(f"{time.time() - start:5.1f} s  {name} submits {trials} trials", flush=True)
@@ -140,6 +142,10 @@ def main() -> None:
         stack.close()
         server.stop()
         shutil.rmtree(folder, ignore_errors=True)
+    for name, began in submitted.items():
+        first = min((s for s, _ in done[name]), default=None)
+        waited = "never" if first is None else f"{first - began:.2f} s after its submit"
+        print(f"{name}'s first trial started {waited}")
     rows = []
     print(f"\n{'from':>6} {'to':>6}  " + "  ".join(f"{n:>14}" for n, *_ in USERS))
     t = 0.0

@@ -105,7 +105,7 @@ class Feeders:
                 log.info("feeding sweep %s (%d trials)", sweep_id, feeder.total)
                 self.feeders[sweep_id] = feeder
         self._share()
-        for sweep_id, feeder in list(self.feeders.items()):
+        for sweep_id, feeder in self._in_line():
             try:
                 alive = feeder.step()
             except SweepstackError as exc:
@@ -124,14 +124,28 @@ class Feeders:
     def _share(self) -> None:
         """Size every feeder's window to its sweep's fair share of the workers online
         (`core.shares`), from the store: every scheduler computes the same. Without a count
-        of the workers, the windows are the feeders' own."""
-        if not self.workers:
+        of the workers (this scheduler's, else one another recorded in the last five
+        minutes), the windows are the feeders' own."""
+        # None answered this scheduler yet (it just started): another's recent count.
+        workers = self.workers or self.store.shares.workers()
+        if not workers:
             self.shares = {}
         else:
-            self.shares = current_shares(self.store.shares, self.workers, self.quota_running)
+            self.shares = current_shares(self.store.shares, workers, self.quota_running)
         for sweep_id, feeder in self.feeders.items():
             share = self.shares.get(sweep_id)
             feeder.share_window = share.window if share is not None else None
+
+    def _in_line(self) -> list[tuple[str, Feeder]]:
+        """The feeders in the fair share's line (`core.shares.Share.position`: the sweep
+        furthest below its share first), so that of two windows refilled in one pass the
+        trials of the sweep owed more are queued, and taken, first."""
+
+        def place(item: tuple[str, Feeder]) -> int:
+            share = self.shares.get(item[0])
+            return share.position if share is not None and share.position else 1 << 30
+
+        return sorted(self.feeders.items(), key=place)
 
     def judge_until(self, deadline: float) -> None:
         """Sleep until `deadline`, deciding pruning meanwhile (`scheduler.feed.judge_until`)."""
@@ -141,7 +155,8 @@ class Feeders:
         """The workers online, for the window of sweeps without `search.parallelism` and
         the fair share; recorded in the store for the API's submit (`scheduler.submit`)."""
         self.workers = workers
-        self.store.shares.note_workers(workers)
+        if workers:  # a scheduler that reached none leaves another's count standing
+            self.store.shares.note_workers(workers)
 
     def close(self) -> None:
         """Give every lease back, so another scheduler can take over at once."""
