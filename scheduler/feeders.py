@@ -105,7 +105,7 @@ class Feeders:
                 log.info("feeding sweep %s (%d trials)", sweep_id, feeder.total)
                 self.feeders[sweep_id] = feeder
         self._share()
-        for sweep_id, feeder in self._in_line():
+        for sweep_id, feeder in list(self.feeders.items()):
             try:
                 alive = feeder.step()
             except SweepstackError as exc:
@@ -135,17 +135,6 @@ class Feeders:
         for sweep_id, feeder in self.feeders.items():
             share = self.shares.get(sweep_id)
             feeder.share_window = share.window if share is not None else None
-
-    def _in_line(self) -> list[tuple[str, Feeder]]:
-        """The feeders in the fair share's line (`core.shares.Share.position`: the sweep
-        furthest below its share first), so that of two windows refilled in one pass the
-        trials of the sweep owed more are queued, and taken, first."""
-
-        def place(item: tuple[str, Feeder]) -> int:
-            share = self.shares.get(item[0])
-            return share.position if share is not None and share.position else 1 << 30
-
-        return sorted(self.feeders.items(), key=place)
 
     def judge_until(self, deadline: float) -> None:
         """Sleep until `deadline`, deciding pruning meanwhile (`scheduler.feed.judge_until`)."""
