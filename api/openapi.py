@@ -362,6 +362,7 @@ ERRORS = {
     "400": "A query parameter, path value or body key is unknown, malformed or an operator; "
     "a body that is not plain JSON or YAML (a key given twice, NUL, a 4,300-digit number)",
     "401": "No bearer token, or one the server does not know",
+    "403": "Not allowed: priority high without an admin's allowance, or an admin's route",
     "404": "No such sweep or trial, or it belongs to someone else; for a trial's model, also "
     "a trial of the caller's with no kept model (details.reason: not_complete, not_kept, gone)",
     "409": "The sweep's state forbids it (active trials, or cancelled)",
@@ -369,7 +370,8 @@ ERRORS = {
     "415": "The body is neither JSON nor YAML",
     "422": "The spec breaks its rules, expands past the trial limit, or asks for more than "
     "this server allows (see the SweepSpec schema's description and x-limits)",
-    "429": "Too many failed authentications from this address; retry after Retry-After seconds",
+    "429": "Too many failed authentications from this address (retry after Retry-After "
+    "seconds), or a submit over one of the user's quotas (details: quota, limit, used)",
     "503": "The store or the broker did not answer",
 }
 
@@ -392,6 +394,7 @@ def _parameters(settings: Settings) -> dict[str, Any]:
     return {
         "SweepId": {"name": "sweep_id", "in": "path", "required": True, "schema": STR},
         "TrialId": {"name": "trial_id", "in": "path", "required": True, "schema": STR},
+        "UserName": {"name": "name", "in": "path", "required": True, "schema": STR},
         "Limit": _query(
             "limit",
             {"type": "integer", "minimum": 1, "maximum": settings.api_max_page_size},
@@ -468,7 +471,7 @@ def _paths() -> dict[str, Any]:
             "post": _op(
                 "Submit a sweep spec; its trials are stored and enqueued",
                 {"201": _json(ref("SweepCreated"), "The sweep was stored and enqueued")},
-                ("400", "401", "413", "415", "422", "503"), requestBody=spec_body,
+                ("400", "401", "403", "413", "415", "422", "503"), requestBody=spec_body,
             ),
             "get": _op(
                 "The caller's sweeps, newest first", {"200": _json(ref("SweepPage"), "A page")},
@@ -481,6 +484,28 @@ def _paths() -> dict[str, Any]:
             "delete": _op("Delete a sweep, its trials, metrics and artifacts",
                           {"200": _json(ref("Deleted"), "Deleted")}, (*common, "409"),
                           parameters=sweep),
+        },
+        f"{PREFIX}/shares": {
+            "get": _op("The caller's active sweeps (an admin's: all) with their fair share of "
+                       "the workers now, place in line, priority and weight",
+                       {"200": _json(ANY_OBJ, "The shares")}, ("400", "401", "503")),
+        },
+        f"{PREFIX}/users/{{name}}": {
+            "get": _op("A user's weight, allowance of high priority, quotas and use (the "
+                       "user or an admin)", {"200": _json(ANY_OBJ, "The user")}, common,
+                       parameters=_params("UserName")),
+            "put": _op("Set a user's weight, high_priority or quotas (admins)",
+                       {"200": _json(ANY_OBJ, "The user")}, (*common, "403", "422"),
+                       parameters=_params("UserName"),
+                       requestBody={"required": True, "content": {"application/json": {
+                           "schema": ANY_OBJ}}}),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/weight": {
+            "put": _op("Set a sweep's weight among its owner's sweeps (admins)",
+                       {"200": _json(ANY_OBJ, "The weight")}, (*common, "403", "422"),
+                       parameters=sweep,
+                       requestBody={"required": True, "content": {"application/json": {
+                           "schema": ANY_OBJ}}}),
         },
         f"{PREFIX}/sweeps/{{sweep_id}}/cancel": {
             "post": _op("Cancel queued trials, ask running ones to stop",

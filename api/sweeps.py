@@ -42,6 +42,7 @@ from api.serialize import (
     sweep_view,
     trial_view,
 )
+from api.shares import check_submit
 from api.submission import check_limits, read_spec
 from core.analysis import sweep_analysis
 from core.analysis.pareto import read_reference
@@ -77,9 +78,15 @@ def create() -> tuple[dict[str, Any], int, dict[str, str]]:
     accept(())
     ctx = context()
     spec = read_spec(ctx.settings)
+    check_submit(ctx.store, ctx.settings, owner(), spec)
     _broker_reachable(ctx)
     sweep_id, count = submit_sweep(
-        spec, ctx.store, ctx.sender, owner=owner(), window=ctx.settings.feed_window
+        spec,
+        ctx.store,
+        ctx.sender,
+        owner=owner(),
+        window=ctx.settings.feed_window,
+        quota_running=ctx.settings.quota_running,
     )
     body = {"id": sweep_id, "name": spec.name, "trials": count, "links": sweep_links(sweep_id)}
     return body, 201, {"Location": f"{PREFIX}/sweeps/{sweep_id}"}

@@ -8,7 +8,11 @@ rules:
 - JSON only: a pickled message is refused (``accept_content``);
 - late acks, reject on worker loss, prefetch one: a trial whose worker dies is redelivered;
 - results off: the store is the one source of truth;
-- a durable queue, persistent messages, publisher confirms.
+- a durable queue, persistent messages, publisher confirms;
+- message priorities (``x-max-priority``, `core.shares.MESSAGE_PRIORITY`): a high-priority
+  sweep's trials overtake the others. RabbitMQ refuses to declare an existing queue with
+  other arguments (``PRECONDITION_FAILED``), so a deployment whose queue was made before
+  priorities deletes it once, empty, before it upgrades (docs/deployment.md).
 
 RabbitMQ's delivery-ack timeout (``consumer_timeout``, 30 min by default) would close the
 channel of a worker still training a long trial. RabbitMQ before 3.12 cannot set it per
@@ -23,6 +27,7 @@ from typing import Any
 from kombu import Exchange, Queue
 
 from core.settings import Settings
+from core.shares import MAX_MESSAGE_PRIORITY
 
 TASK_NAME = "workers.run_trial"
 # A fused group (`scheduler.grouping`): one message, one argument, the list of its trial ids.
@@ -32,9 +37,16 @@ HARD_LIMIT_GRACE_SECONDS = 60.0
 
 
 def trial_queue(settings: Settings) -> Queue:
-    """The durable queue trials wait in."""
+    """The durable queue trials wait in: a priority queue (``x-max-priority``), so that a
+    high-priority sweep's trials overtake those already waiting (`core.shares`)."""
     exchange = Exchange(settings.queue, type="direct", durable=True)
-    return Queue(settings.queue, exchange, routing_key=settings.queue, durable=True)
+    return Queue(
+        settings.queue,
+        exchange,
+        routing_key=settings.queue,
+        durable=True,
+        max_priority=MAX_MESSAGE_PRIORITY,
+    )
 
 
 EMBEDDED_BROKER_URL = "filesystem://"

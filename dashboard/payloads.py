@@ -116,6 +116,7 @@ def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
         "cancelled": sweep.get("cancelled_at") is not None,
         "paused": sweep.get("paused_at") is not None,
         "changes": _changes(sweep),
+        "priority": sweep.get("priority") or "normal",
         "trial_count": sweep.get("trial_count", 0),
         "metric": metric,
         "direction": direction,
@@ -338,14 +339,19 @@ def curves_payload(
 
 def sweeps_payload(state: DashboardState, reads: Reads, now: datetime,
                    since: int | None = None, limit: int = 100, *, owner: str | None = None,
-                   cursor: str | None = None) -> dict[str, Any]:
+                   cursor: str | None = None,
+                   shares: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One page of the newest sweeps (`owner`'s only, unless None) with counts, and the
     best objective of those already in memory; ``next`` is the next page's cursor.
+    ``shares``: the fair share of every active sweep of the page (`core.store.shares.
+    share_rows`, by sweep id) and the workers online, whole at every answer (they move
+    without the sweep's own record moving).
 
     With `since` (ms), only sweeps updated after it; a page passes the ``now`` of its last
     answer, less a little, so a change is never missed (it may come twice).
     """
     sweeps, next_cursor = reads.list_sweeps(owner=owner, limit=limit, cursor=cursor)
+    page = {sweep["_id"] for sweep in sweeps}
     out = []
     for sweep in sweeps:
         meta = sweep_meta(sweep)
@@ -358,7 +364,10 @@ def sweeps_payload(state: DashboardState, reads: Reads, now: datetime,
             top = aggregate_functions(table.sweep)["top"]
             best = _best(table.memo("top", top, PREPARED_SECONDS)[1])
         out.append({**meta, "best": best, "best_known": table is not None})
-    return {"now": data.to_ms(now), "sweeps": out, "next": next_cursor}
+    return {"now": data.to_ms(now), "sweeps": out, "next": next_cursor,
+            "shares": {row["id"]: row for row in (shares or {}).get("items", [])
+                       if row["id"] in page},
+            "workers": (shares or {}).get("workers")}
 
 
 def sweep_summary(table: SweepTable, now: datetime) -> dict[str, Any]:

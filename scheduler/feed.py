@@ -33,7 +33,11 @@ its window counts units: a place frees when every trial of a unit ended, and
 
 Window: at most `parallelism` trials in flight for a session (``search.parallelism``, else
 `PARALLELISM_PER_WORKER` x the workers known, else `DEFAULT_PARALLELISM`), units for an
-adaptive one, `big_window` for grid/random without pruning. The sweep's size is known up
+adaptive one, `big_window` for grid/random without pruning; and, where the scheduler knows
+the workers online, no more than twice the sweep's fair share of them (`share_window`,
+`core.shares`; a grid's counts its messages, `per_message`), so the queue never holds
+much more than the workers can start soon, and a sweep submitted behind a large one starts
+within about one trial's time. The sweep's size is known up
 front (``search.trials``, or the expansion's length) and stored as planned trials: exactly
 that many are ever created, fewer only when a search's space runs out
 (`Feeding.shrink_plan`).
@@ -97,6 +101,7 @@ from celery import Celery
 
 from core.errors import NotFound, StoreUnavailable, SweepstackError
 from core.settings import Settings
+from core.shares import MESSAGE_PRIORITY
 from core.spec.kinds import kind_of
 from core.spec.search import IN_WORKER, decides, decision_epochs
 from core.spec.sweep import SweepSpec, load_spec
@@ -207,6 +212,12 @@ class Feeder:
             goals = [(o.metric, o.direction) for o in spec.objectives]
             self._rank = RankJudge(spec.pruning, goals, spec.planned_epochs())
         self.window = parallelism(spec, workers) if needs_session(spec) else big_window
+        #: The sweep's window under the fair share of workers (`core.shares`), set by the
+        #: scheduler each pass (`scheduler.feeders`); None: `window` alone.
+        self.share_window: int | None = None
+        #: Trials per message of a grid's or random sweep's plan (`_plan_block`): its share
+        #: of workers counts messages, its window trials.
+        self.per_message = 1.0
         self.session: Any = None
         self._points: list[TrialPoint] | None = None  # grid/random: the expansion, by cost
         self._next = 0  # position in `_points`
@@ -472,9 +483,14 @@ class Feeder:
         """How many new trials the window has room for, given the trials in flight, and
         for an adaptive search in how many units at most (module docstring): a unit of
         up to `scheduler.units.ADAPTIVE_GROUP_CAP` points per free place."""
+        window = self.window
+        if self.share_window is not None and (self._points is not None or self.session is None):
+            window = min(window, math.ceil(self.share_window * self.per_message))
+        elif self.share_window is not None:
+            window = min(window, self.share_window)  # an adaptive search's window counts units
         if self._points is not None or self.session is None:
-            return self.window - in_flight, None
-        free = self.window - len({self._units.get(t, t) for t in self._numbers})
+            return window - in_flight, None
+        free = window - len({self._units.get(t, t) for t in self._numbers})
         return max(0, free) * ADAPTIVE_GROUP_CAP, max(0, free)
 
     def _stalled(self, rev: int) -> bool:
@@ -603,7 +619,11 @@ class Feeder:
                 block.append(point)
         if self._block is not None:
             block = [self._resolved(point) for point in block]
-        self._plan.extend(batches(block, self.workers))
+        planned = batches(block, self.workers)
+        if planned:
+            # A message (a fused group, a chunk) takes one worker: the fair share counts them.
+            self.per_message = len(block) / len(planned)
+        self._plan.extend(planned)
         return bool(block)
 
     def _resolved(self, point: TrialPoint) -> TrialPoint:
@@ -649,7 +669,7 @@ class Feeder:
 
     def _send(self, points: list[TrialPoint], units: dict[str, Any] | None = None) -> None:
         out = self.outgoing(self.sweep_id, points, units)
-        send_window(self.store, self.app, self.sweep_id, out)
+        send_window(self.store, self.app, self.sweep_id, out, self.spec.priority)
         self.sent(points)
 
     def _tell_and_prune(self, counts: dict[str, int]) -> None:
@@ -834,8 +854,11 @@ def _optuna(number: int, system_attrs: dict[str, Any], **more: Any) -> dict[str,
     return {"optuna": {"number": number, "system_attrs": system_attrs, **more}}
 
 
-def send_window(store: Store, app: Celery, sweep_id: str, out: list[Outgoing]) -> None:
-    """Enqueue a stored window's messages (`Feeder.outgoing`), then empty the sweep's
-    ``sending`` list: they are sent, and a rebuilt feeder need not send them again."""
-    enqueue(app, out)
+def send_window(
+    store: Store, app: Celery, sweep_id: str, out: list[Outgoing], priority: str = "normal"
+) -> None:
+    """Enqueue a stored window's messages (`Feeder.outgoing`) at the sweep's `priority`
+    (`core.shares.MESSAGE_PRIORITY`), then empty the sweep's ``sending`` list: they are
+    sent, and a rebuilt feeder need not send them again."""
+    enqueue(app, out, MESSAGE_PRIORITY[priority])
     store.feeding.end_sending(sweep_id)

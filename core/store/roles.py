@@ -12,7 +12,9 @@ attribute of `core.store.store.Store`, and may type against these Protocols:
   trial pages, the best, a trial and its curve, the change feed of a live page;
 - `Sessions` (``store.sessions``, the web layer): the dashboard's logins;
 - `Artifacts` (``store.artifacts``, the workers, the API and the CLI): trials' models,
-  checkpoints and files.
+  checkpoints and files;
+- `Shares` (``store.shares``, the scheduler, the API and the dashboard): the fair share's
+  inputs (`core.shares`).
 
 Each role has one implementation, on MongoDB: `core.store.lifecycle.MongoTrialLifecycle`,
 `core.store.admin.MongoSweepAdmin`, `core.store.feeding.MongoFeeding` and
@@ -776,3 +778,52 @@ class Reads(Protocol):
         """Store a view computed from a whole sweep (at most 8 MB) under the `version` of
         the sweep it shows (the reader decides what a version is), for the next process
         that starts; a newer one replaces it. Removed with the sweep."""
+
+
+class Shares(Protocol):
+    """What the fair share of workers reads and admins set (`core.shares`; the scheduler
+    sizes each sweep's window from it, the API checks quotas with it, the dashboard shows
+    it): the active sweeps, the users' weights, allowances and quotas, the workers online.
+
+    Everything lives in the store, so every scheduler computes the same shares, and one
+    killed and restarted computes them again from nothing."""
+
+    @abstractmethod
+    def active_sweeps(self, owner: str | None = None) -> list[dict[str, Any]]:
+        """The sweeps not cancelled that still have trials planned, queued or running
+        (`owner`'s only, when given), with ``owner``, ``priority``, ``weight``, ``counts``,
+        ``planned``, ``created_at`` and ``spec.search.parallelism``."""
+
+    @abstractmethod
+    def users(self) -> dict[str, dict[str, Any]]:
+        """Every user an admin set something for, by name: ``weight``, ``high_priority``
+        and ``quotas`` (``running``, ``trials``, ``sweeps``), each absent where unset."""
+
+    @abstractmethod
+    def user(self, name: str) -> dict[str, Any]:
+        """One user's settings (`users`), ``{}`` where none were set."""
+
+    @abstractmethod
+    def set_user(self, name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """Set a user's ``weight`` (> 0), ``high_priority`` (a bool) and ``quotas`` (each
+        an integer > 0, or None for the deployment's default); the user's settings after."""
+
+    @abstractmethod
+    def set_sweep(self, sweep_id: str, *, weight: float) -> None:
+        """Set a sweep's weight among its owner's sweeps (> 0; 1 by default); `NotFound`
+        if the sweep does not exist. (Its priority is its spec's, fixed at submit.)"""
+
+    @abstractmethod
+    def usage(self, owner: str) -> dict[str, int]:
+        """What `owner` uses now, as the quotas count it: ``running`` (trials running),
+        ``trials`` (trials stored, planned ones included) and ``sweeps`` (sweeps active)."""
+
+    @abstractmethod
+    def note_workers(self, count: int | None) -> None:
+        """Record the worker processes online, as a scheduler found them (None: none
+        answered), for the processes that cannot ask (the API's submit)."""
+
+    @abstractmethod
+    def workers(self, max_age_seconds: float = 300.0) -> int | None:
+        """The worker processes online as last recorded, None where unknown or older than
+        `max_age_seconds`."""
