@@ -93,3 +93,20 @@ def test_windows_follow_the_exact_shares_in_whole_trials() -> None:
     again = fair_shares([claims[0], Claim("b", "bob", 1000, running=2, user_weight=2),
                          Claim("c", "carol", 1000, running=0, user_weight=1)], 4)  # fmt: skip
     assert (again["b"].window, again["c"].window) == (2, 2)
+
+
+def test_a_paused_sweep_claims_its_running_trials_only() -> None:
+    """A paused sweep starts nothing new (#32 part 3): the share counts its running trials
+    as its demand, so its workers go to the others as those trials end."""
+    from datetime import UTC, datetime
+
+    from core.store.shares import claims
+
+    docs = [
+        {"_id": "p", "owner": "a", "counts": {"queued": 50, "running": 2},
+         "paused_at": datetime(2026, 12, 6, tzinfo=UTC)},
+        {"_id": "q", "owner": "b", "counts": {"queued": 50, "running": 2}, "paused_at": None},
+    ]  # fmt: skip
+    paused, live = claims(docs, {})
+    assert (paused.demand, paused.running) == (2, 2) and live.demand == 52
+    assert exact_shares([paused, live], 8) == pytest.approx({"p": 2, "q": 6})
