@@ -418,7 +418,10 @@ def test_the_blocks_left_what_they_promise(sandbox: Sandbox) -> None:
     for model in ("best.safetensors", "best.onnx", "best.pt"):
         assert (sandbox.checkout / model).stat().st_size > 1000, model
     api_csv = (sandbox.checkout / "results.csv").read_text().splitlines()
-    assert api_csv[0].startswith("id,") and len(api_csv) == 13, api_csv[:3]  # quickstart: 12
+    # quickstart: 12 trials, created a window at a time (the sweep's fair share of the
+    # workers a scheduler counted, docs/sharing.md): the export right after the submit
+    # holds those created so far.
+    assert api_csv[0].startswith("id,") and 2 <= len(api_csv) <= 13, api_csv[:3]
     demo = next(b for b in _runnable_now() if b.text.startswith("make demo"))
     assert re.search(r"48/48 .* best val_accuracy", sandbox.ran[(demo.doc, demo.line)][1])
     watched = next(b for b in _runnable_now() if "status $SWEEP_ID --json" in b.text)
