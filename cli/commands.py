@@ -14,7 +14,7 @@ import click
 from kombu.exceptions import OperationalError
 
 from cli.local import open_store
-from cli.shared import fail_spec, load_spec, need, program, read_settings
+from cli.shared import check_trial_queue, fail_spec, load_spec, need, program, read_settings
 from core.errors import SpecError, SweepstackError
 
 log = logging.getLogger(__name__)
@@ -76,10 +76,12 @@ def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
     from scheduler.enqueue import sender_app
     from scheduler.feeders import Feeders, workers_online
     from scheduler.submit import requeue_stale
+    from scheduler.undelivered import drain_undelivered
 
     settings = read_settings()
     need(settings.broker_url, "SWEEPSTACK_BROKER_URL")
     need(settings.mongo_url, "SWEEPSTACK_MONGO_URL")
+    check_trial_queue(settings)
     store = open_store(settings)
     app = sender_app(settings)
     every = interval or settings.stale_after_seconds / 2
@@ -104,6 +106,9 @@ def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
                     ids = requeue_stale(
                         store, app, settings.stale_after_seconds, settings.max_attempts
                     )
+                    if settings.queue_type == "quorum":
+                        with app.connection_for_write() as conn:
+                            drain_undelivered(store, settings, conn)
                     last_requeue = now
                     if once:
                         click.echo(f"requeued {len(ids)} stale trials")
