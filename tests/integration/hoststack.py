@@ -24,6 +24,8 @@ from typing import Any
 
 from kombu import Connection
 
+from core.settings import Settings
+from scheduler.enqueue import sender_app
 from tests.hosts import Host, Hosts, HostsUnavailable
 from tests.integration.chaos_checks import TERMINAL, Check, check_sweeps, count_drift
 from tests.integration.stack import Process, Stack, wait_for
@@ -106,9 +108,15 @@ class HostScheduler(Process):
 class HostStack(Stack):
     """A queue and a database of the test's own on `services`, with workers on hosts and a
     scheduler on the services host started on demand; `close` removes them. The heartbeat
-    is 1 s and a trial is stale after `stale_after` seconds."""
+    is 1 s and a trial is stale after `stale_after` seconds; `env` adds settings."""
 
-    def __init__(self, services: Services, tmp: Path, stale_after: float = 5.0) -> None:
+    def __init__(
+        self,
+        services: Services,
+        tmp: Path,
+        stale_after: float = 5.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         super().__init__(
             services.broker_url, services.mongo_url, f"sweepstack_hosts_{uuid.uuid4().hex[:8]}", tmp
@@ -121,8 +129,12 @@ class HostStack(Stack):
                 "SWEEPSTACK_LOG_LEVEL": "INFO",
                 # Processes on other hosts have no use for the machine's torch thread count.
                 "SWEEPSTACK_TORCH_THREADS": "1",
+                **(env or {}),
             }
         )
+        # The test process sends with the same settings as the hosts' processes.
+        self.settings = Settings.from_env(self.env)
+        self.app = sender_app(self.settings)
         self.schedulers: list[HostScheduler] = []
 
     def start_worker(self, host: Host, name: str | None = None) -> HostWorker:  # type: ignore[override]
