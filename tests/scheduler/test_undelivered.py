@@ -6,8 +6,10 @@ failed with the reason (`scheduler.undelivered`), so nothing waits for ever."""
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 from kombu import Connection
 
+from cli.main import main
 from core.broker import check_queue, trial_queue, undelivered_queue
 from core.errors import ConfigError
 from core.settings import Settings
@@ -102,3 +104,16 @@ def test_a_message_dropped_at_the_delivery_limit_ends_its_trial_failed(stack: St
             assert drain_undelivered(stack.store, settings, conn) == []
     finally:
         remove(settings)
+
+
+@pytest.mark.parametrize("command", ["worker", "scheduler"])
+def test_worker_and_scheduler_stop_at_a_queue_of_another_type(stack: Stack, command: str) -> None:
+    check_queue(stack.settings)  # the classic queue
+    env = {**stack.env, "SWEEPSTACK_QUEUE_TYPE": "quorum"}
+    try:
+        out = CliRunner().invoke(main, [command], env=env)
+        assert out.exit_code == 2, out.output
+        assert "SWEEPSTACK_QUEUE_TYPE=quorum" in out.output and stack.queue in out.output
+        assert "Traceback" not in out.output
+    finally:
+        remove(Settings.from_env(env))
