@@ -76,7 +76,6 @@ def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
     from scheduler.enqueue import sender_app
     from scheduler.feeders import Feeders, workers_online
     from scheduler.submit import requeue_stale
-    from scheduler.undelivered import drain_undelivered
 
     settings = read_settings()
     need(settings.broker_url, "SWEEPSTACK_BROKER_URL")
@@ -106,9 +105,6 @@ def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
                     ids = requeue_stale(
                         store, app, settings.stale_after_seconds, settings.max_attempts
                     )
-                    if settings.queue_type == "quorum":
-                        with app.connection_for_write() as conn:
-                            drain_undelivered(store, settings, conn)
                     last_requeue = now
                     if once:
                         click.echo(f"requeued {len(ids)} stale trials")

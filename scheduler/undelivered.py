@@ -1,10 +1,12 @@
 """Trials whose message the broker dropped: a quorum trials queue dead-letters a message
-delivered more than its delivery limit (``SWEEPSTACK_MAX_ATTEMPTS``) times to
-`core.broker.undelivered_queue` (see `core.broker`). The scheduler drains that queue each
-pass (`drain_undelivered`): a trial of such a message still ``queued`` has no message left
-anywhere, so it ends ``failed`` with the reason (`SweepAdmin.fail_undelivered`); a running
-one is left to its holder, and to the stale-heartbeat requeue should that holder be gone. A
-classic queue drops nothing: there is nothing to drain.
+returned to it more than its delivery limit (``SWEEPSTACK_MAX_ATTEMPTS``) times to
+`core.broker.undelivered_queue` (see `core.broker`). The stale-heartbeat requeue
+(`scheduler.submit.requeue_stale`, run by `sweepstack scheduler` and `sweepstack run`)
+drains that queue each time (`drain_undelivered`): a trial of such a message still
+``queued`` has no message left anywhere, so it ends ``failed`` with the reason
+(`SweepAdmin.fail_undelivered`); a running one is left to its holder, and to the
+stale-heartbeat requeue should that holder be gone. A classic queue drops nothing: there is
+nothing to drain.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import json
 import logging
 from typing import Any
 
-from kombu import Connection
+from celery import Celery
+from kombu import Queue
 
-from core.broker import GROUP_TASK_NAME, TASK_NAME, undelivered_queue
-from core.settings import Settings
+from core.broker import GROUP_TASK_NAME, TASK_NAME
 from core.store.store import Store
 
 log = logging.getLogger(__name__)
@@ -43,32 +45,47 @@ def trial_ids_of(body: Any, headers: dict[str, Any]) -> list[str]:
     return [i for i in ids if isinstance(i, str)]
 
 
-def reason(settings: Settings) -> str:
-    """The error a trial whose message was dropped ends with."""
+def reason(limit: Any) -> str:
+    """The error a trial whose message was dropped at delivery limit `limit` ends with."""
     return (
-        f"its message was dropped by the broker after {settings.max_attempts + 1} deliveries "
-        f"(the quorum queue's delivery limit, SWEEPSTACK_MAX_ATTEMPTS={settings.max_attempts}): "
-        "each worker that took it died or lost the broker before claiming it (retry to try again)"
+        f"its message was dropped by the broker after {limit} returns to the queue "
+        f"(the quorum queue's delivery limit, SWEEPSTACK_MAX_ATTEMPTS={limit}): each worker "
+        "that took it died or lost the broker before claiming it (retry to try again)"
     )
 
 
-def drain_undelivered(store: Store, settings: Settings, connection: Connection) -> list[str]:
+def dead_letters(app: Celery) -> tuple[Queue, Any] | None:
+    """The queue the app's trials queue dead-letters to and its delivery limit, or None for
+    a queue that drops nothing (a classic one)."""
+    trials = app.amqp.queues[app.conf.task_default_queue]
+    arguments = trials.queue_arguments or {}
+    if arguments.get("x-queue-type") != "quorum" or "x-dead-letter-routing-key" not in arguments:
+        return None
+    name = arguments["x-dead-letter-routing-key"]
+    return Queue(name, durable=True, queue_arguments={"x-queue-type": "quorum"}), arguments.get(
+        "x-delivery-limit"
+    )
+
+
+def drain_undelivered(store: Store, app: Celery) -> list[str]:
     """End the queued trials of every dead-lettered message (module docstring), then ack
     it; the ids this call ended. Nothing for a classic trials queue."""
-    if settings.queue_type != "quorum":
+    found = dead_letters(app)
+    if found is None:
         return []
-    queue = undelivered_queue(settings)(connection.channel())
-    queue.declare()
+    dead, limit = found
     ended: list[str] = []
-    for _ in range(BATCH):
-        message = queue.get(no_ack=False, accept=["json"])
-        if message is None:
-            break
-        headers = message.headers or {}
-        ids = trial_ids_of(message.body, headers)
-        if ids:
-            ended += store.admin.fail_undelivered(ids, reason(settings))
-        message.ack()
+    with app.connection_for_write() as conn:
+        queue = dead(conn.channel())
+        queue.declare()
+        for _ in range(BATCH):
+            message = queue.get(no_ack=False, accept=["json"])
+            if message is None:
+                break
+            ids = trial_ids_of(message.body, message.headers or {})
+            if ids:
+                ended += store.admin.fail_undelivered(ids, reason(limit))
+            message.ack()
     if ended:
         log.warning("%d trials failed: their messages reached the delivery limit", len(ended))
     return ended

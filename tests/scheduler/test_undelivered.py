@@ -90,18 +90,18 @@ def test_a_message_dropped_at_the_delivery_limit_ends_its_trial_failed(stack: St
                 returned += 1
             assert returned == 2 * 3, returned  # each delivered 3 times: 2 returns allowed
             assert queue.queue_declare(passive=True).message_count == 0
-            ended = drain_undelivered(stack.store, settings, conn)
+            ended = drain_undelivered(stack.store, stack.app)
         assert sorted(ended) == sorted(set(ids)) and len(ended) == 2
         for trial_id in ended:
             doc = stack.store.reads.get_trial(trial_id, with_metrics=False)
             assert doc["state"] == "failed"
             assert "delivery limit" in doc["error"], doc["error"]
             assert "SWEEPSTACK_MAX_ATTEMPTS=2" in doc["error"], doc["error"]
+            assert "after 2 returns" in doc["error"], doc["error"]
         counts = stack.store.reads.counts(sweep_id)
         assert counts["failed"] == 2 and counts["queued"] == 0, counts
         # Draining again ends nothing more; a trial that runs is never ended by a drain.
-        with Connection(settings.broker_url) as conn:
-            assert drain_undelivered(stack.store, settings, conn) == []
+        assert drain_undelivered(stack.store, stack.app) == []
     finally:
         remove(settings)
 
