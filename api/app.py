@@ -30,12 +30,12 @@ def check_settings(settings: Settings) -> None:
 
 def register_api(app: Flask, settings: Settings) -> None:
     """Mount the REST API on `app` (its context, auth and error handlers already set)."""
-    from api import celery_workers, health, openapi, sweeps, trials
+    from api import celery_workers, health, openapi, shares, sweeps, trials
 
     check_settings(settings)
     app.json = JSONProvider(app)
     app.config["MAX_CONTENT_LENGTH"] = settings.api_max_body_bytes
     app.before_request(limit_body)
-    for module in (sweeps, trials, celery_workers, health, openapi):
+    for module in (sweeps, shares, trials, celery_workers, health, openapi):
         app.register_blueprint(module.blueprint)
     openapi.register_root(app)

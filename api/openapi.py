@@ -86,14 +86,20 @@ def _schemas(settings: Settings) -> dict[str, Any]:
     sweep = obj(
         {
             "id": STR, "name": STR, "description": STR, "owner": nullable(STR),
-            "status": {"type": "string", "enum": ["queued", "running", "finished", "cancelled"]},
+            "status": {"type": "string",
+                       "enum": ["queued", "running", "paused", "finished", "cancelled"]},
             "objective": obj({"metric": STR, "direction": STR}), "trial_count": INT,
             "objectives": {"type": "array", "items": obj({"metric": STR, "direction": STR})},
             "constraints": {"type": "array", "items": STR},
             "search": ref("SearchSettings"), "pruning": ref("PruningSettings"),
             "counts": ref("Counts"), "created_at": TIME, "updated_at": TIME,
-            "cancelled_at": nullable(TIME), "links": ANY_OBJ,
+            "cancelled_at": nullable(TIME), "paused_at": nullable(TIME), "links": ANY_OBJ,
         }
+    )  # fmt: skip
+    change = obj(
+        {"at": TIME, "kind": {"enum": ["pause", "resume", "change"]}, "summary": STR,
+         "by": nullable(STR), "rev": nullable(INT)},
+        description="One pause, resume or change of the sweep's spec, in its history",
     )  # fmt: skip
     throughput = obj(
         {"per_minute": nullable(NUM), "window_seconds": NUM, "remaining": INT,
@@ -143,12 +149,44 @@ def _schemas(settings: Settings) -> dict[str, Any]:
         "SweepDetail": {
             "allOf": [
                 ref("Sweep"),
-                obj({"spec": ANY_OBJ, "best": nullable(ref("Trial")), "throughput": throughput}),
+                obj(
+                    {
+                        "spec": ANY_OBJ,
+                        "spec_rev": INT,
+                        "changes": {"type": "array", "items": change},
+                        "best": nullable(ref("Trial")),
+                        "throughput": throughput,
+                    }
+                ),
             ]
         },
         "SweepPage": _page("Sweep"),
         "SweepCreated": obj({"id": STR, "name": STR, "trials": INT, "links": ANY_OBJ}),
         "Cancelled": obj({"cancelled": INT, "stopping": INT, "sweep": ref("Sweep")}),
+        "Paused": obj(
+            {"changed": {"type": "boolean"}, "sweep": ref("Sweep")},
+            description="changed: false when it already was (or was not) paused",
+        ),
+        "SweepChange": obj(
+            {
+                "trials": INT,
+                "add": {"type": "object", "additionalProperties": {"type": "array"}},
+                "narrow": {
+                    "type": "object",
+                    "additionalProperties": {
+                        "type": "array",
+                        "items": NUM,
+                        "minItems": 2,
+                        "maxItems": 2,
+                    },
+                },
+            },
+            description="At least one: trials raises search.trials (random and adaptive "
+            "searches); add gives values to a grid list or choice dimension, by its dotted "
+            "path; narrow gives a uniform, loguniform or int dimension [low, high] inside its "
+            "range. Existing trials keep their ids and results; no point is asked twice.",
+        ),
+        "SweepChanged": obj({"summary": STR, "spec_rev": INT, "sweep": ref("Sweep")}),
         "Retried": obj({"retried": INT, "requeued_stale": INT, "sweep": ref("Sweep")}),
         "Deleted": obj({"id": STR, "deleted": {"const": True}, "trials": INT, "metrics": INT,
                            "texts": INT, "artifacts": INT}),
@@ -324,6 +362,7 @@ ERRORS = {
     "400": "A query parameter, path value or body key is unknown, malformed or an operator; "
     "a body that is not plain JSON or YAML (a key given twice, NUL, a 4,300-digit number)",
     "401": "No bearer token, or one the server does not know",
+    "403": "Not allowed: priority high without an admin's allowance, or an admin's route",
     "404": "No such sweep or trial, or it belongs to someone else; for a trial's model, also "
     "a trial of the caller's with no kept model (details.reason: not_complete, not_kept, gone)",
     "409": "The sweep's state forbids it (active trials, or cancelled)",
@@ -331,7 +370,8 @@ ERRORS = {
     "415": "The body is neither JSON nor YAML",
     "422": "The spec breaks its rules, expands past the trial limit, or asks for more than "
     "this server allows (see the SweepSpec schema's description and x-limits)",
-    "429": "Too many failed authentications from this address; retry after Retry-After seconds",
+    "429": "Too many failed authentications from this address (retry after Retry-After "
+    "seconds), or a submit over one of the user's quotas (details: quota, limit, used)",
     "503": "The store or the broker did not answer",
 }
 
@@ -354,6 +394,7 @@ def _parameters(settings: Settings) -> dict[str, Any]:
     return {
         "SweepId": {"name": "sweep_id", "in": "path", "required": True, "schema": STR},
         "TrialId": {"name": "trial_id", "in": "path", "required": True, "schema": STR},
+        "UserName": {"name": "name", "in": "path", "required": True, "schema": STR},
         "Limit": _query(
             "limit",
             {"type": "integer", "minimum": 1, "maximum": settings.api_max_page_size},
@@ -430,7 +471,7 @@ def _paths() -> dict[str, Any]:
             "post": _op(
                 "Submit a sweep spec; its trials are stored and enqueued",
                 {"201": _json(ref("SweepCreated"), "The sweep was stored and enqueued")},
-                ("400", "401", "413", "415", "422", "503"), requestBody=spec_body,
+                ("400", "401", "403", "413", "415", "422", "503"), requestBody=spec_body,
             ),
             "get": _op(
                 "The caller's sweeps, newest first", {"200": _json(ref("SweepPage"), "A page")},
@@ -444,9 +485,49 @@ def _paths() -> dict[str, Any]:
                           {"200": _json(ref("Deleted"), "Deleted")}, (*common, "409"),
                           parameters=sweep),
         },
+        f"{PREFIX}/shares": {
+            "get": _op("The caller's active sweeps (an admin's: all) with their fair share of "
+                       "the workers now, place in line, priority and weight",
+                       {"200": _json(ANY_OBJ, "The shares")}, ("400", "401", "503")),
+        },
+        f"{PREFIX}/users/{{name}}": {
+            "get": _op("A user's weight, allowance of high priority, quotas and use (the "
+                       "user or an admin)", {"200": _json(ANY_OBJ, "The user")}, common,
+                       parameters=_params("UserName")),
+            "put": _op("Set a user's weight, high_priority or quotas (admins)",
+                       {"200": _json(ANY_OBJ, "The user")}, (*common, "403", "422"),
+                       parameters=_params("UserName"),
+                       requestBody={"required": True, "content": {"application/json": {
+                           "schema": ANY_OBJ}}}),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/weight": {
+            "put": _op("Set a sweep's weight among its owner's sweeps (admins)",
+                       {"200": _json(ANY_OBJ, "The weight")}, (*common, "403", "422"),
+                       parameters=sweep,
+                       requestBody={"required": True, "content": {"application/json": {
+                           "schema": ANY_OBJ}}}),
+        },
         f"{PREFIX}/sweeps/{{sweep_id}}/cancel": {
             "post": _op("Cancel queued trials, ask running ones to stop",
                         {"200": _json(ref("Cancelled"), "Cancelled")}, common, parameters=sweep),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/pause": {
+            "post": _op("Pause: nothing new starts, running trials finish",
+                        {"200": _json(ref("Paused"), "Paused")}, (*common, "409"),
+                        parameters=sweep),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/resume": {
+            "post": _op("Resume a paused sweep",
+                        {"200": _json(ref("Paused"), "Resumed")}, common, parameters=sweep),
+        },
+        f"{PREFIX}/sweeps/{{sweep_id}}/change": {
+            "post": _op("Change a sweep's spec: more trials, values added, a range narrowed",
+                        {"200": _json(ref("SweepChanged"), "Changed; the scheduler feeds the "
+                                      "new spec from its next pass")},
+                        (*common, "409", "422"), parameters=sweep,
+                        requestBody={"required": True, "content": {"application/json": {
+                            "schema": ref("SweepChange"),
+                            "example": {"trials": 60, "add": {"model.hidden_units": [512]}}}}}),
         },
         f"{PREFIX}/sweeps/{{sweep_id}}/retry": {
             "post": _op("Queue failed and stale trials again",

@@ -80,8 +80,14 @@ def sweep_view(doc: dict[str, Any]) -> dict[str, Any]:
         "created_at": doc.get("created_at"),
         "updated_at": doc.get("updated_at"),
         "cancelled_at": doc.get("cancelled_at"),
+        "paused_at": doc.get("paused_at"),
         "links": sweep_links(doc["_id"]),
     }
+
+
+def change_view(entry: dict[str, Any]) -> dict[str, Any]:
+    """One entry of a sweep's history of pauses, resumes and spec changes."""
+    return {k: entry.get(k) for k in ("at", "kind", "summary", "by", "rev")}
 
 
 def sweep_detail(
@@ -91,6 +97,8 @@ def sweep_detail(
     return {
         **sweep_view(doc),
         "spec": doc.get("spec", {}),
+        "spec_rev": doc.get("spec_rev") or 0,
+        "changes": [change_view(c) for c in doc.get("changes") or []],
         "best": trial_view(best) if best else None,
         "throughput": throughput,
     }

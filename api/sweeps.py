@@ -1,4 +1,5 @@
-"""``/api/v1/sweeps``: submit, list, show, cancel, retry, delete, page trials, export,
+"""``/api/v1/sweeps``: submit, list, show, cancel, pause, resume, change (more trials, more
+values, a narrower range: `core.spec.changes`), retry, delete, page trials, export,
 what a sweep found (``/analysis``: `core.analysis`), the Pareto front of its objectives
 (``/front``: `core.analysis.pareto`; ``/trials?front=true`` pages the trials on it) and
 the models it kept (``/models``, best first; each downloads from
@@ -24,6 +25,7 @@ queued without a message; nothing resends them yet (a known gap).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 from urllib.parse import urlencode
 
@@ -40,11 +42,12 @@ from api.serialize import (
     sweep_view,
     trial_view,
 )
-from api.submission import read_spec
+from api.shares import check_submit
+from api.submission import check_limits, read_spec
 from core.analysis import sweep_analysis
 from core.analysis.pareto import read_reference
 from core.analysis.sweep import sweep_front
-from core.store import export
+from core.store import changes, export
 from core.store.kept_models import model_entry
 from scheduler.retry import broker_reachable, retry_sweep
 from scheduler.submit import submit_sweep
@@ -75,9 +78,15 @@ def create() -> tuple[dict[str, Any], int, dict[str, str]]:
     accept(())
     ctx = context()
     spec = read_spec(ctx.settings)
+    check_submit(ctx.store, ctx.settings, owner(), spec)
     _broker_reachable(ctx)
     sweep_id, count = submit_sweep(
-        spec, ctx.store, ctx.sender, owner=owner(), window=ctx.settings.feed_window
+        spec,
+        ctx.store,
+        ctx.sender,
+        owner=owner(),
+        window=ctx.settings.feed_window,
+        quota_running=ctx.settings.quota_running,
     )
     body = {"id": sweep_id, "name": spec.name, "trials": count, "links": sweep_links(sweep_id)}
     return body, 201, {"Location": f"{PREFIX}/sweeps/{sweep_id}"}
@@ -111,6 +120,38 @@ def cancel(sweep_id: str) -> dict[str, Any]:
     store.reads.get_sweep(sweep_id, owner=owner())
     changed = store.admin.cancel_sweep(sweep_id)
     return {**changed, "sweep": sweep_view(store.reads.get_sweep(sweep_id))}
+
+
+@blueprint.post("/<sweep_id>/pause")
+def pause(sweep_id: str) -> dict[str, Any]:
+    """Pause: nothing new starts, running trials finish (idempotent: ``changed`` false)."""
+    accept(())
+    done = changes.pause_sweep(context().store, sweep_id, owner=owner(), by=owner())
+    return {"changed": done["changed"], "sweep": sweep_view(done["sweep"])}
+
+
+@blueprint.post("/<sweep_id>/resume")
+def resume(sweep_id: str) -> dict[str, Any]:
+    """Resume a paused sweep (idempotent: ``changed`` false when it was not paused)."""
+    accept(())
+    done = changes.resume_sweep(context().store, sweep_id, owner=owner(), by=owner())
+    return {"changed": done["changed"], "sweep": sweep_view(done["sweep"])}
+
+
+@blueprint.post("/<sweep_id>/change")
+def change(sweep_id: str) -> dict[str, Any]:
+    """Change a sweep's spec: more trials, values added, a range narrowed
+    (`core.spec.changes`); 422 naming the field and rule, 409 if cancelled."""
+    accept(())
+    ctx = context()
+    ctx.store.reads.get_sweep(sweep_id, owner=owner())
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict):
+        raise bad_parameter("body", 'must be a JSON object such as {"trials": 60}')
+    check = functools.partial(check_limits, settings=ctx.settings)
+    done = changes.change_sweep(ctx.store, sweep_id, body, owner=owner(), by=owner(), check=check)
+    return {"summary": done["summary"], "spec_rev": done["spec_rev"],
+            "sweep": sweep_view(done["sweep"])}  # fmt: skip
 
 
 @blueprint.post("/<sweep_id>/retry")

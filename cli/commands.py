@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 #: How often `sweepstack scheduler` feeds its sweeps, and asks how many workers are online.
 FEED_SECONDS = 0.5
 WORKERS_EVERY_SECONDS = 60.0
+WORKERS_RETRY_SECONDS = 3.0
 
 
 @click.command()
@@ -41,7 +42,11 @@ def submit(spec: str, as_json: bool, quiet: bool) -> None:
     store = open_store(settings)
     try:
         sweep_id, count = submit_sweep(
-            loaded, store, sender_app(settings), window=settings.feed_window
+            loaded,
+            store,
+            sender_app(settings),
+            window=settings.feed_window,
+            quota_running=settings.quota_running,
         )
     except SpecError as exc:
         fail_spec(exc)
@@ -91,13 +96,16 @@ def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
         settings.stale_after_seconds,
         every,
     )
-    feeders = Feeders(store, app, lease_seconds=lease_seconds, big_window=settings.feed_window)
+    feeders = Feeders(store, app, lease_seconds=lease_seconds, big_window=settings.feed_window,
+                      quota_running=settings.quota_running)  # fmt: skip
     last_requeue = last_workers = -float("inf")
     try:
         while True:
             now = time.monotonic()
             try:
-                if now - last_workers > WORKERS_EVERY_SECONDS:
+                # Asked again soon while none answered: the fair share needs the count.
+                wait = WORKERS_EVERY_SECONDS if feeders.workers else WORKERS_RETRY_SECONDS
+                if now - last_workers > wait:
                     feeders.set_workers(workers_online(app))
                     last_workers = now
                 feeders.step()

@@ -1,6 +1,6 @@
 """The `sweepstack` command line: the click group, assembled from the command modules.
 
-The commands live one module a subject (`cli.specs`, `cli.commands`, `cli.worker`,
+The commands live one module a subject (`cli.specs`, `cli.commands`, `cli.changes`, `cli.worker`,
 `cli.results`, `cli.front`, `cli.report`, `cli.model`, `cli.open_dashboard`, `cli.run`,
 `cli.api_server`, `cli.dashboard_server`); what they share (exit codes, settings, the
 spec as read) is `cli.shared`, their common options `cli.options`. Nothing imports this module.
@@ -41,6 +41,9 @@ COMMANDS: dict[str, str] = {
     "report": "cli.report:report",
     "model": "cli.model:model",
     "front": "cli.front:front",
+    "pause": "cli.changes:pause",
+    "resume": "cli.changes:resume",
+    "extend": "cli.changes:extend",
 }
 
 

@@ -59,6 +59,11 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return [*lines, ""]
 
 
+def _number(value: float) -> str:
+    """A whole number in full with thousands separators (a parameter count), else 4 digits."""
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:.4g}"
+
+
 def _params(trial: dict[str, Any]) -> str:
     return ", ".join(f"{short(p)}={short_text(v)}" for p, v in trial["params"].items())
 
@@ -131,8 +136,15 @@ def markdown(analysis: dict[str, Any]) -> str:
     else:
         out += [f"Not computed: {md(importance.get('note', ''))}", ""]
     front = analysis["front"]
-    out += ["## Accuracy-cost front", "", *[f"- {md(text)}" for text in front.get("text", [])],
+    searched = front.get("searched")
+    title = "Pareto front of the objectives searched" if searched else "Accuracy-cost front"
+    out += [f"## {title}", "", *[f"- {md(text)}" for text in front.get("text", [])],
             ""]  # fmt: skip
+    if searched and searched["size"]:
+        names = [o["metric"] for o in searched["objectives"]]
+        out += _table(["trial", *names, "params"],
+                      [[f"#{t['index']}", *(_number(x) for x in t["values"]), _params(t)]
+                       for t in searched["trials"]])  # fmt: skip
     for which, cost in (("param_count", "parameters"), ("train_seconds", "train s")):
         part = front.get(which)
         if part:

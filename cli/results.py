@@ -120,11 +120,13 @@ def status(
             counts, best = snapshot()
         failures = sweep_failures(store, sweep_id)[0] if counts.get("failed") else []
         click.echo(json.dumps({"sweep_id": sweep_id, "counts": counts, "best": best,
-                               "failures": failures}, default=str))  # fmt: skip
+                               "failures": failures, "changes": sweep.get("changes") or []},
+                              default=str))  # fmt: skip
         return
     console = Console()
     if not watch:
         console.print(_status_view(sweep, counts, best))
+        _print_changes(console, sweep)
         print_failures(console, store, sweep_id, counts)
         return
     with Live(_status_view(sweep, counts, best), console=console, refresh_per_second=4) as live:
@@ -133,6 +135,17 @@ def status(
             counts, best = snapshot()
             live.update(_status_view(sweep, counts, best))
     print_failures(console, store, sweep_id, counts)
+
+
+def _print_changes(console: Console, sweep: dict[str, Any]) -> None:
+    """The sweep's pauses, resumes and spec changes (`sweepstack pause`, `extend`), if any."""
+    if sweep.get("paused_at") is not None:
+        console.print(f"paused since {_when(sweep['paused_at'])}: `{program()} resume "
+                      f"{sweep['_id']}` goes on", style="bold")  # fmt: skip
+    for entry in sweep.get("changes") or []:
+        what = entry.get("summary") if entry.get("kind") == "change" else entry.get("kind")
+        who = f" by {entry['by']}" if entry.get("by") else ""
+        console.print(f"{_when(entry.get('at'))} {what}{who}", markup=False)
 
 
 #: `ls`'s status of a data folder's sweep with trials left that no live run feeds.

@@ -38,6 +38,7 @@ POLL_SECONDS = 0.2
 #: does not feed (held by a `sweepstack scheduler`, or by a killed run until it expires).
 LEASE_RETRY_SECONDS = 1.0
 
+
 def results_note(err: Console, sweep_id: str, folder: Path | None, default: Path) -> None:
     """Where the results are kept (`folder`: the data folder of the embedded store; None:
     SWEEPSTACK_MONGO_URL's) and the commands that reach them after this run."""
@@ -95,7 +96,10 @@ def follow(
         while True:
             if feeder is not None:
                 if not feeder.step():
-                    feeder = None  # finished, cancelled, or its lease lost
+                    # Finished, cancelled, or its lease lost; or its spec changed (`sweepstack
+                    # extend`): a feeder on the new spec goes on at once.
+                    changed = feeder.respecified and open_feeder is not None
+                    feeder = open_feeder() if changed else None
             elif open_feeder is not None and time.monotonic() >= next_open:
                 next_open = time.monotonic() + LEASE_RETRY_SECONDS
                 feeder = open_feeder()

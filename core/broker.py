@@ -8,7 +8,11 @@ rules:
 - JSON only: a pickled message is refused (``accept_content``);
 - late acks, reject on worker loss, prefetch one: a trial whose worker dies is redelivered;
 - results off: the store is the one source of truth;
-- a durable queue, persistent messages, publisher confirms.
+- a durable queue, persistent messages, publisher confirms;
+- message priorities (``x-max-priority``, `core.shares.MESSAGE_PRIORITY`): a high-priority
+  sweep's trials overtake the others. RabbitMQ refuses to declare an existing queue with
+  other arguments (``PRECONDITION_FAILED``), so a deployment whose queue was made before
+  priorities deletes it once, empty, before it upgrades (docs/deployment.md).
 
 The trials queue is a classic queue, or a quorum queue with ``SWEEPSTACK_QUEUE_TYPE=quorum``:
 replicated by Raft on a RabbitMQ cluster's nodes, so that losing one node (its leader
@@ -37,6 +41,7 @@ from kombu import Connection, Exchange, Queue
 
 from core.errors import ConfigError
 from core.settings import Settings
+from core.shares import MAX_MESSAGE_PRIORITY
 
 TASK_NAME = "workers.run_trial"
 # A fused group (`scheduler.grouping`): one message, one argument, the list of its trial ids.
@@ -46,17 +51,26 @@ HARD_LIMIT_GRACE_SECONDS = 60.0
 
 
 def trial_queue(settings: Settings) -> Queue:
-    """The durable queue trials wait in: classic, or quorum with a delivery limit whose
-    dropped messages go to `undelivered_queue` (the module docstring)."""
+    """The durable queue trials wait in: classic, a priority queue (``x-max-priority``) so
+    that a high-priority sweep's trials overtake those already waiting (`core.shares`); or
+    quorum, with a delivery limit whose dropped messages go to `undelivered_queue` (the
+    module docstring). A quorum queue takes no ``x-max-priority``: RabbitMQ 4.0 and later
+    give its messages two priorities of their own (above 4: high), earlier ones none."""
     exchange = Exchange(settings.queue, type="direct", durable=True)
-    arguments = None
-    if settings.queue_type == "quorum":
-        arguments = {
-            "x-queue-type": "quorum",
-            "x-delivery-limit": settings.max_attempts,
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": undelivered_queue(settings).name,
-        }
+    if settings.queue_type != "quorum":
+        return Queue(
+            settings.queue,
+            exchange,
+            routing_key=settings.queue,
+            durable=True,
+            max_priority=MAX_MESSAGE_PRIORITY,
+        )
+    arguments = {
+        "x-queue-type": "quorum",
+        "x-delivery-limit": settings.max_attempts,
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": undelivered_queue(settings).name,
+    }
     return Queue(
         settings.queue,
         exchange,
@@ -99,7 +113,7 @@ def check_queue(settings: Settings, connection: Connection | None = None) -> Non
                 raise ConfigError(
                     f"SWEEPSTACK_QUEUE_TYPE={settings.queue_type}: the broker already has the "
                     f"queue {queue.name!r} with other arguments ({exc}); RabbitMQ cannot change "
-                    "a queue's type: drain and delete it (rabbitmqctl delete_queue "
+                    "a queue's type or arguments: drain and delete it (rabbitmqctl delete_queue "
                     f"{queue.name}), or set SWEEPSTACK_QUEUE to a new name"
                 ) from None
     finally:

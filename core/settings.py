@@ -145,6 +145,9 @@ _INT_FIELDS = frozenset(
         "artifacts_top_k",
         "max_artifact_bytes",
         "max_sweep_artifact_bytes",
+        "quota_running",
+        "quota_trials",
+        "quota_sweeps",
     }
 )
 # Ceilings on what a spec may ask for (core.spec.limits), checked at submit by the API and the CLI.
@@ -264,6 +267,12 @@ class Settings:
     # The write concern of the store's writes (`write_concern`, `DEFAULT_WRITE_CONCERN`);
     # an option the store's URL names itself (w, journal, wtimeoutMS) wins over this.
     write_concern: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_WRITE_CONCERN))
+    # Per-user quotas (core.shares, api/shares.py), each user's unless an admin set its own
+    # (PUT /api/v1/users/NAME); unset: none. Trials running at once (the scheduler holds a
+    # user's share to it), trials stored and sweeps active (a submit over either is 429).
+    quota_running: int | None = None
+    quota_trials: int | None = None
+    quota_sweeps: int | None = None
 
     def store_options(self) -> dict[str, Any]:
         """What `core.store.store.Store` takes of these settings: the artifact root and

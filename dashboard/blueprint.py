@@ -43,6 +43,7 @@ from flask.blueprints import BlueprintSetupState
 
 from core.errors import InvalidQuery, NoModel, NotFound, StoreUnavailable
 from core.store.kept_models import kept_model
+from core.store.shares import share_rows
 from dashboard import models, payloads, plotlyjs, snapshots
 from dashboard.analysis import panel_payload
 from dashboard.figures import STATE_COLOURS
@@ -87,6 +88,12 @@ def _guard() -> Response | None:
         return error_response(401, "unauthorized", "log in first (POST /login) or send a "
                               "bearer token")
     return redirect(url_for("auth.login_form", next=request.full_path.rstrip("?")), 302)
+
+
+def _shares() -> dict[str, Any]:
+    """The fair share of the caller's active sweeps (an admin's: all) now."""
+    services = _services()
+    return share_rows(services.store.shares, _owner(), services.settings.quota_running)
 
 
 def _own_sweep(sweep_id: str) -> None:
@@ -199,7 +206,7 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
     def sweeps() -> str:
         cursor = request.args.get("cursor") or None
         initial = payloads.sweeps_payload(_state(), _services().store.reads, _now(), owner=_owner(),
-                                          cursor=cursor, limit=SWEEPS_PAGE)
+                                          cursor=cursor, limit=SWEEPS_PAGE, shares=_shares())
         return render_template("dashboard/sweeps.html", initial=initial, cursor=cursor,
                                **_page_context())
 
@@ -256,7 +263,7 @@ def create_blueprint(retry: RetrySweep | None = None) -> Blueprint:
         since_ms = _int_arg("since") if since else None
         return _json(payloads.sweeps_payload(
             _state(), _services().store.reads, _now(), since_ms, owner=_owner(),
-            cursor=request.args.get("cursor") or None, limit=SWEEPS_PAGE))
+            cursor=request.args.get("cursor") or None, limit=SWEEPS_PAGE, shares=_shares()))
 
     @bp.get("/dashboard/data/sweeps/<sweep_id>")
     def sweep_data(sweep_id: str) -> Response:

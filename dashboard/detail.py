@@ -13,7 +13,16 @@ from dashboard.data import pruned_stop, to_ms
 # Not quality measures: drawn in "Time per epoch" (the last three by data-parallel trials).
 # A Caffe trial's rows count evaluations as epochs and carry the solver's iteration.
 _NOT_METRICS = frozenset(
-    {"epoch", "iteration", "lr", "epoch_seconds", "compute_seconds", "comm_seconds", "comm_bytes"}
+    {
+        "epoch",
+        "iteration",
+        "lr",
+        "epoch_seconds",
+        "train_seconds",
+        "compute_seconds",
+        "comm_seconds",
+        "comm_bytes",
+    }
 )
 
 
@@ -103,7 +112,8 @@ def attempt_notes(doc: Mapping[str, Any], attempt: Any) -> list[str]:
     (``resumed``, `core.store.lifecycle`) and its notes (a checkpoint it could not use)."""
     out = [
         f"resumed after epoch {r.get('epoch')} from attempt {r.get('from_attempt')}'s checkpoint"
-        for r in doc.get("resumed") or [] if r.get("attempt") == attempt
+        for r in doc.get("resumed") or []
+        if r.get("attempt") == attempt
     ]
     out += [str(n.get("text", "")) for n in doc.get("notes") or [] if n.get("attempt") == attempt]
     return out

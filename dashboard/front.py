@@ -120,16 +120,18 @@ def _history(
     if reference is None:
         return {"steps": steps, "trials": len(done)}
     ref = losses(np.array([list(reference)]), directions)[0]
-    kept = np.empty((0, n))
-    volume = 0.0
+    counted = []  # (trials finished by then, the row) of each feasible complete trial
     for trials, row in enumerate(done, start=1):
         values = _values(row, n) if row["state"] == _COMPLETE else None
-        if values is None or row.get("feasible") is False:
-            continue
-        point = losses(np.array([values]), directions)[0]
-        if len(kept) and np.any(np.all(kept <= point, axis=1)):
+        if values is not None and row.get("feasible") is not False:
+            counted.append((trials, row, values))
+    points = losses(np.array([v for _, _, v in counted]).reshape(-1, n), directions)
+    kept = np.empty((0, n))
+    volume = 0.0
+    for (trials, row, _), point in zip(counted, points, strict=True):
+        if len(kept) and (kept <= point).all(axis=1).any():
             continue  # dominated by (or equal to) a kept point: the volume is the same
-        kept = np.vstack([kept[~np.all(point <= kept, axis=1)], point])
+        kept = np.vstack([kept[~(point <= kept).all(axis=1)], point])
         now = hypervolume(kept, ref)
         if now > volume:
             volume = now

@@ -90,6 +90,15 @@ def _objective(sweep: Mapping[str, Any]) -> tuple[str, str]:
     return objective.get("metric", "objective"), objective.get("direction", "maximize")
 
 
+def _changes(sweep: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The sweep's pauses, resumes and spec changes, oldest first (`core.store.changes`)."""
+    keys = ("kind", "summary", "by")
+    return [
+        {"at": data.to_ms(c.get("at")), **{k: c.get(k) for k in keys}}
+        for c in sweep.get("changes") or []
+    ]
+
+
 def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
     """A sweep's name, owner, dates, objective, and search and pruning settings (with the
     header's one-line summary of them), as pages show them."""
@@ -105,6 +114,9 @@ def sweep_meta(sweep: Mapping[str, Any]) -> dict[str, Any]:
         "created_at": data.to_ms(sweep.get("created_at")),
         "updated_at": data.to_ms(sweep.get("updated_at")),
         "cancelled": sweep.get("cancelled_at") is not None,
+        "paused": sweep.get("paused_at") is not None,
+        "changes": _changes(sweep),
+        "priority": sweep.get("priority") or "normal",
         "trial_count": sweep.get("trial_count", 0),
         "metric": metric,
         "direction": direction,
@@ -327,14 +339,19 @@ def curves_payload(
 
 def sweeps_payload(state: DashboardState, reads: Reads, now: datetime,
                    since: int | None = None, limit: int = 100, *, owner: str | None = None,
-                   cursor: str | None = None) -> dict[str, Any]:
+                   cursor: str | None = None,
+                   shares: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One page of the newest sweeps (`owner`'s only, unless None) with counts, and the
     best objective of those already in memory; ``next`` is the next page's cursor.
+    ``shares``: the fair share of every active sweep of the page (`core.store.shares.
+    share_rows`, by sweep id) and the workers online, whole at every answer (they move
+    without the sweep's own record moving).
 
     With `since` (ms), only sweeps updated after it; a page passes the ``now`` of its last
     answer, less a little, so a change is never missed (it may come twice).
     """
     sweeps, next_cursor = reads.list_sweeps(owner=owner, limit=limit, cursor=cursor)
+    page = {sweep["_id"] for sweep in sweeps}
     out = []
     for sweep in sweeps:
         meta = sweep_meta(sweep)
@@ -347,7 +364,10 @@ def sweeps_payload(state: DashboardState, reads: Reads, now: datetime,
             top = aggregate_functions(table.sweep)["top"]
             best = _best(table.memo("top", top, PREPARED_SECONDS)[1])
         out.append({**meta, "best": best, "best_known": table is not None})
-    return {"now": data.to_ms(now), "sweeps": out, "next": next_cursor}
+    return {"now": data.to_ms(now), "sweeps": out, "next": next_cursor,
+            "shares": {row["id"]: row for row in (shares or {}).get("items", [])
+                       if row["id"] in page},
+            "workers": (shares or {}).get("workers")}
 
 
 def sweep_summary(table: SweepTable, now: datetime) -> dict[str, Any]:

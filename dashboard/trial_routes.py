@@ -15,6 +15,10 @@ owner's is 404, as if missing; an admin may act on any).
   export, a selection in a share of that time; by id it took ~2.5 ms a trial).
 - ``POST /dashboard/data/sweeps/<id>/cancel`` and ``…/retry``: cancel the sweep; queue its
   failed (and stale) trials again and enqueue them.
+- ``POST /dashboard/data/sweeps/<id>/pause``, ``…/resume`` and ``…/change`` (a JSON body
+  such as ``{"trials": 60}``, `core.spec.changes`): pause the sweep (nothing new starts),
+  resume it, change its spec (`core.store.changes`, as the API does; the changed spec
+  within the server's trial limit).
 
 The POSTs are safe from other sites as every dashboard write is: a browser's session
 needs the page's CSRF token in ``X-CSRF-Token`` (`web.auth`), and the session cookie is
@@ -32,13 +36,15 @@ from typing import Any
 from celery import Celery
 from flask import Blueprint, Response, request
 
+from core.errors import Problem, SpecError
 from core.settings import Settings
-from core.store import export
+from core.spec.sweep import SweepSpec
+from core.store import changes, export
 from core.store.store import Store
 from dashboard import compare, snapshots, trials
 from dashboard.payloads import DashboardState
 from dashboard.table import SweepTable
-from web.context import context, error_response
+from web.context import context, error_response, identity
 
 #: `scheduler.retry.retry_sweep`: (store, sender, settings, sweep id) -> counts.
 RetrySweep = Callable[[Store, Celery, Settings, str], dict[str, int]]
@@ -50,6 +56,19 @@ def _json(payload: Any) -> Response:
     response = Response(body, mimetype="application/json")
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+def _within(settings: Settings) -> Callable[[SweepSpec], None]:
+    """The server's trial limit on a changed spec's budget (the API applies all of a
+    submit's limits: `api.submission.check_limits`; a grid's count is the scheduler's)."""
+
+    def check(spec: SweepSpec) -> None:
+        most = min(spec.limits.max_trials, settings.api_max_trials)
+        if (spec.search.trials or 0) > most:
+            rule = f"must be <= {most:,} on this server, got {spec.search.trials:,}"
+            raise SpecError([Problem("search.trials", rule)])
+
+    return check
 
 
 def trials_blueprint(
@@ -130,6 +149,35 @@ def trials_blueprint(
         own_sweep(sweep_id)
         changed = context().store.admin.cancel_sweep(sweep_id)
         return _json({**changed, "counts": fresh(sweep_id)})
+
+    def by() -> str | None:
+        who = identity()
+        return who.name if who is not None else None
+
+    @bp.post("/dashboard/data/sweeps/<sweep_id>/pause")
+    def pause(sweep_id: str) -> Response:
+        own_sweep(sweep_id)
+        done = changes.pause_sweep(context().store, sweep_id, owner=None, by=by())
+        return _json({"changed": done["changed"], "counts": fresh(sweep_id)})
+
+    @bp.post("/dashboard/data/sweeps/<sweep_id>/resume")
+    def resume(sweep_id: str) -> Response:
+        own_sweep(sweep_id)
+        done = changes.resume_sweep(context().store, sweep_id, owner=None, by=by())
+        return _json({"changed": done["changed"], "counts": fresh(sweep_id)})
+
+    @bp.post("/dashboard/data/sweeps/<sweep_id>/change")
+    def change(sweep_id: str) -> Response:
+        own_sweep(sweep_id)
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            return error_response(400, "invalid_parameter",
+                                  'body: must be a JSON object such as {"trials": 60}',
+                                  {"parameter": "body"})  # fmt: skip
+        services = context()
+        done = changes.change_sweep(services.store, sweep_id, body, owner=None, by=by(),
+                                    check=_within(services.settings))  # fmt: skip
+        return _json({"summary": done["summary"], "counts": fresh(sweep_id)})
 
     @bp.post("/dashboard/data/sweeps/<sweep_id>/retry")
     def retry_failed(sweep_id: str) -> Response:

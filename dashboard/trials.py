@@ -354,6 +354,7 @@ def table_payload(table: SweepTable, args: MultiDict) -> dict[str, Any]:
         "left": counts.get("queued", 0) + counts.get("running", 0),
         "failed": counts.get("failed", 0),
         "cancelled": table.sweep.get("cancelled_at") is not None,
+        "paused": table.sweep.get("paused_at") is not None,
         "rows": [_shown(row) for row in rows[start : start + query.size]],
     }
 

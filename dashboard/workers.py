@@ -45,6 +45,11 @@ def _trial_ids(args: Any) -> list[str]:
     return _TRIAL_ID.findall(str(args))
 
 
+def sweep_of(trial_id: str) -> str:
+    """The sweep a trial id belongs to (``f"{sweep_id}-{point id}"``)."""
+    return trial_id.partition("-")[0]
+
+
 def inspect_workers(sender: Celery | None, timeout: float = 1.0) -> dict[str, Any]:
     """Ask the online workers what they run: ``{"workers": {name: info}, "error": text}``.
 
@@ -103,7 +108,8 @@ def worker_rows(
     now_ms: int,
     minutes: int = 10,
 ) -> list[dict[str, Any]]:
-    """One row per worker, online ones first: current trials, device, trials per minute.
+    """One row per worker, online ones first: current trials and the sweeps they belong to
+    (``sweeps``), device, trials per minute.
 
     `inspected` is `inspect_workers`' ``workers`` (None: no broker to ask). ``answered``:
     whether the worker answered it (None without a broker); ``last_activity``: the last
@@ -132,6 +138,8 @@ def worker_rows(
             "online": last_seen is not None and now_ms - last_seen <= ONLINE_SECONDS * 1000,
             "answered": None if inspected is None else live is not None,
             "current": live["trials"] if live is not None else running,
+            "sweeps": sorted({sweep_of(t) for t in (live["trials"] if live is not None
+                                                      else running)}),
             "concurrency": live["concurrency"] if live is not None else None,
             "device": devices[-1] if devices else None,
             "finished": len(finished),

@@ -49,6 +49,7 @@ from kombu.exceptions import OperationalError
 
 from core.broker import GROUP_TASK_NAME, TASK_NAME, celery_config, time_limits
 from core.settings import Settings
+from core.shares import DEFAULT_PRIORITY, MESSAGE_PRIORITY
 from core.store.texts import split_texts
 
 log = logging.getLogger(__name__)
@@ -133,8 +134,14 @@ def sender_app(settings: Settings, broker_url: str | None = None) -> Celery:
     return app
 
 
-def enqueue(app: Celery, trials: Iterable[Outgoing]) -> int:
+def enqueue(
+    app: Celery, trials: Iterable[Outgoing], priority: int = MESSAGE_PRIORITY[DEFAULT_PRIORITY]
+) -> int:
     """Publish one message per (trial id, time limit[, keywords]); return the count.
+
+    `priority` is the messages' RabbitMQ priority (`core.shares.MESSAGE_PRIORITY`: a high
+    sweep's trials overtake those already queued; the queue is declared with
+    ``x-max-priority``, `core.broker.trial_queue`).
 
     A trial id goes as `workers.run_trial`; a list of ids (a fused group) as one
     `workers.run_group` message; the keywords (`carry`, `carry_group`) with either.
@@ -145,14 +152,14 @@ def enqueue(app: Celery, trials: Iterable[Outgoing]) -> int:
     with app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=3)
         if isinstance(conn.connection, amqp.Connection):
-            count = _publish_confirmed(app, conn, trials)
+            count = _publish_confirmed(app, conn, trials, priority)
         else:
-            count = _send_each(app, conn, trials)
+            count = _send_each(app, conn, trials, priority)
     log.info("enqueued %d trials", count)
     return count
 
 
-def _send_each(app: Celery, conn: Connection, trials: Iterable[Outgoing]) -> int:
+def _send_each(app: Celery, conn: Connection, trials: Iterable[Outgoing], priority: int) -> int:
     """The plain path: ``send_task`` per message, on one producer."""
     count = 0
     with app.producer_pool.acquire(block=True) as producer:
@@ -165,6 +172,7 @@ def _send_each(app: Celery, conn: Connection, trials: Iterable[Outgoing]) -> int
                 kwargs=kwargs,
                 kwargsrepr=_kwargsrepr(kwargs),
                 producer=producer,
+                priority=priority,
                 **time_limits(limit),
             )
             count += 1
@@ -215,8 +223,11 @@ class _Messages:
     #: and weight.
     _BODY_SIZE_AT = 11
 
-    def __init__(self, app: Celery, channel_id: int, frame_max: int, routing_key: str) -> None:
+    def __init__(
+        self, app: Celery, channel_id: int, frame_max: int, routing_key: str, priority: int = 0
+    ) -> None:
         self.app = app
+        self.priority = priority
         self.reply_to = app.thread_oid
         self.channel_id = channel_id
         self.frame_max = frame_max
@@ -260,7 +271,7 @@ class _Messages:
                 headers, id=task_id, root_id=task_id, argsrepr=repr([trial_id])
             ),
             delivery_mode=2,
-            priority=0,
+            priority=self.priority,
             correlation_id=task_id,
             reply_to=self.reply_to,
         )
@@ -328,7 +339,9 @@ class _Messages:
         return segments, slots, size_at
 
 
-def _publish_confirmed(app: Celery, conn: Connection, trials: Iterable[Outgoing]) -> int:
+def _publish_confirmed(
+    app: Celery, conn: Connection, trials: Iterable[Outgoing], priority: int
+) -> int:
     queue = app.amqp.queues[app.conf.task_default_queue]
     channel = conn.channel()
     try:
@@ -338,7 +351,9 @@ def _publish_confirmed(app: Celery, conn: Connection, trials: Iterable[Outgoing]
         channel.events["basic_nack"].add(confirms.nack)
         channel.confirm_select()
         transport = conn.connection.transport
-        messages = _Messages(app, channel.channel_id, conn.connection.frame_max, queue.name)
+        messages = _Messages(
+            app, channel.channel_id, conn.connection.frame_max, queue.name, priority
+        )
         buffer = bytearray()
         sent = 0
         for item in trials:

@@ -33,7 +33,11 @@ its window counts units: a place frees when every trial of a unit ended, and
 
 Window: at most `parallelism` trials in flight for a session (``search.parallelism``, else
 `PARALLELISM_PER_WORKER` x the workers known, else `DEFAULT_PARALLELISM`), units for an
-adaptive one, `big_window` for grid/random without pruning. The sweep's size is known up
+adaptive one, `big_window` for grid/random without pruning; and, where the scheduler knows
+the workers online, no more than twice the sweep's fair share of them (`share_window`,
+`core.shares`; a grid's counts its messages, `per_message`), so the queue never holds
+much more than the workers can start soon, and a sweep submitted behind a large one starts
+within about one trial's time. The sweep's size is known up
 front (``search.trials``, or the expansion's length) and stored as planned trials: exactly
 that many are ever created, fewer only when a search's space runs out
 (`Feeding.shrink_plan`).
@@ -45,6 +49,15 @@ attrs), so no point is asked twice and a seeded sweep asks the same points; a tr
 but maybe never sent (the sweep's ``sending`` list) is sent again; ``planned`` is repaired
 from the count of trials.
 One feeder per sweep: the store's lease (`core.store.feeding`), renewed every step.
+
+Pause and change (`core.store.changes`): a paused sweep's feeder tells the search the
+trials that end and sends nothing new; once resumed, it first sends again the trials a
+worker left queued meanwhile (the sweep's ``held`` list: `core.store.lifecycle`'s claim
+starts no trial of a paused sweep). A changed spec (its ``spec_rev`` moved) stops the feeder
+(`respecified`); the one opened next rebuilds from the stored trials on the new spec, as
+after a restart, and sets the planned trials to exactly those of the new spec not created
+yet (`Feeding.replan`; a grid's new points get indexes after the stored ones:
+`_renumber`), so no point is asked twice and an adaptive search keeps all it learned.
 
 Decisions at the rung: a watched trial's message says at which epochs its worker waits for
 the pruner (``decide_at``, `core.spec.search.decision_epochs`: successive halving's rungs,
@@ -88,6 +101,7 @@ from celery import Celery
 
 from core.errors import NotFound, StoreUnavailable, SweepstackError
 from core.settings import Settings
+from core.shares import MESSAGE_PRIORITY
 from core.spec.kinds import kind_of
 from core.spec.search import IN_WORKER, decides, decision_epochs
 from core.spec.sweep import SweepSpec, load_spec
@@ -182,8 +196,10 @@ class Feeder:
         workers: int | None = None,
         big_window: int = BIG_WINDOW,
         lease_seconds: float = LEASE_SECONDS,
+        warm: Sequence[Any] = (),
     ) -> None:
         self.store, self.app, self.sweep_id, self.spec = store, app, sweep_id, spec
+        self._warm = warm  # earlier sweeps' trials for the session (`scheduler.warm`)
         self.owner, self.workers, self.lease_seconds = owner, workers, lease_seconds
         self.watch = spec.pruning.enabled
         # Where a watched trial's worker waits for the pruner's decision (module docstring),
@@ -196,6 +212,12 @@ class Feeder:
             goals = [(o.metric, o.direction) for o in spec.objectives]
             self._rank = RankJudge(spec.pruning, goals, spec.planned_epochs())
         self.window = parallelism(spec, workers) if needs_session(spec) else big_window
+        #: The sweep's window under the fair share of workers (`core.shares`), set by the
+        #: scheduler each pass (`scheduler.feeders`); None: `window` alone.
+        self.share_window: int | None = None
+        #: Trials per message of a grid's or random sweep's plan (`_plan_block`): its share
+        #: of workers counts messages, its window trials.
+        self.per_message = 1.0
         self.session: Any = None
         self._points: list[TrialPoint] | None = None  # grid/random: the expansion, by cost
         self._next = 0  # position in `_points`
@@ -215,6 +237,9 @@ class Feeder:
         self._study_attrs: dict[str, Any] = {}
         self._requested: set[str] = set()  # prunes asked for
         self.total = 0
+        self.rev = 0  # the revision of the sweep's spec this feeder feeds (`core.spec.changes`)
+        self.paused = False  # the sweep was paused: nothing new is sent
+        self.respecified = False  # stopped as its spec changed: a new feeder goes on (`open`)
         self.done = False
         self.used_up = False  # an adaptive search's space gave no new point
         self.freed = False  # `judge` saw a trial in flight end (`judge_until` resets it)
@@ -256,7 +281,7 @@ class Feeder:
         if needs_session(self.spec):
             from scheduler.search_session import SearchSession  # imports Optuna (~1 s)
 
-            self.session = SearchSession(self.spec)
+            self.session = SearchSession(self.spec, warm=self._warm)
             self._shared = shared_dimensions(self.spec.space)
 
     @classmethod
@@ -270,20 +295,41 @@ class Feeder:
         if not store.feeding.take_lease(sweep_id, owner, seconds):
             return None
         doc = store.reads.get_sweep(sweep_id)
-        feeder = cls(store, app, sweep_id, load_spec(doc["spec"]), owner=owner, **kwargs)
+        spec = load_spec(doc["spec"])
+        if doc.get("warm_trials"):
+            from scheduler.warm import warm_records
+
+            kwargs["warm"] = warm_records(store, spec, doc["warm_trials"])
+        feeder = cls(store, app, sweep_id, spec, owner=owner, **kwargs)
         feeder._renewed = asked
+        feeder.rev = int(doc.get("spec_rev") or 0)
+        feeder.paused = doc.get("paused_at") is not None
         stored = store.feeding.feed_trials(sweep_id)
-        feeder._rebuild(stored, doc.get("study_attrs") or {}, doc.get("sending") or [])
+        changed = feeder.rev != int(doc.get("applied_rev") or 0)
+        feeder._rebuild(stored, doc.get("study_attrs") or {}, doc.get("sending") or [], changed)
         return feeder
 
     def _rebuild(
-        self, docs: list[dict[str, Any]], study_attrs: dict[str, Any], sending: list[str]
+        self,
+        docs: list[dict[str, Any]],
+        study_attrs: dict[str, Any],
+        sending: list[str],
+        changed: bool = False,
     ) -> None:
         from scheduler.search_session import Record
 
         self._created = {d["key"] for d in docs}
         self._index = max((d["index"] for d in docs), default=-1) + 1
-        self.store.feeding.repair_plan(self.sweep_id, self.total, len(docs))
+        if self.rev and self._points is not None:
+            self._renumber()
+        created = len(docs)
+        if self.spec.search.algorithm == "grid" and self._points is not None:
+            created = len(self._created & set(self._by_id))  # a narrowed grid's own points
+        if changed:
+            # The spec changed (`core.spec.changes`): exactly its trials not created yet.
+            self.store.feeding.replan(self.sweep_id, self.rev, max(self.total - created, 0))
+        else:
+            self.store.feeding.repair_plan(self.sweep_id, self.total, created)
         if self._rank is not None:
             for d in docs:
                 self._note_costs(d["_id"], d.get("config") or {})
@@ -321,6 +367,18 @@ class Feeder:
                      len(unsent))  # fmt: skip
             units = {d["key"]: (d.get("optuna") or {}).get("unit") for d in unsent}
             self._send([self._point_of(d) for d in unsent], units)
+
+    def _renumber(self) -> None:
+        """Give a changed grid's or random sweep's points not created yet indexes after the
+        stored trials', in the expansion's order: the new expansion's own indexes may be
+        those of stored trials (a value added to the first dimension moves every later
+        point), and a trial's index is unique in its sweep."""
+        assert self._points is not None
+        position = {p.id: i for i, p in enumerate(sorted(self._by_id.values(), key=_index_of))}
+        for i, point in enumerate(self._points):
+            if point.id not in self._created:
+                moved = dataclasses.replace(point, index=self._index + position[point.id])
+                self._points[i] = self._by_id[point.id] = moved
 
     def _stored_epochs(self, docs: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
         if not self.spec.pruning.enabled:
@@ -368,8 +426,17 @@ class Feeder:
             return self._stop()
         if sweep.get("cancelled_at") is not None:
             return self._stop()
+        if int(sweep.get("spec_rev") or 0) != self.rev:
+            # Its spec changed: a feeder rebuilt on the new one takes over (`Feeders.step`,
+            # `sweepstack run`), from the stored trials, as after a restart.
+            log.info("sweep %s: its spec changed; feeding it anew", self.sweep_id)
+            self.respecified = True
+            return self._stop()
+        self.paused = sweep.get("paused_at") is not None
         if self.session is not None:
             self._tell_and_prune(sweep["counts"])
+        if sweep.get("held") and not self.paused:
+            self._send_held(sweep["held"])
         counts, planned = sweep["counts"], int(sweep.get("planned") or 0)
         in_flight = counts["queued"] - planned + counts["running"]
         if in_flight > 0 and self._stalled(sweep.get("counts_rev", 0)):
@@ -382,12 +449,25 @@ class Feeder:
             counts = self.store.admin.recount(self.sweep_id)
             in_flight = counts["queued"] - planned + counts["running"]
         if planned > 0:
-            wanted, units = self.wanted(in_flight)
+            # Paused: running trials finish and are told (above); nothing new goes out.
+            wanted, units = self.wanted(in_flight) if not self.paused else (0, None)
             if wanted > 0:
                 self.feed(min(wanted, planned), units)
         elif in_flight <= 0:
             return self._stop()
         return True
+
+    def _send_held(self, held: list[str]) -> None:
+        """Send again the trials a worker left queued while the sweep was paused
+        (`core.store.lifecycle`'s claim notes them in the sweep's ``held`` list)."""
+        docs = self.store.feeding.feed_trials(self.sweep_id, held, with_config=True)
+        docs = [d for d in docs if d["state"] == TrialState.QUEUED.value]
+        if docs:
+            log.info("sweep %s: sending %d trials held while it was paused", self.sweep_id,
+                     len(docs))  # fmt: skip
+            units = {d["key"]: (d.get("optuna") or {}).get("unit") for d in docs}
+            self._send([self._point_of(d) for d in docs], units)
+        self.store.feeding.release_held(self.sweep_id, held)
 
     def _renew(self) -> bool:
         """Renew the feeding lease when `RENEW_SHARE` of it has passed; whether it is held."""
@@ -403,9 +483,14 @@ class Feeder:
         """How many new trials the window has room for, given the trials in flight, and
         for an adaptive search in how many units at most (module docstring): a unit of
         up to `scheduler.units.ADAPTIVE_GROUP_CAP` points per free place."""
+        window = self.window
+        if self.share_window is not None and (self._points is not None or self.session is None):
+            window = min(window, math.ceil(self.share_window * self.per_message))
+        elif self.share_window is not None:
+            window = min(window, self.share_window)  # an adaptive search's window counts units
         if self._points is not None or self.session is None:
-            return self.window - in_flight, None
-        free = self.window - len({self._units.get(t, t) for t in self._numbers})
+            return window - in_flight, None
+        free = window - len({self._units.get(t, t) for t in self._numbers})
         return max(0, free) * ADAPTIVE_GROUP_CAP, max(0, free)
 
     def _stalled(self, rev: int) -> bool:
@@ -534,7 +619,11 @@ class Feeder:
                 block.append(point)
         if self._block is not None:
             block = [self._resolved(point) for point in block]
-        self._plan.extend(batches(block, self.workers))
+        planned = batches(block, self.workers)
+        if planned:
+            # A message (a fused group, a chunk) takes one worker: the fair share counts them.
+            self.per_message = len(block) / len(planned)
+        self._plan.extend(planned)
         return bool(block)
 
     def _resolved(self, point: TrialPoint) -> TrialPoint:
@@ -580,7 +669,7 @@ class Feeder:
 
     def _send(self, points: list[TrialPoint], units: dict[str, Any] | None = None) -> None:
         out = self.outgoing(self.sweep_id, points, units)
-        send_window(self.store, self.app, self.sweep_id, out)
+        send_window(self.store, self.app, self.sweep_id, out, self.spec.priority)
         self.sent(points)
 
     def _tell_and_prune(self, counts: dict[str, int]) -> None:
@@ -757,12 +846,19 @@ def judge_until(feeders: Sequence[Feeder], deadline: float) -> None:
         time.sleep(min(every, max(0.0, deadline - time.monotonic())))
 
 
+def _index_of(point: TrialPoint) -> int:
+    return point.index
+
+
 def _optuna(number: int, system_attrs: dict[str, Any], **more: Any) -> dict[str, Any]:
     return {"optuna": {"number": number, "system_attrs": system_attrs, **more}}
 
 
-def send_window(store: Store, app: Celery, sweep_id: str, out: list[Outgoing]) -> None:
-    """Enqueue a stored window's messages (`Feeder.outgoing`), then empty the sweep's
-    ``sending`` list: they are sent, and a rebuilt feeder need not send them again."""
-    enqueue(app, out)
+def send_window(
+    store: Store, app: Celery, sweep_id: str, out: list[Outgoing], priority: str = "normal"
+) -> None:
+    """Enqueue a stored window's messages (`Feeder.outgoing`) at the sweep's `priority`
+    (`core.shares.MESSAGE_PRIORITY`), then empty the sweep's ``sending`` list: they are
+    sent, and a rebuilt feeder need not send them again."""
+    enqueue(app, out, MESSAGE_PRIORITY[priority])
     store.feeding.end_sending(sweep_id)

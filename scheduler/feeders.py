@@ -1,8 +1,10 @@
 """Every unfinished sweep's `Feeder`, in one loop: what `sweepstack scheduler` runs.
 
 Each pass takes the lease of the sweeps it does not feed yet (a sweep another scheduler
-feeds is skipped until that one stops renewing), steps every feeder it holds, and drops
-those whose sweep is finished, cancelled or deleted. `sweepstack run` steps one `Feeder`
+feeds is skipped until that one stops renewing), sizes every feeder's window to its
+sweep's fair share of the workers online (`core.shares`, read from the store, so several
+schedulers agree and a restarted one needs no memory), steps every feeder it holds, and
+drops those whose sweep is finished, cancelled or deleted. `sweepstack run` steps one `Feeder`
 of its own instead.
 
 A feeder that could not send its window (the broker down) is dropped and its lease given
@@ -19,6 +21,8 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from core.errors import SpecError, SweepstackError
+from core.shares import Share
+from core.store.shares import current_shares
 from core.store.store import Store
 from scheduler.feed import BIG_WINDOW, LEASE_SECONDS, Feeder, judge_until, owner_name
 
@@ -26,13 +30,23 @@ log = logging.getLogger(__name__)
 
 
 def workers_online(app: Celery, timeout: float = 1.0) -> int | None:
-    """Worker processes online (the sum of their pools' sizes), None when none answers."""
+    """Worker processes online that take this deployment's trials (the sum of their pools'
+    sizes), None when none answers. Celery's remote control reaches every worker on the
+    broker's virtual host, so those consuming another queue (another deployment's, or a
+    test's) are left out: the fair share divides only the workers that serve it."""
     try:
-        stats = app.control.inspect(timeout=timeout).stats() or {}
+        inspector = app.control.inspect(timeout=timeout)
+        stats = inspector.stats() or {}
+        queues = inspector.active_queues() or {}
     except Exception as exc:  # the broker is down: no default from workers this time
         log.warning("cannot ask the workers: %s", exc)
         return None
-    total = sum(int((s.get("pool") or {}).get("max-concurrency") or 1) for s in stats.values())
+    mine = app.conf.task_default_queue
+    total = sum(
+        int((s.get("pool") or {}).get("max-concurrency") or 1)
+        for name, s in stats.items()
+        if any(q.get("name") == mine for q in queues.get(name) or [])
+    )
     return total or None
 
 
@@ -48,8 +62,13 @@ class Feeders:
         workers: int | None = None,
         lease_seconds: float = LEASE_SECONDS,
         big_window: int = BIG_WINDOW,
+        quota_running: int | None = None,
     ) -> None:
         self.store, self.app = store, app
+        self.quota_running = quota_running
+        #: Every active sweep's fair share at the last pass (`core.shares.Share`), by id;
+        #: empty while the workers online are unknown.
+        self.shares: dict[str, Share] = {}
         self.owner = owner or owner_name()
         self.workers = workers
         self.lease_seconds = lease_seconds
@@ -85,6 +104,7 @@ class Feeders:
             if feeder is not None:
                 log.info("feeding sweep %s (%d trials)", sweep_id, feeder.total)
                 self.feeders[sweep_id] = feeder
+        self._share()
         for sweep_id, feeder in list(self.feeders.items()):
             try:
                 alive = feeder.step()
@@ -101,13 +121,31 @@ class Feeders:
                 del self.feeders[sweep_id]
         return len(self.feeders)
 
+    def _share(self) -> None:
+        """Size every feeder's window to its sweep's fair share of the workers online
+        (`core.shares`), from the store: every scheduler computes the same. Without a count
+        of the workers (this scheduler's, else one another recorded in the last five
+        minutes), the windows are the feeders' own."""
+        # None answered this scheduler yet (it just started): another's recent count.
+        workers = self.workers or self.store.shares.workers()
+        if not workers:
+            self.shares = {}
+        else:
+            self.shares = current_shares(self.store.shares, workers, self.quota_running)
+        for sweep_id, feeder in self.feeders.items():
+            share = self.shares.get(sweep_id)
+            feeder.share_window = share.window if share is not None else None
+
     def judge_until(self, deadline: float) -> None:
         """Sleep until `deadline`, deciding pruning meanwhile (`scheduler.feed.judge_until`)."""
         judge_until(list(self.feeders.values()), deadline)
 
     def set_workers(self, workers: int | None) -> None:
-        """The workers online, for the window of sweeps without `search.parallelism`."""
+        """The workers online, for the window of sweeps without `search.parallelism` and
+        the fair share; recorded in the store for the API's submit (`scheduler.submit`)."""
         self.workers = workers
+        if workers:  # a scheduler that reached none leaves another's count standing
+            self.store.shares.note_workers(workers)
 
     def close(self) -> None:
         """Give every lease back, so another scheduler can take over at once."""

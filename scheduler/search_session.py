@@ -130,7 +130,12 @@ class SearchSession:
     """
 
     def __init__(
-        self, spec: SweepSpec, search: Search | None = None, pruning: Pruning | None = None
+        self,
+        spec: SweepSpec,
+        search: Search | None = None,
+        pruning: Pruning | None = None,
+        *,
+        warm: Sequence[Record | None] = (),
     ) -> None:
         self.spec = spec
         # Until the spec carries these sections itself, they may be given beside it.
@@ -158,6 +163,13 @@ class SearchSession:
         self._seen: dict[str, int] = {}
         self._count = 0  # Optuna trials in the study, repeats included
         self._grid: Iterator[dict[str, Any]] | None = None
+        # Points of earlier sweeps (`search.warm_start`): told, and not this sweep's, so
+        # one may be asked again (a new sweep's trial of it, with its own settings).
+        self._warm: set[str] = set()
+        self._first = [dict(point) for point in self.search.first or []]
+        self._first_at = 0  # the next of `search.first` to enqueue
+        self._tell_warm(warm)
+        self._warm_count = self._count
 
     # The numbers of Optuna trials in the study; also the next trial's number.
     @property
@@ -196,7 +208,11 @@ class SearchSession:
         draws = repeats = 0
         while len(out) < n and draws < MAX_DRAWS_PER_POINT * n:
             draws += 1
-            asked = self._ask_one(at_random=repeats >= RANDOM_AFTER_REPEATS, fixed=fixed)
+            given = fixed
+            if given is None and self._first_at < len(self._first):
+                given = self._first[self._first_at]  # `search.first`, before the sampler
+                self._first_at += 1
+            asked = self._ask_one(at_random=repeats >= RANDOM_AFTER_REPEATS, fixed=given)
             if asked is None:
                 repeats += 1
             else:
@@ -259,18 +275,61 @@ class SearchSession:
             params[dim.path] = lookup[dim.path] = value
         return trial, params
 
-    def _add(self, params: dict[str, Any], state: TrialState, **extra: Any) -> Asked:
-        """Add a point to the study as a trial given whole (grid points, rebuilt records)."""
+    def _add(
+        self, params: dict[str, Any], state: TrialState, *, warm: bool = False, **extra: Any
+    ) -> Asked:
+        """Add a point to the study as a trial given whole (grid points, rebuilt records,
+        an earlier sweep's trials: `warm`). A value outside its dimension's range now (a
+        range narrowed since: `core.spec.changes`) keeps a range widened to it, so the
+        sampler still learns from that trial."""
         encoded = {p: self._params[p].encode(v) for p, v in params.items() if p in self._params}
-        dists = {p: self._params[p].distribution for p in encoded}
+        dists = {p: _holding(self._params[p].distribution, v) for p, v in encoded.items()}
         self.study.add_trial(
             create_trial(state=state, params=encoded, distributions=dists, **extra)
         )
         number = self._count
         self._count += 1
         key = canonical(params)
-        self._seen[key] = number
+        if warm:
+            self._warm.add(key)
+        else:
+            self._seen[key] = number
         return Asked(number, params, key, extra.get("system_attrs") or {})
+
+    def _tell_warm(self, records: Sequence[Record | None]) -> None:
+        """Tell the study an earlier sweep's trials (`search.warm_start`), before anything
+        else: they take its first numbers, the same at every rebuild, so the sweep's own
+        trials keep theirs. A record the study cannot hold (None: gone from the store, or a
+        value no longer among a choice's) keeps its number as a failed trial, which no
+        sampler looks at."""
+        for record in records:
+            state = None if record is None else _STATES[State(record.state)]
+            values = None
+            if record is not None and state == TrialState.COMPLETE:
+                values = self._values(record.values if record.values is not None else record.value)
+            if record is None or values is None or not self._holds(record.params):
+                self.study.add_trial(create_trial(state=TrialState.FAIL))
+                self._count += 1
+                continue
+            self._add(record.params, TrialState.COMPLETE, warm=True, values=values)
+
+    def _holds(self, params: dict[str, Any]) -> bool:
+        """Whether every value of `params` is one the study can take (a category of its
+        dimension's, a number for a range), and every dimension it asks has one."""
+        for path, chosen in self._params.items():
+            if path not in params:
+                if not chosen.dim.when:
+                    return False
+                continue
+            dist = chosen.distribution
+            try:
+                encoded = chosen.encode(params[path])
+                if isinstance(dist, CategoricalDistribution) and encoded not in dist.choices:
+                    return False
+                dist.to_internal_repr(encoded)
+            except (ValueError, TypeError, KeyError):
+                return False
+        return True
 
     def _trial_id(self, number: int) -> int:
         return self._storage.get_trial_id_from_study_id_trial_number(self._study_id, number)
@@ -350,7 +409,7 @@ class SearchSession:
         Numbers missing between records (repeated points, never stored) come back as failed
         trials, which no sampler or pruner looks at, so every record keeps its number.
         """
-        if self._count:
+        if self._count != self._warm_count:
             raise RuntimeError("rebuild must come before the session's first ask")
         for record in sorted(records, key=lambda r: r.number):
             if record.number < self._count:
@@ -385,6 +444,8 @@ class SearchSession:
             )
         for key, value in (study_attrs or {}).items():
             self._storage.set_study_system_attr(self._study_id, key, value)
+        # `search.first` is asked before the sampler, one point an ask: as many were asked.
+        self._first_at = min(len(self._first), len(self._seen))
 
     def point(self, asked: Asked, index: int, *, with_config: bool = False) -> TrialPoint:
         """The `TrialPoint` of an asked point at position `index` of the sweep: the same id
@@ -396,6 +457,19 @@ class SearchSession:
             seed = int(tid[:8], 16) % (2**31)
         config = self.spec.seeded_config(asked.params, seed, base) if with_config else {}
         return TrialPoint(index=index, id=tid, params=asked.params, seed=seed, config=config)
+
+
+def _holding(dist: BaseDistribution, value: Any) -> BaseDistribution:
+    """`dist`, or a range widened to hold `value` (module docstring of `SearchSession._add`):
+    Optuna keeps each trial's own distribution, and TPE reads the values of every trial."""
+    if not isinstance(dist, FloatDistribution | IntDistribution) or dist._contains(value):
+        return dist
+    if isinstance(dist, IntDistribution):
+        step = dist.step
+        low = dist.low - step * max(0, -((value - dist.low) // step))
+        high = dist.high + step * max(0, -((dist.high - value) // step))
+        return IntDistribution(low, high, log=dist.log, step=step)
+    return FloatDistribution(min(dist.low, value), max(dist.high, value), log=dist.log)
 
 
 def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:

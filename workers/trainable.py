@@ -124,6 +124,7 @@ class TrialContext:
     loaded: Dataset | None = field(default=None, repr=False)
     _checkpoints: Checkpointing | None = field(default=None, repr=False)
     _loaded_checkpoint: bool = field(default=False, repr=False)
+    _since: float = field(default_factory=time.perf_counter, repr=False)
 
     def report(self, epoch: int, **metrics: float) -> None:
         """Record the metrics after `epoch` (counted from 1, each higher than the last):
@@ -140,6 +141,9 @@ class TrialContext:
             if not _METRIC.match(name) or name == "epoch":
                 raise TrainingError(f"report(epoch={epoch}): {name!r} is not a metric name")
             row[name] = _number(epoch, name, value)
+        # The seconds trained so far, for a Pareto-rank pruner judging a `train_seconds`
+        # objective at a rung (unless the function reports its own).
+        row.setdefault("train_seconds", time.perf_counter() - self._since)
         self.rows.append(row)
         self._on_epoch(epoch, dict(row))
 
@@ -295,7 +299,8 @@ def run_trainable(
         _checkpoints=checkpoints,
     )
     _seed_everything(seed, device)
-    setup = time.perf_counter() - started
+    ctx._since = time.perf_counter()
+    setup = ctx._since - started
     returned = failures_as_results(lambda: loaded.function(config.params, ctx))
     final = _final(ctx, returned)
     _check_objective(ctx, final, objective["metric"])

@@ -134,6 +134,26 @@ def front_figure(front: Mapping[str, Any], which: str, metric: str,
                                             yaxis=_objective_axis(scale))}  # fmt: skip
 
 
+def searched_figure(front: Mapping[str, Any]) -> dict:
+    """A multi-objective sweep's feasible complete trials (a sample) in grey on its first two
+    objectives, the front in green (a third objective and on are in the hover text)."""
+    names = [o["metric"] for o in front["objectives"]]
+    on = front["trials"]
+    data = [
+        {"type": "scatter", "mode": "markers", "x": [c[1] for c in front["cloud"]],
+         "y": [c[0] for c in front["cloud"]], "name": "trials",
+         "marker": {"color": GREY, "size": 4, "opacity": 0.6}, "hoverinfo": "skip"},
+        {"type": "scatter", "mode": "markers", "marker": {"color": GREEN, "size": 8},
+         "x": [t["values"][1] for t in on], "y": [t["values"][0] for t in on], "name": "front",
+         "text": [f"trial #{t['index']}<br>" + "<br>".join(
+             f"{n}: {v:.4g}" for n, v in zip(names, t["values"], strict=True)) for t in on],
+         "hovertemplate": "%{text}<extra></extra>"},
+    ]  # fmt: skip
+    xaxis = {"type": "log"} if names[1] in ("param_count", "macs") else {}
+    return {"data": data, "layout": _layout(f"{names[0]} against {names[1]}: the front",
+                                            names[1], names[0], xaxis=xaxis)}  # fmt: skip
+
+
 def figures(analysis: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every figure of an analysis, in reading order."""
     metric = analysis["sweep"]["metric"]
@@ -157,6 +177,9 @@ def figures(analysis: Mapping[str, Any]) -> list[dict[str, Any]]:
         out.append({"id": "importance", "group": "importance", "title": "importance",
                     "figure": importance_figure(importance)})  # fmt: skip
     front = analysis.get("front") or {}
+    if front.get("searched") and front["searched"]["size"]:
+        out.append({"id": "front-searched", "group": "front", "title": "objectives searched",
+                    "figure": searched_figure(front["searched"])})  # fmt: skip
     for which, title in (("param_count", "parameter count"), ("train_seconds", "train time")):
         if front.get(which):
             out.append(

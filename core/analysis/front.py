@@ -1,5 +1,10 @@
 """The accuracy-cost front: the trials no other trial beats on both objective and cost.
 
+A sweep that searched several objectives (``objectives:``) states the front of those
+(`searched_front`, over `core.analysis.pareto.front_rows`: feasible complete trials, the
+hypervolume against the front's default reference) instead of guessing which costs matter;
+the rest of this docstring is about a single-objective sweep's fronts.
+
 Two fronts, objective against (normalised) training time and against parameter count. A
 trial is on a front when no trial is at least as good and at most as costly, one of them
 strictly; found by sorting on cost and keeping each trial that beats every cheaper one
@@ -10,13 +15,17 @@ network within 0.5 pp of the best".
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from core.analysis.pareto import front_rows
 from core.analysis.rows import Trials, short
 from core.analysis.scale import Scale
+from core.spec.objectives import Goals
 from core.spec.values import short_text
+from core.store.records import flatten_params
 
 #: At most this many trials of a front are listed (evenly spread along it).
 MAX_LISTED = 100
@@ -127,3 +136,52 @@ def _texts(out: dict[str, Any], scale: Scale, best: float, tolerance: float) -> 
             texts.append(f"{front['size']} trials are on the front of {scale.metric} against "
                          f"{what}")  # fmt: skip
     return texts
+
+
+def searched_front(
+    docs: Sequence[Mapping[str, Any]], goals: Goals, tolerance: float, params: list[str]
+) -> dict[str, Any]:
+    """The front of the objectives a multi-objective sweep searched: `front_rows`' value
+    (its trials spread to at most `MAX_LISTED`, with the `params` shown), the cloud of
+    every feasible complete trial on the first two objectives, and sentences."""
+    value = front_rows(docs, goals)
+    directions = [d for _, d in goals.objectives]
+    cloud = []
+    for doc in docs:
+        values = doc.get("objectives") or []
+        if (doc.get("state") == "complete" and doc.get("feasible") is not False
+                and len(values) == len(directions)
+                and all(isinstance(v, int | float) for v in values[:2])):  # fmt: skip
+            cloud.append([float(values[0]), float(values[1])])
+    listed = [value["trials"][i] for i in _spread(np.arange(len(value["trials"])), MAX_LISTED)]
+    for row in listed:
+        flat = flatten_params(row["params"])
+        row["params"] = {p: flat[p] for p in params if p in flat}
+    searched = {**value, "trials": listed,
+                "cloud": [cloud[i] for i in _spread(np.arange(len(cloud)), MAX_CLOUD)]}  # fmt: skip
+    return {"tolerance": tolerance, "searched": searched, "text": _searched_texts(searched)}
+
+
+def _searched_texts(front: Mapping[str, Any]) -> list[str]:
+    names = [f"{o['metric']} ({o['direction'][:3]})" for o in front["objectives"]]
+    if not front["size"]:
+        return [f"no complete feasible trial yet: no front of {', '.join(names)}"]
+    texts = [
+        f"{front['size']} of {front['feasible']} complete feasible trials are on the front "
+        f"of the objectives searched, {', '.join(names)}; hypervolume {front['hypervolume']:.4g} "
+        f"against the reference {', '.join(f'{v:.4g}' for v in front['reference'])}"
+    ]
+    metrics = [o["metric"] for o in front["objectives"]]
+    ends = [front["trials"][0], front["trials"][-1]] if front["size"] > 1 else front["trials"]
+    described = []
+    for trial in ends:
+        pairs = zip(metrics, trial["values"], strict=True)
+        values = ", ".join(f"{m} {_number(v)}" for m, v in pairs)
+        described.append(f"trial #{trial['index']} ({values})")
+    texts.append("its ends: " + " and ".join(described) if len(ends) > 1
+                 else f"one trial holds it: {described[0]}")  # fmt: skip
+    return texts
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() and abs(value) >= 1000 else f"{value:.4g}"

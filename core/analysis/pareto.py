@@ -44,6 +44,11 @@ def losses(values: np.ndarray, directions: Sequence[str]) -> np.ndarray:
     return np.asarray(values, dtype=float) * signs
 
 
+#: Rows `nondominated` compares with the rows kept before them at once (three or more
+#: objectives).
+_BLOCK = 256
+
+
 def nondominated(loss: np.ndarray) -> np.ndarray:
     """Whether each row of `loss` (lower is better everywhere) is dominated by no other
     row; equal rows are all on the front."""
@@ -52,19 +57,48 @@ def nondominated(loss: np.ndarray) -> np.ndarray:
     if n == 0:
         return on
     order = np.lexsort(loss.T[::-1])
-    kept: list[int] = []
-    for i in order.tolist():
-        if kept:
-            front = loss[kept]
-            # A kept row sorts no later, so it dominates row i iff it is <= everywhere and
-            # differs somewhere.
-            weakly = np.all(front <= loss[i], axis=1)
-            strictly = np.any(front < loss[i], axis=1)
-            if np.any(weakly & strictly):
-                continue
-        kept.append(i)
-    on[kept] = True
+    if loss.shape[1] == 2:
+        on[_nondominated_2d(loss, order)] = True
+        return on
+    # In lexicographic order a row can be dominated only by rows before it: a kept row
+    # dominates a later one iff it is <= everywhere and differs somewhere. Rows go in
+    # blocks: a block against every row kept before it at once, then within itself.
+    kept = np.empty((0, loss.shape[1]))
+    for start in range(0, n, _BLOCK):
+        ids = order[start : start + _BLOCK]
+        block = loss[ids]
+        if len(kept):
+            pairs_le = (kept[:, None, :] <= block[None, :, :]).all(axis=2)
+            pairs_ne = (kept[:, None, :] != block[None, :, :]).any(axis=2)
+            alive = ~(pairs_le & pairs_ne).any(axis=0)
+            ids, block = ids[alive], block[alive]
+        mine: list[int] = []
+        for j, row in enumerate(block):
+            if mine:
+                front = block[mine]
+                weakly = np.all(front <= row, axis=1)
+                if weakly.any() and np.any(front[weakly] != row):
+                    continue
+            mine.append(j)
+        on[ids[mine]] = True
+        kept = np.vstack([kept, block[mine]])
     return on
+
+
+def _nondominated_2d(loss: np.ndarray, order: np.ndarray) -> list[int]:
+    """`nondominated` of two objectives, rows in lexicographic `order`: a row is on the
+    front when its second value is below every earlier row's, or it equals the row that
+    set that lowest value (equal rows are all on the front). Linear after the sort."""
+    kept: list[int] = []
+    best = best_first = math.inf
+    firsts, seconds = loss[order, 0].tolist(), loss[order, 1].tolist()
+    for i, first, second in zip(order.tolist(), firsts, seconds, strict=True):
+        if second < best:
+            best, best_first = second, first
+            kept.append(i)
+        elif second == best and first == best_first:
+            kept.append(i)
+    return kept
 
 
 def ranks(loss: np.ndarray) -> np.ndarray:

@@ -22,15 +22,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from core.analysis.costs import headline, laws, normalised_seconds, worker_factors
-from core.analysis.front import fronts
+from core.analysis.front import fronts, searched_front
 from core.analysis.returns import diminishing_returns, seed_noise
 from core.analysis.rows import Trials, complete_trials, config_keys, parameters, short
 from core.analysis.scale import Scale, scale_of
+from core.spec.objectives import Goals
 from core.states import TrialState
 
 #: Bumped whenever the analysis would answer differently for the same trials: stored
 #: analyses of another version are computed again.
-ANALYSIS_VERSION = "2"
+ANALYSIS_VERSION = "3"
 
 
 class Importance(Protocol):
@@ -135,7 +136,11 @@ def analyse(
     importance: Importance | None = None,
     min_gain: float | None = None,
 ) -> dict[str, Any]:
-    """The analysis of a sweep (its document) from its trial rows (`rows.FIELDS`)."""
+    """The analysis of a sweep (its document) from its trial rows (`rows.FIELDS`). A sweep
+    that searched several objectives gets the front of those (`searched_front`), not the
+    guessed accuracy-cost fronts."""
+    docs = list(docs)
+    goals = Goals.of(sweep)
     trials = complete_trials(docs)
     part = _sweep_part(sweep, trials)
     scale = scale_of(part["metric"], part["direction"], trials.objective, min_gain)
@@ -164,6 +169,9 @@ def analyse(
     out["costs"] = {"workers": factors, "laws": laws(trials, seconds), "fused": trials.fused}
     out["importance"] = _importance(importance, sweep, trials, part["direction"])
     shown = [p.path for p in params if not p.seed]
-    out["front"] = fronts(trials, seconds, scale, scale.min_gain, shown)
+    if len(goals.objectives) > 1:
+        out["front"] = searched_front(docs, goals, scale.min_gain, shown)
+    else:
+        out["front"] = fronts(trials, seconds, scale, scale.min_gain, shown)
     out["findings"] = findings(out, scale)
     return jsonable(out)

@@ -40,6 +40,8 @@ FIELDS = (
     "objective",
     "train_seconds",
     "param_count",
+    "objectives",
+    "feasible",
     "fused",
     "worker.name",
     "progress.epoch",

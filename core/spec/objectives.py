@@ -176,12 +176,6 @@ def _objectives(
 
 #: The pruners that judge a multi-objective sweep, by Pareto rank (`core.analysis.rank_pruner`).
 RANK_PRUNERS = ("median", "percentile", "asha")
-#: Objectives a trial's rows cannot give at a rung: known only when the trial ends (its epoch
-#: rows report no cumulative time), with why.
-_UNRANKABLE = {
-    "train_seconds": "is known only when a trial ends (its epoch rows carry no cumulative "
-    "time), so it cannot rank trials at a rung",
-}
 
 
 def goal_problems(objectives: Sequence[Any], pruning: Any) -> list[Problem]:
@@ -189,8 +183,8 @@ def goal_problems(objectives: Sequence[Any], pruning: Any) -> list[Problem]:
     needs a per-epoch metric to judge (a cost objective has none). Several: only the
     Pareto-rank pruners (`RANK_PRUNERS`) judge them, on the objectives themselves (no
     ``pruning.metric``), with ``min_resource`` a number of epochs for ASHA and no
-    ``bootstrap_count``; an objective no epoch row or trial cost gives (``train_seconds``)
-    is refused."""
+    ``bootstrap_count``. (``train_seconds`` is ranked at a rung by the seconds trained so far,
+    which every epoch row carries.)"""
     if pruning is None or not pruning.enabled:
         return []
     if len(objectives) > 1:
@@ -242,15 +236,6 @@ def _rank_problems(objectives: Sequence[Any], pruning: Any) -> list[Problem]:
                 f"from its first trial on), got {pruning.bootstrap_count}",
             )
         )
-    for i, objective in enumerate(objectives):
-        if objective.metric in _UNRANKABLE:
-            problems.append(
-                Problem(
-                    f"objectives[{i}].metric",
-                    f"{objective.metric} {_UNRANKABLE[objective.metric]}; leave pruning out "
-                    "or search for another objective",
-                )
-            )
     return problems
 
 

@@ -44,6 +44,10 @@ METRIC_DIRECTIONS = {
     "train_loss": "minimize",
 }
 
+#: The most earlier sweeps one ``search.warm_start`` names, and points ``search.first`` lists.
+MAX_WARM_SWEEPS = 20
+MAX_FIRST = 1000
+
 ALGORITHMS = ("grid", "random", "tpe", "cmaes", "gp", "qmc", "nsga2", "nsga3")
 #: Algorithms that learn from results: they need a budget and the scheduler's feeding loop.
 ADAPTIVE = ("tpe", "cmaes", "gp", "qmc", "nsga2", "nsga3")
@@ -136,6 +140,10 @@ class Search(_Strict):
     crossover_prob: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     swapping_prob: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     dividing_parameter: PositiveInt | None = None
+    # Warm starts (`scheduler.warm`): earlier sweeps whose finished trials the sampler is
+    # told before its first ask, and points enqueued before it asks (`enqueue_trial`).
+    warm_start: Annotated[list[str], Field(min_length=1, max_length=MAX_WARM_SWEEPS)] | None = None
+    first: Annotated[list[dict[str, Any]], Field(min_length=1, max_length=MAX_FIRST)] | None = None
 
     @property
     def adaptive(self) -> bool:
@@ -363,11 +371,60 @@ def check_search(
                     "dimension here is a list of values (use tpe, gp or random)",
                 )
             )
+    problems.extend(_first_problems(spec_space, search))
     if algorithm in ADAPTIVE and not dims:
         problems.append(
             Problem("search.algorithm", f"{algorithm} needs at least one dimension that varies")
         )
     return problems
+
+
+def _first_problems(spec_space: dict[str, Dimension], search: Search) -> list[Problem]:
+    """``search.warm_start`` and ``search.first`` need a sampler to tell; each first point
+    names varying dimensions only, with a value each may take; no point twice."""
+    problems: list[Problem] = []
+    for name in ("warm_start", "first"):
+        if getattr(search, name) is not None and not search.adaptive:
+            problems.append(Problem(
+                f"search.{name}",
+                f"needs an adaptive search.algorithm ({', '.join(ADAPTIVE)}): a "
+                f"{search.algorithm} sweep lists its points itself",
+            ))  # fmt: skip
+    varying = {path: d for path, d in spec_space.items() if d.varies}
+    seen: list[dict[str, Any]] = []
+    for i, point in enumerate(search.first or []):
+        at = f"search.first[{i}]"
+        if not point:
+            problems.append(Problem(at, "must give at least one dimension's value"))
+        if point in seen:
+            problems.append(Problem(at, f"repeats search.first[{seen.index(point)}]"))
+        seen.append(point)
+        for path, value in point.items():
+            dim = varying.get(path)
+            if dim is None:
+                known = ", ".join(sorted(varying)) or "none"
+                problems.append(
+                    Problem(f"{at}.{path}", f"is not a dimension that varies ({known})")
+                )
+            elif not dimension_takes(dim, value):
+                rule = f"{_fmt(value)} is not a value of this {dim.kind} dimension"
+                problems.append(Problem(f"{at}.{path}", rule))
+    return problems
+
+
+def dimension_takes(dim: Dimension, value: Any) -> bool:
+    """Whether `value` is one the dimension may give a trial."""
+    if isinstance(dim, Uniform):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return number and dim.low <= value <= dim.high
+    if isinstance(dim, IntRange):
+        if isinstance(value, bool) or not isinstance(value, int):
+            return False
+        return dim.low <= value <= dim.high and (value - dim.low) % dim.step == 0
+    try:
+        return value in dim.values()
+    except TypeError:
+        return False
 
 
 #: What `decision_epochs` answers for a pruner that may decide after any epoch and that the

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-#: The search keys that are settings of every algorithm, not a sampler's options.
-_SEARCH_KEYS = ("algorithm", "trials", "parallelism", "seed")
+#: The search keys that are settings of every algorithm, not a sampler's options (the
+#: warm start and first points are in the spec, shown with it).
+_SEARCH_KEYS = ("algorithm", "trials", "parallelism", "seed", "warm_start", "first")
 _PRUNING_KEYS = ("algorithm", "metric")
 #: How the header names each algorithm (Optuna's own capitalisation).
 _NAMES = {

@@ -69,6 +69,9 @@ class SweepSpec(_Strict):
     pruning: Pruning = Pruning()
     limits: Limits = Limits()
     artifacts: Artifacts = Artifacts()
+    #: The sweep's tier in the fair share of workers (`core.shares`): ``high`` is served
+    #: first (admins only, or a user an admin allowed), ``low`` last.
+    priority: Literal["low", "normal", "high"] = "normal"
     document: dict[str, Any] = {}
 
     @model_validator(mode="before")

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from core.errors import Problem, SpecError
+from core.shares import PRIORITIES
 from core.spec.documents import SpecLoader, number_error
 from core.spec.kinds import kind_of
 from core.spec.problems import problems_from, show_value
@@ -65,7 +66,25 @@ def load_spec(source: str | Path | dict[str, Any], filename: str = "<spec>") -> 
     (`core.spec.mlp`, a `SweepSpec`).
     """
     data = _parse_document(source, filename)
-    return kind_of(data).load_spec(data, source if isinstance(source, Path) else None)
+    if "priority" not in data:
+        return kind_of(data).load_spec(data, source if isinstance(source, Path) else None)
+    # Every kind has it, so it is read here, once: the kind's loader sees the rest.
+    priority = data["priority"]
+    rest = {key: value for key, value in data.items() if key != "priority"}
+    problems: list[Problem] = []
+    if not isinstance(priority, str) or priority not in PRIORITIES:
+        problems.append(Problem(
+            "priority", f"must be one of {', '.join(PRIORITIES)}, got {show_value(priority)}"
+        ))  # fmt: skip
+    try:
+        spec = kind_of(rest).load_spec(rest, source if isinstance(source, Path) else None)
+    except SpecError as exc:
+        raise SpecError([*problems, *exc.problems], exc.spec) from None
+    if problems:
+        raise SpecError(problems)
+    return spec.model_copy(
+        update={"priority": priority, "document": {**spec.document, "priority": priority}}
+    )
 
 
 def load_spec_file(path: str | Path) -> SweepSpec:

@@ -31,6 +31,7 @@ from core.store.query import check_attempt, check_id, check_max_attempts, check_
 from core.store.records import (
     REQUEUED_FIELDS,
     TrialPointLike,
+    change_entry,
     full_counts,
     history_entry,
     sweep_document,
@@ -48,6 +49,15 @@ _QUEUED = TrialState.QUEUED.value
 _RUNNING = TrialState.RUNNING.value
 _FAILED = TrialState.FAILED.value
 _CANCELLED = TrialState.CANCELLED.value
+
+
+#: The entries a sweep's history keeps (the latest): a size a document always has room for.
+MAX_CHANGES = 1000
+
+
+def _kept(entry: dict[str, Any]) -> dict[str, Any]:
+    """A ``$push`` of `entry` to a sweep's ``changes`` that keeps the last `MAX_CHANGES`."""
+    return {"$each": [entry], "$slice": -MAX_CHANGES}
 
 
 class MongoSweepAdmin(SweepAdmin):
@@ -164,6 +174,60 @@ class MongoSweepAdmin(SweepAdmin):
             {"$set": {"stop_requested": True, "updated_at": now}},
         )
         return {"cancelled": ended.modified_count, "stopping": stopping.modified_count}
+
+    @available
+    def pause_sweep(self, sweep_id: str, *, by: str | None = None) -> bool:
+        doc = self._s.sweep(sweep_id)
+        if doc.get("cancelled_at") is not None:
+            raise InvalidTransition("cancelled", "paused", "a cancelled sweep cannot be paused")
+        now = self._s.clock()
+        # The flag is what a claim's counter write asks for (`core.store.lifecycle`): from
+        # this write on no claim of the sweep's trials starts one.
+        paused = self._s.sweeps.update_one(
+            {"_id": sweep_id, "cancelled_at": None, "paused_at": None},
+            {"$set": {"paused_at": now, "updated_at": now},
+             "$push": {"changes": _kept(change_entry("pause", "paused", by, now))}},
+        )  # fmt: skip
+        return bool(paused.modified_count)
+
+    @available
+    def resume_sweep(self, sweep_id: str, *, by: str | None = None) -> bool:
+        self._s.sweep(sweep_id)
+        now = self._s.clock()
+        resumed = self._s.sweeps.update_one(
+            {"_id": sweep_id, "paused_at": {"$ne": None}},
+            {"$set": {"paused_at": None, "updated_at": now},
+             "$push": {"changes": _kept(change_entry("resume", "resumed", by, now))}},
+        )  # fmt: skip
+        return bool(resumed.modified_count)
+
+    @available
+    def change_spec(
+        self,
+        sweep_id: str,
+        rev: int,
+        spec: Mapping[str, Any],
+        summary: str,
+        *,
+        by: str | None = None,
+    ) -> int:
+        doc = self._s.sweep(sweep_id)
+        if doc.get("cancelled_at") is not None:
+            raise InvalidTransition("cancelled", "changed", "a cancelled sweep cannot be changed")
+        now = self._s.clock()
+        entry = change_entry("change", summary, by, now)
+        entry["rev"] = rev + 1
+        # A sweep never changed has no spec_rev: None matches it.
+        changed = self._s.sweeps.update_one(
+            {"_id": sweep_id, "cancelled_at": None, "spec_rev": rev or None},
+            {"$set": {"spec": dict(spec), "spec_rev": rev + 1, "updated_at": now},
+             "$push": {"changes": _kept(entry)}},
+        )  # fmt: skip
+        if not changed.modified_count:
+            raise InvalidTransition(
+                "changed", "changed", "the sweep was changed or cancelled meanwhile; try again"
+            )
+        return rev + 1
 
     @available
     def requeue_stale(

@@ -10,6 +10,8 @@ duplicate key that changes nothing. The window being sent is one write per windo
 sweep document (``sending``), not one per trial: SecantusDB takes ~14 ms per trial for an
 ``update_many`` by ``_id $in``. The lease is taken and renewed by one conditional
 ``update_one`` (free, expired, or already ours), so of two schedulers exactly one feeds.
+A changed spec (`core.store.changes`) is planned by the lease holder alone (`replan`, which
+notes ``applied_rev``); until then `unfinished_sweeps` lists the sweep, finished or not.
 """
 
 from __future__ import annotations
@@ -171,12 +173,51 @@ class MongoFeeding(Feeding):
                 return
 
     @available
-    def feed_trials(self, sweep_id: str, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def replan(self, sweep_id: str, rev: int, planned: int) -> None:
+        check_id("sweep_id", sweep_id)
+        if planned < 0:
+            raise InvalidQuery("planned", f"must be >= 0, got {planned}")
+        while True:  # conditional on the planned count read; again until it holds
+            doc = self._s.sweeps.find_one({"_id": sweep_id}, {"planned": 1, "cancelled_at": 1})
+            if doc is None or doc.get("cancelled_at") is not None:
+                return
+            before = int(doc.get("planned") or 0)
+            diff = planned - before
+            moved = self._s.sweeps.update_one(
+                {"_id": sweep_id, "planned": doc.get("planned")},
+                {
+                    "$inc": {
+                        "planned": diff,
+                        "trial_count": diff,
+                        f"counts.{_QUEUED}": diff,
+                        "counts_rev": 1,
+                    },
+                    "$set": {"applied_rev": rev, "updated_at": self._s.clock()},
+                },
+            )
+            if moved.modified_count:
+                if diff:
+                    log.info("sweep %s: %+d planned trials (spec revision %d)", sweep_id,
+                             diff, rev)  # fmt: skip
+                return
+
+    @available
+    def release_held(self, sweep_id: str, trial_ids: Sequence[str]) -> None:
+        check_id("sweep_id", sweep_id)
+        if trial_ids:
+            self._s.sweeps.update_one(
+                {"_id": sweep_id}, {"$pull": {"held": {"$in": list(trial_ids)}}}
+            )
+
+    @available
+    def feed_trials(
+        self, sweep_id: str, ids: Sequence[str] | None = None, *, with_config: bool = False
+    ) -> list[dict[str, Any]]:
         check_id("sweep_id", sweep_id)
         query: dict[str, Any] = {"_id": {"$in": list(ids)}} if ids is not None else {}
         query["sweep_id"] = sweep_id
         fields = dict(FEED_FIELDS)
-        if ids is not None:
+        if ids is not None and not with_config:
             fields.pop("config")
             return list(self._s.trials.find(query, fields))
         fields["sweep_id"] = 1
@@ -216,11 +257,14 @@ class MongoFeeding(Feeding):
 
     @available
     def unfinished_sweeps(self) -> list[dict[str, Any]]:
-        docs = self._s.sweeps.find({"cancelled_at": None}, {"planned": 1, "counts": 1, "lease": 1})
+        fields = {"planned": 1, "counts": 1, "lease": 1, "spec_rev": 1, "applied_rev": 1}
+        docs = self._s.sweeps.find({"cancelled_at": None}, fields)
         out = []
         for doc in docs:
             counts = doc.get("counts") or {}
-            if doc.get("planned") or counts.get(_QUEUED) or counts.get(_RUNNING):
+            # A changed spec not applied yet: a finished sweep given more trials is fed again.
+            changed = (doc.get("spec_rev") or 0) != (doc.get("applied_rev") or 0)
+            if doc.get("planned") or counts.get(_QUEUED) or counts.get(_RUNNING) or changed:
                 out.append(doc)
         return out
 

@@ -22,7 +22,8 @@ invariant holds trial by trial:
 
 When a bulk write changes fewer trials than it names, one read finds out which (rare: a
 trial taken over, requeued or cancelled meanwhile). Round trips for K trials:
-`claim_queued` 2 (the claims; the counts, if the sweep is not cancelled), `heartbeat_many`
+`claim_queued` 2 (the claims; the counts, if the sweep is neither cancelled nor paused),
+`heartbeat_many`
 1, `report_many` 2 (progress, rows), `finish_many` 2 (the finishes, each building its
 history entry on the server, and the counts). The careful `claim` reads the trial first and
 writes one trial.
@@ -154,7 +155,8 @@ class MongoTrialLifecycle(TrialLifecycle):
             expect = {"_id": trial_id, "state": _QUEUED, "attempt": doc["attempt"]}
             if not self._start_attempt(expect, worker, now):
                 return None
-            self._s.bump(doc["sweep_id"], {_QUEUED: -1, _RUNNING: 1}, now)
+            if not self._claimed_in_live_sweep(doc["sweep_id"], [trial_id], now):
+                return None
             return self._claimed(trial_id)
         if doc["state"] != _RUNNING:
             return None
@@ -289,21 +291,28 @@ class MongoTrialLifecycle(TrialLifecycle):
 
     def _claimed_in_live_sweep(self, sweep_id: str, ids: list[str], now: datetime) -> bool:
         """Move the counts for trials of `sweep_id` this call claimed; False if the sweep was
-        cancelled (or deleted), and the trials are then cancelled instead.
+        cancelled (or deleted), and the trials are then cancelled instead, or paused, and
+        the trials are then put back (`_hold`).
 
-        The counter write asks that the sweep is not cancelled, so the usual claim needs no
-        read of the sweep. A queued trial of a cancelled sweep exists only when a requeue
-        or retry raced the cancel (`cancel_sweep` cancels every queued trial after setting
-        its flag): such a trial, just claimed, ends cancelled, as `claim` ends it.
+        The counter write asks that the sweep is neither cancelled nor paused, so the usual
+        claim needs no read of the sweep, and a pause is exact: a claim whose counter write
+        came after the pause's starts nothing. A queued trial of a cancelled sweep exists
+        only when a requeue or retry raced the cancel (`cancel_sweep` cancels every queued
+        trial after setting its flag): such a trial, just claimed, ends cancelled, as
+        `claim` ends it.
         """
         n = len(ids)
         moved = self._s.sweeps.update_one(
-            {"_id": sweep_id, "cancelled_at": None},
+            {"_id": sweep_id, "cancelled_at": None, "paused_at": None},
             {"$inc": {f"counts.{_QUEUED}": -n, f"counts.{_RUNNING}": n, "counts_rev": 1},
              "$set": {"updated_at": now}},
         )  # fmt: skip
         if moved.matched_count:
             return True
+        sweep = self._s.sweeps.find_one({"_id": sweep_id}, {"cancelled_at": 1, "paused_at": 1})
+        if sweep is not None and sweep.get("cancelled_at") is None:
+            self._hold(sweep_id, ids, now)
+            return False
         ended = self._s.trials.update_many(
             {"_id": {"$in": ids}, "state": _RUNNING, "started_at": now},
             {"$set": {"state": _CANCELLED, "finished_at": now, "updated_at": now}},
@@ -312,6 +321,28 @@ class MongoTrialLifecycle(TrialLifecycle):
         self._s.bump(sweep_id, {_QUEUED: -n, _RUNNING: n - gone, _CANCELLED: gone}, now)
         log.info("%d trial(s) of cancelled sweep %s cancelled at their claim", gone, sweep_id)
         return False
+
+    def _hold(self, sweep_id: str, ids: list[str], now: datetime) -> None:
+        """Put trials of a paused sweep that this call just claimed back in the queue, as
+        they were (attempt, start and worker unset), and note them in the sweep's ``held``
+        list: their messages are acked, and the sweep's feeder sends them again once it is
+        resumed (`scheduler.feed`). Their counts never moved."""
+        put_back = self._s.trials.find(
+            {"_id": {"$in": ids}, "state": _RUNNING, "started_at": now}, {"attempt": 1}
+        )
+        back = []
+        for doc in put_back:
+            attempt = doc["attempt"]
+            done = self._s.trials.update_one(
+                {"_id": doc["_id"], "state": _RUNNING, "attempt": attempt, "started_at": now},
+                {"$set": {"state": _QUEUED, "attempt": attempt - 1, "worker": None,
+                          "started_at": None, "heartbeat_at": None, "updated_at": now}},
+            )  # fmt: skip
+            if done.modified_count:
+                back.append(doc["_id"])
+        if back:
+            self._s.sweeps.update_one({"_id": sweep_id}, {"$addToSet": {"held": {"$each": back}}})
+            log.info("%d trial(s) of paused sweep %s held at their claim", len(back), sweep_id)
 
     # -- while an attempt runs -----------------------------------------------------------
 

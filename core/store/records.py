@@ -9,7 +9,13 @@ A **sweep** document::
     counts_rev (bumped with every change to counts); for sweeps fed in windows
     (`core.store.feeding`): planned (trials not yet created, counted as queued), sending
     (ids of the window being sent), lease {owner, expires}, study_attrs (the search's
-    Optuna study state). A fed trial also has optuna {number, system_attrs}.
+    Optuna study state), warm_trials (the earlier sweeps' trial ids its search is told
+    first: `scheduler.warm`). A fed trial also has optuna {number, system_attrs}. Once
+    paused, resumed or changed (`core.store.changes`): paused_at (None unless paused), held
+    (ids of queued trials a claim left queued while it was paused, for the feeder to send
+    again), spec_rev (the spec's revision, 0 or absent as submitted), applied_rev (the
+    revision whose planned trials the feeder set: `Feeding.replan`), changes [{kind, summary,
+    by, at, rev}] (its history: `change_entry`).
 
 A **trial** document (``_id`` is ``f"{sweep_id}-{key}"``)::
 
@@ -183,14 +189,25 @@ def full_counts(counts: Mapping[str, int] | None) -> dict[str, int]:
 
 
 def sweep_status(doc: dict[str, Any]) -> str:
-    """``cancelled``, ``finished`` (nothing queued or running), ``running`` or ``queued``."""
+    """``cancelled``, ``finished`` (nothing queued or running), ``paused`` (nothing new
+    starts: `core.store.admin`'s `pause_sweep`), ``running`` or ``queued``."""
     counts = doc["counts"]
     if doc.get("cancelled_at") is not None:
         return "cancelled"
-    if counts["queued"] + counts["running"] == 0:
+    # A spec change its scheduler has not planned yet (`core.spec.changes`) may add trials.
+    pending = (doc.get("spec_rev") or 0) != (doc.get("applied_rev") or 0)
+    if counts["queued"] + counts["running"] == 0 and not pending:
         return "finished"
+    if doc.get("paused_at") is not None:
+        return "paused"
     started = counts["running"] + sum(counts[s.value] for s in TERMINAL_STATES)
     return "running" if started else "queued"
+
+
+def change_entry(kind: str, summary: str, by: str | None, at: datetime) -> dict[str, Any]:
+    """One entry of a sweep's ``changes`` history: ``pause``, ``resume`` or ``change`` (of
+    its spec: `core.spec.changes`), what changed in words, who asked and when."""
+    return {"kind": kind, "summary": summary, "by": by, "at": at}
 
 
 def finite_number(value: Any) -> float | int | None:

@@ -12,7 +12,9 @@ attribute of `core.store.store.Store`, and may type against these Protocols:
   trial pages, the best, a trial and its curve, the change feed of a live page;
 - `Sessions` (``store.sessions``, the web layer): the dashboard's logins;
 - `Artifacts` (``store.artifacts``, the workers, the API and the CLI): trials' models,
-  checkpoints and files.
+  checkpoints and files;
+- `Shares` (``store.shares``, the scheduler, the API and the dashboard): the fair share's
+  inputs (`core.shares`).
 
 Each role has one implementation, on MongoDB: `core.store.lifecycle.MongoTrialLifecycle`,
 `core.store.admin.MongoSweepAdmin`, `core.store.feeding.MongoFeeding` and
@@ -134,8 +136,10 @@ class TrialLifecycle(Protocol):
         ``history`` as ``lost`` and counts in ``lost_attempts``; the one that makes it
         `max_attempts` ends the trial ``failed`` instead (a poison trial: whatever kills its
         worker would kill the next one too). None when the trial is terminal, held by a live
-        attempt or ended so. A trial of a cancelled sweep is cancelled instead of claimed.
-        `NotFound` for a trial the store does not have. The config holds its texts.
+        attempt or ended so. A trial of a cancelled sweep is cancelled instead of claimed;
+        a queued one of a paused sweep stays queued, noted in the sweep's ``held`` list for
+        its feeder to send again on resume (None). `NotFound` for a trial the store does not
+        have. The config holds its texts.
         """
 
     @abstractmethod
@@ -151,8 +155,9 @@ class TrialLifecycle(Protocol):
         `expected` maps each trial id to the attempt it is queued at (0 for a new trial; a
         message carries it, `scheduler.enqueue`); a claimed trial runs attempt
         ``expected + 1`` and its document need not be read. A trial in another state or at
-        another attempt, unknown, or of a cancelled sweep is left alone and not returned:
-        the caller asks `claim`, which takes over dead attempts and cancels.
+        another attempt, unknown, or of a cancelled or paused sweep is left alone and not
+        returned (a paused sweep's held: see `claim`): the caller asks `claim`, which takes
+        over dead attempts and cancels.
         """
 
     @abstractmethod
@@ -288,6 +293,35 @@ class SweepAdmin(Protocol):
         anything fail part way (the store, an interrupt), what was written is removed (best
         effort) and the error is raised. Not idempotent: a retry makes another sweep.
         """
+
+    @abstractmethod
+    def pause_sweep(self, sweep_id: str, *, by: str | None = None) -> bool:
+        """Pause a sweep: nothing new starts (a claim of one of its queued trials leaves it
+        queued and notes it in the sweep's ``held`` list, for the feeder to send again on
+        resume); running trials finish. Noted in the sweep's ``changes`` history with
+        `by`. Whether this call paused it (False: already paused). `InvalidTransition` for
+        a cancelled sweep, `NotFound` for an unknown one."""
+
+    @abstractmethod
+    def resume_sweep(self, sweep_id: str, *, by: str | None = None) -> bool:
+        """Resume a paused sweep (its held trials are sent again by its feeder), noted in
+        its history; whether this call resumed it (False: it was not paused)."""
+
+    @abstractmethod
+    def change_spec(
+        self,
+        sweep_id: str,
+        rev: int,
+        spec: Mapping[str, Any],
+        summary: str,
+        *,
+        by: str | None = None,
+    ) -> int:
+        """Replace a sweep's spec by `spec` (`core.spec.changes.apply_change`'s), if its
+        ``spec_rev`` is still `rev`, and note `summary` in its history; the new revision.
+        The sweep's feeder sees the revision move, rebuilds on the new spec and sets the
+        planned trials (`Feeding.replan`). `InvalidTransition` if the sweep was cancelled
+        or changed meanwhile (its revision moved), `NotFound` for an unknown one."""
 
     @abstractmethod
     def cancel_sweep(self, sweep_id: str) -> dict[str, int]:
@@ -440,10 +474,22 @@ class Feeding(Protocol):
         Nothing for a cancelled or unknown sweep, nor when planned is not high."""
 
     @abstractmethod
-    def feed_trials(self, sweep_id: str, ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def feed_trials(
+        self, sweep_id: str, ids: Sequence[str] | None = None, *, with_config: bool = False
+    ) -> list[dict[str, Any]]:
         """The sweep's trials (or those of `ids`) with what a feeder's rebuild needs: ``key``,
         ``index``, ``params``, ``state``, ``attempt``, ``objective``, ``optuna``, and
-        ``config`` (its texts in place) when `ids` is None."""
+        ``config`` (its texts in place) when `ids` is None or `with_config`."""
+
+    @abstractmethod
+    def replan(self, sweep_id: str, rev: int, planned: int) -> None:
+        """Set the sweep's planned trials to `planned` (its ``trial_count`` and queued count
+        moved with them) and note revision `rev` of its spec applied: what the feeder of a
+        changed sweep does, the lease held (`SweepAdmin.change_spec`)."""
+
+    @abstractmethod
+    def release_held(self, sweep_id: str, trial_ids: Sequence[str]) -> None:
+        """Take these trials off the sweep's ``held`` list: sent again after a resume."""
 
     @abstractmethod
     def set_study_attrs(self, sweep_id: str, attrs: Mapping[str, Any]) -> None:
@@ -741,3 +787,52 @@ class Reads(Protocol):
         """Store a view computed from a whole sweep (at most 8 MB) under the `version` of
         the sweep it shows (the reader decides what a version is), for the next process
         that starts; a newer one replaces it. Removed with the sweep."""
+
+
+class Shares(Protocol):
+    """What the fair share of workers reads and admins set (`core.shares`; the scheduler
+    sizes each sweep's window from it, the API checks quotas with it, the dashboard shows
+    it): the active sweeps, the users' weights, allowances and quotas, the workers online.
+
+    Everything lives in the store, so every scheduler computes the same shares, and one
+    killed and restarted computes them again from nothing."""
+
+    @abstractmethod
+    def active_sweeps(self, owner: str | None = None) -> list[dict[str, Any]]:
+        """The sweeps not cancelled that still have trials planned, queued or running
+        (`owner`'s only, when given), with ``owner``, ``priority``, ``weight``, ``counts``,
+        ``planned``, ``created_at`` and ``spec.search.parallelism``."""
+
+    @abstractmethod
+    def users(self) -> dict[str, dict[str, Any]]:
+        """Every user an admin set something for, by name: ``weight``, ``high_priority``
+        and ``quotas`` (``running``, ``trials``, ``sweeps``), each absent where unset."""
+
+    @abstractmethod
+    def user(self, name: str) -> dict[str, Any]:
+        """One user's settings (`users`), ``{}`` where none were set."""
+
+    @abstractmethod
+    def set_user(self, name: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        """Set a user's ``weight`` (> 0), ``high_priority`` (a bool) and ``quotas`` (each
+        an integer > 0, or None for the deployment's default); the user's settings after."""
+
+    @abstractmethod
+    def set_sweep(self, sweep_id: str, *, weight: float) -> None:
+        """Set a sweep's weight among its owner's sweeps (> 0; 1 by default); `NotFound`
+        if the sweep does not exist. (Its priority is its spec's, fixed at submit.)"""
+
+    @abstractmethod
+    def usage(self, owner: str) -> dict[str, int]:
+        """What `owner` uses now, as the quotas count it: ``running`` (trials running),
+        ``trials`` (trials stored, planned ones included) and ``sweeps`` (sweeps active)."""
+
+    @abstractmethod
+    def note_workers(self, count: int | None) -> None:
+        """Record the worker processes online, as a scheduler found them (None: none
+        answered), for the processes that cannot ask (the API's submit)."""
+
+    @abstractmethod
+    def workers(self, max_age_seconds: float = 300.0) -> int | None:
+        """The worker processes online as last recorded, None where unknown or older than
+        `max_age_seconds`."""

@@ -17,6 +17,8 @@ another:
 - ``store.reads``, `Reads` (API, dashboard, CLI; `core.store.reads`, its pages read as
   `core.store.pages` says): sweeps, trial pages and the best, a trial and its curve, the
   change feed and aggregates;
+- ``store.shares``, `Shares` (scheduler, API, dashboard; `core.store.shares`): the fair
+  share's inputs (`core.shares`): active sweeps, users' weights and quotas, workers online;
 - ``store.artifacts``, `Artifacts` (workers, API, dashboard, CLI; `core.store.artifacts`):
   trials' models, checkpoints and files, kept as the sweep's ``artifacts`` policy says.
 
@@ -48,6 +50,10 @@ Collections, their indexes (created idempotently by `ensure_indexes`), and what 
   in order.
 - ``sweeps``: ``{owner: 1, created_at: -1}`` and ``{created_at: -1}``: ``list_sweeps``.
 - ``sessions``: the dashboard's logins by their random id (`core.store.sessions`).
+- ``users`` (a user's weight, allowance of high priority and quotas, by name) and
+  ``scheduling`` (the workers online as a scheduler last found them): the fair share's
+  inputs besides the sweeps' ``owner``, ``priority`` and ``weight`` (`core.store.shares`,
+  `core.shares`); a handful of documents, read by ``_id`` or whole.
 - ``artifacts`` (and GridFS's ``blobs.files``, ``blobs.chunks``): models, checkpoints and a
   training function's files (`core.store.artifacts`): ``{sweep_id: 1, kind: 1}`` (a sweep's
   models, its usage, its deletion) and ``{trial_id: 1}`` (a trial's artifacts).
@@ -134,8 +140,17 @@ from core.store.lifecycle import MongoTrialLifecycle
 from core.store.query import check_seconds
 from core.store.reads import MongoReads
 from core.store.records import utcnow
-from core.store.roles import Artifacts, Feeding, Reads, Sessions, SweepAdmin, TrialLifecycle
+from core.store.roles import (
+    Artifacts,
+    Feeding,
+    Reads,
+    Sessions,
+    Shares,
+    SweepAdmin,
+    TrialLifecycle,
+)
 from core.store.sessions import MongoSessions
+from core.store.shares import MongoShares
 from core.store.state import StoreState, available
 
 __all__ = ["INDEXES", "INSERT_BATCH", "Store", "write_concern_of"]
@@ -237,8 +252,14 @@ class Store:
         self.reads: Reads = MongoReads(state)
         #: The dashboard's logins, for the web layer.
         self.sessions: Sessions = MongoSessions(state)
+        #: The fair share's inputs (active sweeps, users, workers online), for the
+        #: scheduler, the API and the dashboard.
+        self.shares: Shares = MongoShares(state)
         blobs = (root_blobs(artifact_root, s3_endpoint_url) if artifact_root
                  else GridFSBlobs(self.db))  # fmt: skip
+        #: The fair share's inputs (active sweeps, users, workers online), for the
+        #: scheduler, the API and the dashboard.
+        self.shares: Shares = MongoShares(state)
         #: Models, checkpoints and files of trials, for workers, the API and the CLI.
         self.artifacts: Artifacts = MongoArtifacts(
             state, blobs, max_bytes=max_artifact_bytes, max_sweep_bytes=max_sweep_artifact_bytes

@@ -6,6 +6,9 @@
   const initial = JSON.parse(document.getElementById("initial").textContent);
   const cfg = JSON.parse(document.getElementById("sweeps-config").textContent);
   const sweeps = new Map();
+  // The fair share of each active sweep (by id), whole at every answer; workers online.
+  let shares = {};
+  let workers = null;
   let since = null;
   const body = document.querySelector("#sweeps-table tbody");
   const pending = [];
@@ -25,11 +28,31 @@
       SS.el("td", { text: SS.time(s.created_at) }),
       SS.el("td", {}, SS.progressBar(s.counts, total)),
       SS.el("td", { class: "num", text: SS.num(done) + " / " + SS.num(total) }),
+      ...shareCells(s),
       SS.el("td", { class: "num best", title: s.direction + " " + s.metric },
         best, SS.el("span", { class: "muted", text: " " + s.metric })));
   }
 
+  // Share now (workers, of those online), place in line, priority: "–" once a sweep is
+  // no longer active, "?" while no scheduler has counted the workers.
+  function shareCells(s) {
+    const sh = shares[s.id];
+    if (!sh) {
+      return [SS.el("td", { class: "num share", text: "–" }), SS.el("td", { class: "num position", text: "–" }),
+        SS.el("td", { class: "priority", text: s.priority || "normal" })];
+    }
+    const share = sh.share === null ? "?" : SS.num(sh.share, 3) + " of " + SS.num(workers);
+    return [
+      SS.el("td", { class: "num share", title: sh.running + " running, window " + (sh.window ?? "?"),
+        text: share }),
+      SS.el("td", { class: "num position", text: sh.position === null ? "–" : "#" + sh.position }),
+      SS.el("td", {}, SS.el("span", { class: "badge priority-" + sh.priority, text: sh.priority }))];
+  }
+
   function render() {
+    document.getElementById("workers-online").textContent = workers === null
+      ? "Workers online: not counted yet (no scheduler running?)."
+      : "Workers online: " + SS.num(workers) + ".";
     const ordered = [...sweeps.values()].sort((a, b) => b.created_at - a.created_at ||
       (a.id < b.id ? 1 : -1));
     body.replaceChildren(...ordered.map(row));
@@ -67,10 +90,15 @@
     const url = cfg.dataUrl + (since === null ? "" : sep + "since=" + since);
     const d = await SS.getJSON(url);
     since = d.now - 5000;
-    if (d.sweeps.length) { merge(d.sweeps); render(); }
+    shares = d.shares || {};
+    workers = d.workers ?? null;
+    merge(d.sweeps);
+    render();
     fillBest();
   }
 
+  shares = initial.shares || {};
+  workers = initial.workers ?? null;
   merge(initial.sweeps);
   since = initial.now - 5000;
   render();

@@ -1,6 +1,7 @@
 /* The sweep page's trials table: every trial, sorted, filtered and paged by the server
    (/table), a comparison of 2-5 selected trials (/compare), downloads of what the filters
-   select, and the owner's actions (cancel, retry failed) after a confirmation. The page
+   select, and the owner's actions (cancel, retry failed, pause or resume, extend) after a
+   confirmation. The page
    only keeps the query and the selection; every row comes from the server. */
 "use strict";
 
@@ -126,6 +127,9 @@
       (data.failed ? " (" + SS.grouped(data.failed) + ")" : "");
     $("retry-failed").disabled = !data.failed || data.cancelled;
     $("cancel-sweep").disabled = data.cancelled || !data.left;
+    $("pause-sweep").disabled = data.cancelled;
+    $("pause-sweep").textContent = data.paused ? "Resume sweep" : "Pause sweep";
+    T.paused = data.paused;
     updateDownloads();
     window.__dashboard.table = (window.__dashboard.table || 0) + 1;
     if (window.__dashboard.tableAt === undefined) window.__dashboard.tableAt = performance.now();
@@ -256,9 +260,11 @@
     $("confirm-dialog").showModal();
   }
 
-  async function post(url) {
-    const response = await fetch(url, { method: "POST", headers: {
-      Accept: "application/json", "X-CSRF-Token": cfg.csrf } });
+  async function post(url, json) {
+    const headers = { Accept: "application/json", "X-CSRF-Token": cfg.csrf };
+    if (json !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(url, { method: "POST", headers,
+      body: json === undefined ? undefined : JSON.stringify(json) });
     let body = null;
     try { body = await response.json(); } catch (e) { body = null; }
     if (!response.ok) throw new Error(body && body.message ? body.message : response.statusText);
@@ -282,6 +288,35 @@
     "Yes, cancel the sweep", () => act(cfg.cancelUrl, (b) => "Sweep cancelled: " +
       SS.grouped(b.cancelled) + " queued trials cancelled, " + SS.grouped(b.stopping) +
       " running trials asked to stop."));
+  }
+
+  // Pausing, resuming and extending go in the sweep's history, which the page shows near
+  // its top: the page is loaded again once the server took the change.
+  async function change(url, json) {
+    try {
+      await post(url, json);
+      window.location.reload();
+    } catch (error) {
+      note("Refused: " + error.message, true, "action");
+    }
+  }
+
+  function pauseSweep() {
+    if (T.paused) {
+      ask("Resume this sweep? Its queued trials start again, and new ones are created as " +
+        "places free.", "Yes, resume it", () => change(cfg.resumeUrl));
+      return;
+    }
+    ask("Pause this sweep? No new trial starts; running trials finish. Resume it at any time.",
+      "Yes, pause it", () => change(cfg.pauseUrl));
+  }
+
+  function extendSweep(event) {
+    event.preventDefault();
+    const trials = Number($("extend-trials").value);
+    ask("Raise this sweep's trials from " + SS.grouped(cfg.budget) + " to " +
+      SS.grouped(trials) + "? Its trials so far stay; the search goes on from what it " +
+      "learned.", "Yes, extend it", () => change(cfg.changeUrl, { trials }));
   }
 
   function retryFailed() {
@@ -363,6 +398,8 @@
   $("compare-close").addEventListener("click", () => $("compare-dialog").close());
   $("compare-metric").addEventListener("change", drawCompare);
   $("cancel-sweep").addEventListener("click", cancelSweep);
+  $("pause-sweep").addEventListener("click", pauseSweep);
+  if ($("extend-form")) $("extend-form").addEventListener("submit", extendSweep);
   $("retry-failed").addEventListener("click", retryFailed);
   $("confirm-no").addEventListener("click", () => { T.confirm = null; $("confirm-dialog").close(); });
   $("confirm-yes").addEventListener("click", () => {

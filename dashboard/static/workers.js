@@ -23,6 +23,13 @@
       : "idle";
   }
 
+  // Which sweep each worker runs now (the fair share gives workers to sweeps).
+  function sweepsOf(w) {
+    if (!w.sweeps || !w.sweeps.length) return "–";
+    return w.sweeps.map((id, i) => [i ? ", " : "",
+      SS.el("a", { href: cfg.sweepsUrl + encodeURIComponent(id), class: "mono", text: id })]);
+  }
+
   function render(d) {
     const note = document.getElementById("workers-note");
     if (!d.broker) {
@@ -40,6 +47,7 @@
       SS.el("td", { class: "mono", text: w.name }),
       SS.el("td", { text: w.host || "–" }),
       SS.el("td", { text: w.device || "–" }),
+      SS.el("td", { class: "sweep-cell" }, sweepsOf(w)),
       SS.el("td", {}, current(w, d.now)),
       SS.el("td", { class: "num", text: SS.num(w.per_minute, 3) }),
       SS.el("td", { class: "num", text: SS.num(w.finished) }),

@@ -24,6 +24,9 @@ SWEEP_ROUTES = [
     ("GET", "/api/v1/sweeps/{sweep}/export?format=jsonl", 200),
     ("GET", "/api/v1/trials/{trial}", 200),
     ("POST", "/api/v1/sweeps/{sweep}/retry", 200),
+    ("POST", "/api/v1/sweeps/{sweep}/pause", 200),
+    ("POST", "/api/v1/sweeps/{sweep}/resume", 200),
+    ("POST", "/api/v1/sweeps/{sweep}/change", 400),  # no body: the owner gets that far
     ("POST", "/api/v1/sweeps/{sweep}/cancel", 200),
     ("DELETE", "/api/v1/sweeps/{sweep}", 200),  # after the cancel above: nothing runs
 ]
@@ -93,7 +96,7 @@ def test_every_api_route_of_the_url_map_needs_a_token(app: Flask, client: FlaskC
                                                        ids: dict[str, str]) -> None:
     """Taken from the app's URL map, so a new route cannot be left out."""
     open_paths = {"/api/v1/health", "/api/v1/openapi.json", "/openapi.json"}
-    values = {"sweep_id": ids["sweep"], "trial_id": ids["trial"]}
+    values = {"sweep_id": ids["sweep"], "trial_id": ids["trial"], "name": "alice"}
     seen = 0
     for rule in app.url_map.iter_rules():
         if not rule.rule.startswith("/api/v1/") or rule.rule in open_paths:

@@ -39,7 +39,7 @@ def test_the_served_document_is_valid_openapi(client: FlaskClient, settings: Set
     schemathesis.openapi.from_dict(served).validate()
     assert served["openapi"] == "3.1.0"
     documented = {(method.upper(), path) for path, ops in served["paths"].items() for method in ops}
-    assert ("POST", "/api/v1/sweeps") in documented and len(documented) == 16
+    assert ("POST", "/api/v1/sweeps") in documented and len(documented) == 23
 
 
 def test_every_api_route_is_documented(app: Flask) -> None:

@@ -228,6 +228,50 @@ def test_the_front_and_the_smallest_network_near_the_best() -> None:
     assert costs == sorted(costs) and values == sorted(values)
 
 
+def test_a_multi_objective_sweep_states_the_front_of_its_objectives_not_guessed_costs() -> None:
+    """#31: a sweep that searched val_accuracy against param_count, with a constraint, gets
+    the front of those objectives over its feasible trials (the API's front), not the
+    accuracy-cost fronts guessed for a single objective; the figure and the Markdown report
+    show it."""
+    from cli.report_files import markdown
+    from core.analysis.figures import figures
+    from core.analysis.pareto import front_rows
+    from core.spec.objectives import Goals
+
+    sweep = sweep_doc()
+    sweep["objectives"] = [{"metric": "val_accuracy", "direction": "maximize"},
+                           {"metric": "param_count", "direction": "minimize"}]  # fmt: skip
+    sweep["constraints"] = [{"metric": "param_count", "op": "<=", "bound": 200000}]
+    docs = trials(saturating)
+    for d in docs:
+        d["objectives"] = [d["objective"], d["param_count"]]
+        d["feasible"] = d["param_count"] <= 200000
+    result = analyse(sweep, docs)
+    front = result["front"]
+    assert "param_count" not in front and "train_seconds" not in front
+    searched = front["searched"]
+    expected = front_rows(docs, Goals.of(sweep))
+    assert [t["index"] for t in searched["trials"]] == [t["index"] for t in expected["trials"]]
+    assert searched["hypervolume"] == pytest.approx(expected["hypervolume"])
+    assert searched["feasible"] == sum(d["feasible"] for d in docs) < len(docs)
+    assert all(t["values"][1] <= 200000 for t in searched["trials"])
+    assert len(searched["cloud"]) == searched["feasible"]
+    text = front["text"][0]
+    assert text.startswith(f"{searched['size']} of {searched['feasible']} complete feasible "
+                           "trials are on the front of the objectives searched, val_accuracy "
+                           "(max), param_count (min); hypervolume")  # fmt: skip
+    assert front["text"][1].startswith("its ends: trial #")
+    assert text in result["findings"]
+    (figure,) = [f for f in figures(result) if f["group"] == "front"]
+    assert figure["id"] == "front-searched"
+    assert figure["figure"]["data"][1]["y"] == [t["values"][0] for t in searched["trials"]]
+    report = markdown(result)
+    assert "## Pareto front of the objectives searched" in report
+    assert "| trial | val_accuracy | param_count | params |" in report
+    top = searched["trials"][0]
+    assert f"| #{top['index']} | {top['values'][0]:.4g} | {top['values'][1]:,.0f} |" in report
+
+
 def test_a_sweep_without_complete_trials_says_so() -> None:
     docs = [{**d, "state": "failed", "objective": None} for d in trials(saturating)[:4]]
     result = analyse(sweep_doc(), docs)

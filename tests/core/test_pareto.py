@@ -23,6 +23,19 @@ def test_sorting_and_hypervolume_agree_with_optuna(k: int, n: int) -> None:
         assert hypervolume(points, ref) == pytest.approx(compute_hypervolume(points, ref))
 
 
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_fronts_across_blocks_agree_with_optuna(k: int) -> None:
+    """More rows than one block of `nondominated` (256), with ties: rows kept in one block
+    must strike rows of the next ones."""
+    rng = np.random.default_rng(k)
+    for points in (
+        rng.random((700, k)),
+        rng.integers(0, 6, size=(700, k)).astype(float),
+        np.vstack([rng.random((300, k)), np.zeros((2, k)), rng.random((400, k))]),
+    ):
+        assert (nondominated(points) == _is_pareto_front(points, False)).all()
+
+
 def test_hand_made_front() -> None:
     # (accuracy, parameters): c is dominated by b, d is infeasible, e is not complete.
     docs = [

@@ -288,3 +288,41 @@ def test_retry_without_a_broker_says_so(
         answer = client.post(f"/dashboard/data/sweeps/{seeded.sweep_id}/retry", headers=csrf)
     assert answer.status_code == 503 and "SWEEPSTACK_BROKER_URL" in answer.json["message"]
     assert store.reads.get_sweep(seeded.sweep_id)["counts"]["failed"] == 3
+
+
+def test_pause_resume_and_a_change_show_on_the_sweep_page(
+    client: FlaskClient,
+    seeded: Seeded,
+    store: Store,
+) -> None:
+    """Pause, resume and a change (``…/pause``, ``…/resume``, ``…/change``): the button's
+    state in the table's data, the badge and the history on the page (every dashboard POST
+    is held to the login, the page's token and the owner by test_auth.py)."""
+    sid = seeded.sweep_id
+    page = client.get(f"/sweeps/{sid}").get_data(as_text=True)
+    assert 'id="pause-sweep"' in page and ">Pause sweep<" in page
+    assert 'id="extend-form"' not in page  # a grid grows by its values, not its trials
+    csrf = {"X-CSRF-Token": csrf_of(page)}
+    assert table(client, sid)["paused"] is False
+    paused = client.post(f"/dashboard/data/sweeps/{sid}/pause", headers=csrf)
+    assert paused.status_code == 200 and paused.json["changed"] is True
+    assert table(client, sid)["paused"] is True
+    page = client.get(f"/sweeps/{sid}").get_data(as_text=True)
+    assert 'class="badge paused"' in page and ">Resume sweep<" in page
+    assert client.post(f"/dashboard/data/sweeps/{sid}/resume", headers=csrf).json["changed"]
+    change = {"add": {"model.hidden_units": [128]}}
+    changed = client.post(f"/dashboard/data/sweeps/{sid}/change", json=change, headers=csrf)
+    assert changed.status_code == 200, changed.json
+    assert changed.json["summary"] == "model.hidden_units + [128]"
+    refused = client.post(f"/dashboard/data/sweeps/{sid}/change", json={"trials": 40},
+                          headers=csrf)  # fmt: skip
+    assert refused.status_code == 422 and "grid" in refused.json["message"]
+    page = client.get(f"/sweeps/{sid}").get_data(as_text=True)
+    assert "History: 3 changes" in page
+    assert "<b>change</b>: model.hidden_units + [128] · by alice" in page
+    assert [c["kind"] for c in store.reads.get_sweep(sid)["changes"]] == [
+        "pause", "resume", "change"
+    ]  # fmt: skip
+    # Without the page's token, nothing changes.
+    assert client.post(f"/dashboard/data/sweeps/{sid}/pause").json["code"] == "csrf_failed"
+    assert store.reads.get_sweep(sid).get("paused_at") is None

@@ -56,3 +56,32 @@ def test_median_compares_with_complete_trials_only() -> None:
     judge.forget("a")
     judge.forget("b")
     assert judge.decide({"c": (10, 1)}, {"c": {1: {"val_accuracy": 0.2}}}) == {}
+
+
+def test_a_train_seconds_objective_is_ranked_by_the_seconds_each_trial_took_to_the_rung() -> None:
+    """Every epoch row carries the seconds trained so far (`workers.training.epochs`), so a
+    ``train_seconds`` objective ranks trials at a rung on the time each took to get there;
+    the spec no longer refuses it with a Pareto-rank pruner."""
+    from core.spec.sweep import load_spec
+
+    spec = load_spec(
+        {
+            "name": "fast-and-right",
+            "dataset": {"name": "digits"},
+            "training": {"epochs": 9},
+            "objectives": [{"metric": "val_accuracy", "direction": "maximize"},
+                           {"metric": "train_seconds"}],
+            "pruning": {"algorithm": "asha", "min_resource": 1, "reduction_factor": 3},
+        }
+    )  # fmt: skip
+    goals = [(o.metric, o.direction) for o in spec.objectives]
+    judge = RankJudge(spec.pruning, goals, spec.planned_epochs())
+    running = {t: (i, 0) for i, t in enumerate("abc")}
+    assert judge.decide(running, {"a": {1: {"val_accuracy": 0.8, "train_seconds": 2.0}}}) == {}
+    # As accurate as a, but slower to the rung: dominated, not in the best 1 of 2.
+    assert judge.decide(running, {"b": {1: {"val_accuracy": 0.8, "train_seconds": 3.0}}}) == {
+        "b": (0, 1)
+    }
+    # Faster than a, less accurate: on the front with it (rank 0), an end of it (infinite
+    # crowding distance), so kept as one of the best 1 of 3.
+    assert judge.decide(running, {"c": {1: {"val_accuracy": 0.7, "train_seconds": 1.0}}}) == {}

@@ -13,6 +13,7 @@ from cli.main import main
 from core.broker import check_queue, trial_queue, undelivered_queue
 from core.errors import ConfigError
 from core.settings import Settings
+from core.shares import MAX_MESSAGE_PRIORITY
 from scheduler.enqueue import sender_app
 from scheduler.undelivered import drain_undelivered, trial_ids_of
 from tests.integration.stack import Stack, wait_for
@@ -54,7 +55,10 @@ def test_queue_type_is_classic_or_quorum() -> None:
         "x-dead-letter-exchange": "",
         "x-dead-letter-routing-key": "q.undelivered",
     }
-    assert trial_queue(Settings(queue="q")).queue_arguments is None
+    # A classic queue is a priority queue; a quorum queue takes no x-max-priority.
+    assert trial_queue(Settings(queue="q")).queue_arguments == {
+        "x-max-priority": MAX_MESSAGE_PRIORITY
+    }
 
 
 def test_a_classic_queue_of_the_name_is_a_clear_error(stack: Stack) -> None:

@@ -60,7 +60,8 @@ def run(
 def test_the_example_cnn_trains_on_digits_and_reports_every_epoch() -> None:
     result, rows, extra = run("digits_cnn", {"channels": 4, "lr": 0.01}, dataset={"name": "digits"})
     assert [epoch for epoch, _ in rows] == [1, 2]
-    assert set(rows[0][1]) == {"epoch", "train_loss", "val_loss", "val_accuracy"}
+    assert set(rows[0][1]) == {"epoch", "train_loss", "val_loss", "val_accuracy", "train_seconds"}
+    assert 0 < rows[0][1]["train_seconds"] < rows[1][1]["train_seconds"]
     assert result.final == rows[-1][1] and result.final["val_accuracy"] > 0.7
     assert result.best["val_accuracy"] == max(m["val_accuracy"] for _, m in rows)
     assert not result.stopped_early and result.dataset["source"] == "digits"

@@ -139,18 +139,19 @@ def reporter(
     model: torch.nn.Module,
     capture: Capture,
 ) -> OnEpoch:
-    """What `run_epochs` calls after each epoch: report the row, keep it in `progress`, offer
+    """What `run_epochs` calls after each epoch: give the row the seconds trained so far
+    (``train_seconds``, a resumed attempt's included), report it, keep it in `progress`, offer
     the model's weights as the best epoch's, and save a checkpoint when due (`capture()`:
     the trainer's state and what its meta adds to the rows and seconds)."""
 
     def reported(epoch: int, row: Row) -> None:
+        seconds = row["train_seconds"] = progress.seconds()
         if on_epoch is not None:
             on_epoch(epoch, row)
         progress.rows.append(row)
         if checkpoints is None:
             return
         checkpoints.epoch_model(epoch, row, lambda: weights_copy(model))
-        seconds = progress.seconds()
 
         def state() -> tuple[Any, dict[str, Any]]:
             state, meta = capture()

@@ -28,7 +28,8 @@ Shared by the group (`check_compatible`): dataset, batch size, epochs, depth,
 activation, batch norm, optimiser kind, device and dtype. float16 is refused: its
 `GradScaler` skips a step for all parameters when any overflows, which in a group would
 let one model's overflow skip the others' steps. Timing is the group's: `epoch_seconds`
-is the fused epoch's wall time and `train_seconds` the group's, for every member.
+is the fused epoch's wall time and `train_seconds` (in each row, and the trial's) the
+group's, for every member.
 
 **Sizing.** A group whose training state does not fit is trained in consecutive chunks
 that do (`workers.training.fused_plan`).
@@ -387,6 +388,7 @@ class _Group:
                 return
             rows = self._epoch(epoch, should_stop)
             for member, row in zip(self.members, rows, strict=True):
+                row["train_seconds"] = member.before + time.perf_counter() - self.started
                 member.metrics.append(row)
                 logger.debug("trial %d epoch %d: %s", member.index, epoch, row)
                 if on_epoch is not None:
@@ -530,6 +532,7 @@ class _Group:
             row.update(on_val)
             row["lr"] = member.clock.lr
             row["epoch_seconds"] = time.perf_counter() - started
+            row["train_seconds"] = 0.0
             self.done(member.index, self._result(member, stopped=False, final=row))
         self.members = []
 

@@ -8,7 +8,9 @@ ranks (`workers.training.parallel`, which subclass it), for a trial's config.
 Epochs count from 1; the row of epoch k holds the metrics after k epochs of training:
 `epoch`, `train_loss` (the mean loss over that epoch's batches, as the model changed),
 `val_loss`, `val_accuracy` (classification) or `val_rmse` (regression, in the target's own
-units), `lr` (the rate the epoch trained at) and `epoch_seconds` (training plus validation).
+units), `lr` (the rate the epoch trained at), `epoch_seconds` (training plus validation) and
+`train_seconds` (the seconds trained so far, earlier attempts' included: what a Pareto-rank
+pruner compares at a rung when ``train_seconds`` is an objective).
 
 `epochs: 0` trains nothing: `metrics` is empty, `on_epoch` is not called, and `final` is one
 evaluation of the untrained model (epoch 0, `train_loss` measured on the whole training set),
@@ -258,6 +260,7 @@ class Trainer:
         row.update(self._evaluate(self.x_val, self.y_val, "val", 0))
         row["lr"] = current_lr(self.optimizer)
         row["epoch_seconds"] = time.perf_counter() - started
+        row["train_seconds"] = 0.0
         return row
 
     @torch.no_grad()

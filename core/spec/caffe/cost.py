@@ -63,6 +63,8 @@ class TrialWork:
     layers: int
     #: updates over the trial (``max_iter`` x ``iter_size`` passes).
     steps: int
+    #: learnable parameters of the TRAIN net (0 when it does not build).
+    param_count: int = 0
 
     @property
     def macs(self) -> int:
@@ -89,15 +91,49 @@ def macs_per_sample(graph: NetGraph) -> int:
 def sample_shape(config: Mapping[str, Any]) -> tuple[int, ...]:
     """The (C, H, W) the cost of a trial is worked out on (module docstring)."""
     caffe = config.get("caffe") or {}
-    resize = caffe.get("resize")
-    resize = (int(resize[0]), int(resize[1])) if isinstance(resize, list | tuple) else None
     digits = (config.get("dataset") or {}).get("name") == "digits"
-    return guess_shape(str(caffe.get("net_text", "")), resize, digits)
+    return guess_shape(str(caffe.get("net_text", "")), _resize(caffe), digits)
+
+
+def config_costs(config: Mapping[str, Any]) -> dict[str, int]:
+    """The TRAIN net's ``param_count`` and ``macs`` (forward, one sample) where the config
+    says the sample's shape (the digits, or the net's ``Input`` or ``MemoryData`` layer):
+    what a Pareto-rank pruner ranks a cost objective with before the trial trains
+    (`core.spec.kind.TrialKind.costs_before_training`). Nothing where only the worker can
+    tell the shape (an image folder or a file) or the net does not build."""
+    caffe = config.get("caffe") or {}
+    net_text, solver_text = str(caffe.get("net_text", "")), str(caffe.get("solver_text", ""))
+    resize = _resize(caffe)
+    digits = (config.get("dataset") or {}).get("name") == "digits"
+    shape = declared_shape(net_text, resize, digits)
+    if shape is None:
+        return {}
+    work = trial_work(net_text, solver_text, shape)
+    if not work.param_count:
+        return {}
+    return {"param_count": work.param_count, "macs": work.train_macs}
+
+
+def _resize(caffe: Mapping[str, Any]) -> tuple[int, int] | None:
+    resize = caffe.get("resize")
+    return (int(resize[0]), int(resize[1])) if isinstance(resize, list | tuple) else None
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)
 def guess_shape(net_text: str, resize: tuple[int, int] | None, digits: bool) -> tuple[int, ...]:
     """One sample's (C, H, W) for a net of `net_text` (module docstring: `sample_shape`)."""
+    declared = declared_shape(net_text, resize, digits)
+    if declared is not None:
+        return declared
+    return (GUESSED_SAMPLE[0], *resize) if resize else GUESSED_SAMPLE
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def declared_shape(
+    net_text: str, resize: tuple[int, int] | None, digits: bool
+) -> tuple[int, ...] | None:
+    """One sample's (C, H, W) as the config says it: the digits' (or ``caffe.resize``), else
+    the net's ``Input`` or ``MemoryData`` layer's; None when only the data can say."""
     if digits:
         return (1, *resize) if resize else _DIGITS
     try:
@@ -115,7 +151,7 @@ def guess_shape(net_text: str, resize: tuple[int, int] | None, digits: bool) -> 
             chw = [param.get(k) for k in ("channels", "height", "width")]
             if all(isinstance(v, int) and v > 0 for v in chw):
                 return tuple(int(v) for v in chw)  # type: ignore[arg-type]
-    return (GUESSED_SAMPLE[0], *resize) if resize else GUESSED_SAMPLE
+    return None
 
 
 def config_work(config: Mapping[str, Any]) -> TrialWork:
@@ -157,6 +193,7 @@ def trial_work(net_text: str, solver_text: str, shape: tuple[int, ...]) -> Trial
         test_samples=evaluations * solver.test_iter * test.data.batch_size if test else 0,
         layers=len(train.layers),
         steps=steps,
+        param_count=train.param_count,
     )
 
 

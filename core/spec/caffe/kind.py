@@ -66,6 +66,13 @@ class CaffeKind(TrialKind):
 
         return config_work(config).train_macs
 
+    def costs_before_training(self, config: Mapping[str, Any]) -> dict[str, int]:
+        """The TRAIN net's parameters and forward multiply-accumulates of one sample, where
+        the config says the sample's shape (`core.spec.caffe.cost.config_costs`)."""
+        from core.spec.caffe.cost import config_costs
+
+        return config_costs(config)
+
     def config_seconds(self, spec: SweepSpec) -> float | None:
         """Rendering a trial's texts and building its net to price it: about
         `SECONDS_PER_LAYER` a layer of its net (measured: 4 ms a LeNet trial, 0.3 s one of

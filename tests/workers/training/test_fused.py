@@ -19,7 +19,15 @@ from workers.training.fused import FusedEpoch, check_compatible, train_fused
 from workers.training.fused_optim import KINDS
 
 TOLERANCE = 1e-5
-CLASSIFICATION_KEYS = {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "epoch_seconds"}
+CLASSIFICATION_KEYS = {
+    "epoch",
+    "train_loss",
+    "val_loss",
+    "val_accuracy",
+    "lr",
+    "epoch_seconds",
+    "train_seconds",
+}
 REGRESSION = {"name": "synthetic_regression", "samples": 300, "features": 8}
 
 
@@ -47,7 +55,7 @@ def _assert_same(outcome: TrainResult | TrainingError, config: TrialConfig) -> N
     for mine, theirs in zip(outcome.metrics, alone.metrics, strict=True):
         assert set(mine) == set(theirs)
         for key, value in theirs.items():
-            if key != "epoch_seconds":
+            if key not in ("epoch_seconds", "train_seconds"):
                 assert mine[key] == pytest.approx(value, abs=TOLERANCE, rel=0), key
     assert outcome.param_count == alone.param_count
     assert outcome.seed == alone.seed

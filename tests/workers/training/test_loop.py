@@ -18,8 +18,24 @@ from core.spec.config import TrialConfig
 from workers.training import TrainResult, objective_value, train
 from workers.training.loop import CHECK_EVERY_STEPS
 
-CLASSIFICATION_KEYS = {"epoch", "train_loss", "val_loss", "val_accuracy", "lr", "epoch_seconds"}
-REGRESSION_KEYS = {"epoch", "train_loss", "val_loss", "val_rmse", "lr", "epoch_seconds"}
+CLASSIFICATION_KEYS = {
+    "epoch",
+    "train_loss",
+    "val_loss",
+    "val_accuracy",
+    "lr",
+    "epoch_seconds",
+    "train_seconds",
+}
+REGRESSION_KEYS = {
+    "epoch",
+    "train_loss",
+    "val_loss",
+    "val_rmse",
+    "lr",
+    "epoch_seconds",
+    "train_seconds",
+}
 
 
 def _config(**sections: dict[str, Any]) -> TrialConfig:
@@ -39,7 +55,10 @@ def _config(**sections: dict[str, Any]) -> TrialConfig:
 
 
 def _without_time(rows: list[dict[str, float]]) -> list[dict[str, float]]:
-    return [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in rows]
+    return [
+        {k: v for k, v in row.items() if k not in ("epoch_seconds", "train_seconds")}
+        for row in rows
+    ]
 
 
 def test_same_trial_twice_gives_identical_metrics() -> None:

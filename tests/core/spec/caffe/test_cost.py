@@ -14,6 +14,7 @@ from core.spec.caffe.cost import (
 )
 from core.spec.caffe.net import build_graph
 from core.spec.caffe.prototxt import parse
+from core.spec.kinds import kind_of
 from core.spec.sweep import load_spec
 from scheduler.expand import expand
 from tests.core.spec.caffe.texts import graph, layer
@@ -74,6 +75,20 @@ def test_a_bigger_net_costs_more_and_the_sample_shape_is_guessed_from_the_config
         "input_param { shape { dim: 2 dim: 1 dim: 5 dim: 6 } } }"
     )
     assert sample_shape({"caffe": {"net_text": declared}, "dataset": folder}) == (1, 5, 6)
+
+
+def test_costs_before_training_are_counted_where_the_config_says_the_sample_shape() -> None:
+    """#31: a Pareto-rank pruner ranks a Caffe trial's ``param_count`` and ``macs`` at a
+    rung from its config, as the worker will record them; where only the data could say the
+    shape (an image folder), nothing is guessed."""
+    kind = kind_of(_config(4, 10))
+    costs = kind.costs_before_training(_config(4, 10))
+    # conv: 4 x (1 x 3 x 3) + 4; ip: 10 x (4 x 6 x 6) + 10, on the digits' 1 x 8 x 8.
+    assert costs["param_count"] == (4 * 9 + 4) + (10 * 4 * 6 * 6 + 10)
+    assert costs["macs"] == config_work(_config(4, 10)).train_macs > 0
+    assert kind.costs_before_training(_config(16, 10))["param_count"] > costs["param_count"]
+    assert kind.costs_before_training(_config(4, 10, {"path": "shapes"})) == {}
+    assert kind.costs_before_training(_config(4, 10, resize=[2, 2])) == {}  # does not build
 
 
 def test_a_net_that_does_not_build_counts_its_steps_only() -> None:
