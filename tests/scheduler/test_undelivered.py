@@ -56,9 +56,8 @@ def test_queue_type_is_classic_or_quorum() -> None:
         "x-dead-letter-routing-key": "q.undelivered",
     }
     # A classic queue is a priority queue; a quorum queue takes no x-max-priority.
-    assert trial_queue(Settings(queue="q")).queue_arguments == {
-        "x-max-priority": MAX_MESSAGE_PRIORITY
-    }
+    assert trial_queue(Settings(queue="q")).max_priority == MAX_MESSAGE_PRIORITY
+    assert trial_queue(Settings(queue="q", queue_type="quorum")).max_priority is None
 
 
 def test_a_classic_queue_of_the_name_is_a_clear_error(stack: Stack) -> None:
