@@ -54,8 +54,9 @@ def trial_queue(settings: Settings) -> Queue:
     """The durable queue trials wait in: classic, a priority queue (``x-max-priority``) so
     that a high-priority sweep's trials overtake those already waiting (`core.shares`); or
     quorum, with a delivery limit whose dropped messages go to `undelivered_queue` (the
-    module docstring). A quorum queue takes no ``x-max-priority``: RabbitMQ 4.0 and later
-    give its messages two priorities of their own (above 4: high), earlier ones none."""
+    module docstring). A quorum queue takes no ``x-max-priority``, so a high-priority sweep's
+    messages do not overtake there (RabbitMQ 4.0's quorum queues count only priorities above
+    4 as high; `core.shares.MESSAGE_PRIORITY` is 0 to 2)."""
     exchange = Exchange(settings.queue, type="direct", durable=True)
     if settings.queue_type != "quorum":
         return Queue(
