@@ -14,7 +14,7 @@ import click
 from kombu.exceptions import OperationalError
 
 from cli.local import open_store
-from cli.shared import fail_spec, load_spec, need, program, read_settings
+from cli.shared import check_trial_queue, fail_spec, load_spec, need, program, read_settings
 from core.errors import SpecError, SweepstackError
 
 log = logging.getLogger(__name__)
@@ -85,6 +85,7 @@ def scheduler(interval: float | None, once: bool, lease_seconds: float) -> None:
     settings = read_settings()
     need(settings.broker_url, "SWEEPSTACK_BROKER_URL")
     need(settings.mongo_url, "SWEEPSTACK_MONGO_URL")
+    check_trial_queue(settings)
     store = open_store(settings)
     app = sender_app(settings)
     every = interval or settings.stale_after_seconds / 2

@@ -14,6 +14,7 @@ assembles them) can import it.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -21,10 +22,12 @@ from typing import NoReturn
 
 import click
 
-from core.errors import SpecError, SweepstackError
+from core.errors import ConfigError, SpecError, SweepstackError
 from core.settings import Settings
 from core.spec.limits import dataset_file_problems, spec_limit_problems
 from core.spec.sweep import SweepSpec, load_spec_file
+
+log = logging.getLogger(__name__)
 
 #: The exit code of a spec or usage problem (click's own usage errors exit 2 as well).
 EXIT_PROBLEM = 2
@@ -53,6 +56,22 @@ def read_settings() -> Settings:
         return Settings.from_env()
     except SweepstackError as exc:
         raise click.UsageError(str(exc)) from exc
+
+
+def check_trial_queue(settings: Settings) -> None:
+    """Declare the trials queue as the settings say (`core.broker.check_queue`): a queue of
+    another type on the broker is a usage error naming SWEEPSTACK_QUEUE_TYPE. A broker that
+    does not answer is left to the caller, which waits for it."""
+    from kombu.exceptions import OperationalError
+
+    from core.broker import check_queue
+
+    try:
+        check_queue(settings)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    except (OSError, OperationalError) as exc:
+        log.warning("cannot check the trials queue on the broker yet: %s", exc)
 
 
 def need(value: str | None, variable: str) -> str:

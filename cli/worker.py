@@ -16,7 +16,7 @@ import click
 from kombu.exceptions import OperationalError
 
 from cli.options import workers_option
-from cli.shared import EXIT_PROBLEM, need, read_settings
+from cli.shared import EXIT_PROBLEM, check_trial_queue, need, read_settings
 from core.settings import Settings
 
 
@@ -212,6 +212,7 @@ def worker(
             err=True,
         )
         sys.exit(EXIT_PROBLEM)
+    check_trial_queue(settings)
     procs = [subprocess.Popen(cmd, env={**os.environ, **env}) for cmd, env in commands]
 
     def forward(signum: int, _frame: object) -> None:

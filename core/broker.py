@@ -14,6 +14,19 @@ rules:
   other arguments (``PRECONDITION_FAILED``), so a deployment whose queue was made before
   priorities deletes it once, empty, before it upgrades (docs/deployment.md).
 
+The trials queue is a classic queue, or a quorum queue with ``SWEEPSTACK_QUEUE_TYPE=quorum``:
+replicated by Raft on a RabbitMQ cluster's nodes, so that losing one node (its leader
+included) loses no message. Its delivery limit (``x-delivery-limit``) is
+``SWEEPSTACK_MAX_ATTEMPTS``: the store's poison rule (`core.states`) ends a trial whose
+worker keeps dying at the same count of deliveries, so the broker's limit is a backstop for
+a message that kills workers before they claim it. A message over the limit is
+dead-lettered to `undelivered_queue`, which the scheduler drains
+(`scheduler.undelivered`): it ends each such trial still ``queued`` failed, with the reason,
+so a dropped message never leaves its trial waiting for ever. Workers and senders reach a
+cluster through a failover list of broker URLs (``amqp://a//;amqp://b//``, kombu's own
+syntax). RabbitMQ cannot change an existing queue's type: `check_queue` says so, naming the
+setting.
+
 RabbitMQ's delivery-ack timeout (``consumer_timeout``, 30 min by default) would close the
 channel of a worker still training a long trial. RabbitMQ before 3.12 cannot set it per
 queue, so it is raised server-wide in ``configs/rabbitmq.conf`` (8 days, above the largest
@@ -24,8 +37,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kombu import Exchange, Queue
+from kombu import Connection, Exchange, Queue
 
+from core.errors import ConfigError
 from core.settings import Settings
 from core.shares import MAX_MESSAGE_PRIORITY
 
@@ -37,16 +51,75 @@ HARD_LIMIT_GRACE_SECONDS = 60.0
 
 
 def trial_queue(settings: Settings) -> Queue:
-    """The durable queue trials wait in: a priority queue (``x-max-priority``), so that a
-    high-priority sweep's trials overtake those already waiting (`core.shares`)."""
+    """The durable queue trials wait in: classic, a priority queue (``x-max-priority``) so
+    that a high-priority sweep's trials overtake those already waiting (`core.shares`); or
+    quorum, with a delivery limit whose dropped messages go to `undelivered_queue` (the
+    module docstring). A quorum queue takes no ``x-max-priority``, so a high-priority sweep's
+    messages do not overtake there (RabbitMQ 4.0's quorum queues count only priorities above
+    4 as high; `core.shares.MESSAGE_PRIORITY` is 0 to 2)."""
     exchange = Exchange(settings.queue, type="direct", durable=True)
+    if settings.queue_type != "quorum":
+        return Queue(
+            settings.queue,
+            exchange,
+            routing_key=settings.queue,
+            durable=True,
+            max_priority=MAX_MESSAGE_PRIORITY,
+        )
+    arguments = {
+        "x-queue-type": "quorum",
+        "x-delivery-limit": settings.max_attempts,
+        "x-dead-letter-exchange": "",
+        "x-dead-letter-routing-key": undelivered_queue(settings).name,
+    }
     return Queue(
         settings.queue,
         exchange,
         routing_key=settings.queue,
         durable=True,
-        max_priority=MAX_MESSAGE_PRIORITY,
+        queue_arguments=arguments,
     )
+
+
+def undelivered_queue(settings: Settings) -> Queue:
+    """Where a quorum trials queue dead-letters the messages over its delivery limit (a
+    quorum queue too, bound to the default exchange by its name)."""
+    return Queue(
+        f"{settings.queue}.undelivered",
+        durable=True,
+        queue_arguments={"x-queue-type": "quorum"},
+    )
+
+
+def check_queue(settings: Settings, connection: Connection | None = None) -> None:
+    """Declare the trials queue as the settings say (and its `undelivered_queue` when it is
+    a quorum queue); `ConfigError` naming ``SWEEPSTACK_QUEUE_TYPE`` when the broker has the
+    queue already with another type, which RabbitMQ cannot change. Workers and the
+    scheduler call it as they start."""
+    url = settings.broker_url
+    if connection is None and (not url or url.startswith("filesystem:")):
+        return
+    own = connection is None
+    conn = connection or Connection(url)
+    try:
+        queues = [trial_queue(settings)]
+        if settings.queue_type == "quorum":
+            queues.insert(0, undelivered_queue(settings))
+        for queue in queues:
+            try:
+                queue(conn.channel()).declare()
+            except conn.channel_errors as exc:
+                if "inequivalent arg" not in str(exc):
+                    raise
+                raise ConfigError(
+                    f"SWEEPSTACK_QUEUE_TYPE={settings.queue_type}: the broker already has the "
+                    f"queue {queue.name!r} with other arguments ({exc}); RabbitMQ cannot change "
+                    "a queue's type or arguments: drain and delete it (rabbitmqctl delete_queue "
+                    f"{queue.name}), or set SWEEPSTACK_QUEUE to a new name"
+                ) from None
+    finally:
+        if own:
+            conn.release()
 
 
 EMBEDDED_BROKER_URL = "filesystem://"

@@ -20,6 +20,8 @@ from core.errors import ConfigError
 PREFIX = "SWEEPSTACK_"
 #: Attempts of a trial whose worker process died (killed, crashed) before it ends failed.
 DEFAULT_MAX_ATTEMPTS = 3
+#: What SWEEPSTACK_QUEUE_TYPE may say (`core.broker.trial_queue`).
+QUEUE_TYPES = ("classic", "quorum")
 
 
 #: Tokens shorter than this are refused at start: a guessable token is no login.
@@ -186,6 +188,9 @@ class Settings:
     mongo_url: str | None = None
     mongo_db: str = "sweepstack"
     queue: str = "sweepstack.trials"
+    # The trials queue's RabbitMQ type (core.broker.trial_queue): classic, or quorum
+    # (replicated on a cluster's nodes, with a delivery limit of max_attempts).
+    queue_type: str = "classic"
     data_dir: Path = field(default_factory=lambda: Path.home() / ".sweepstack")
     api_tokens: dict[str, str] = field(default_factory=dict)
     heartbeat_seconds: float = 10.0
@@ -299,6 +304,12 @@ class Settings:
                         f"{PREFIX}SESSION_COOKIE_SECURE: must be auto, true or false, got {raw!r}"
                     )
                 values[f.name] = raw.lower()
+            elif f.name == "queue_type":
+                if raw not in QUEUE_TYPES:
+                    raise ConfigError(
+                        f"{PREFIX}QUEUE_TYPE: must be one of {', '.join(QUEUE_TYPES)}, got {raw!r}"
+                    )
+                values[f.name] = raw
             elif f.name == "write_concern":
                 values[f.name] = write_concern(raw)
             elif f.name == "artifacts_keep":

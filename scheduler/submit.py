@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery
+from kombu.exceptions import OperationalError
 
 from core.errors import NotFound
 from core.settings import DEFAULT_MAX_ATTEMPTS
@@ -28,6 +29,7 @@ from core.store.store import Store
 from scheduler.enqueue import Outgoing, carry, enqueue
 from scheduler.feed import BIG_WINDOW, LEASE_SECONDS, Feeder, owner_name, send_window
 from scheduler.messages import time_limit
+from scheduler.undelivered import drain_undelivered
 from scheduler.units import unit_keys
 
 log = logging.getLogger(__name__)
@@ -148,7 +150,13 @@ def requeue_stale(
     store: Store, app: Celery, stale_after: float, max_attempts: int = DEFAULT_MAX_ATTEMPTS
 ) -> list[str]:
     """Requeue running trials whose heartbeat is older than `stale_after`, and enqueue them;
-    one whose `max_attempts`-th attempt went silent ends failed instead."""
+    one whose `max_attempts`-th attempt went silent ends failed instead. With a quorum
+    trials queue, also end the queued trials whose message the broker dropped at its
+    delivery limit (`scheduler.undelivered`)."""
+    try:
+        drain_undelivered(store, app)
+    except (OSError, OperationalError) as exc:  # the requeue goes on; the next pass drains
+        log.warning("cannot drain the undelivered trials queue: %s", exc)
     ids = store.admin.requeue_stale(stale_after, max_attempts=max_attempts)
     if ids:
         log.warning("requeued %d stale trials", len(ids))

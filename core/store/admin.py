@@ -308,6 +308,33 @@ class MongoSweepAdmin(SweepAdmin):
         return requeued
 
     @available
+    def fail_undelivered(self, trial_ids: Sequence[str], reason: str) -> list[str]:
+        for trial_id in trial_ids:
+            check_id("trial_id", trial_id)
+        now = self._s.clock()
+        docs = list(self._s.trials.find({"_id": {"$in": list(trial_ids)}, "state": _QUEUED},
+                                        {"sweep_id": 1, "attempt": 1}))  # fmt: skip
+        ended: list[str] = []
+        moves: dict[str, Counter[str]] = {}
+        try:
+            for doc in docs:
+                moved = self._s.trials.update_one(
+                    {"_id": doc["_id"], "state": _QUEUED, "attempt": doc["attempt"]},
+                    {"$set": {"state": _FAILED, "finished_at": now, "updated_at": now,
+                              "progress": None, "error": reason}},
+                )  # fmt: skip
+                if moved.modified_count:
+                    ended.append(doc["_id"])
+                    moves.setdefault(doc["sweep_id"], Counter()).update({_QUEUED: -1, _FAILED: 1})
+                    log.warning("trial %s failed: %s", doc["_id"], reason)
+        finally:
+            for sid, move in moves.items():
+                self._s.bump(sid, move, now)
+            if ended:
+                self._s.log_finished(ended)
+        return ended
+
+    @available
     def retry_failed(self, sweep_id: str) -> list[str]:
         sweep = self._s.sweep(sweep_id)
         if sweep.get("cancelled_at") is not None:

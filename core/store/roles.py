@@ -356,6 +356,15 @@ class SweepAdmin(Protocol):
         """
 
     @abstractmethod
+    def fail_undelivered(self, trial_ids: Sequence[str], reason: str) -> list[str]:
+        """End ``failed`` with `reason` those of the trials that are ``queued``: their message
+        was dropped by the broker (a quorum queue's delivery limit), so no message of theirs
+        is left and nothing else would end them. A running trial is left to its holder (and
+        to `requeue_stale` if that holder is gone); an ended one is left alone. Returns the
+        ids this call ended (each by exactly one of any concurrent callers); an unknown id
+        is skipped."""
+
+    @abstractmethod
     def retry_failed(self, sweep_id: str) -> list[str]:
         """Queue a sweep's failed trials again; their failed attempts stay in history.
 

@@ -384,3 +384,20 @@ def test_finish_refuses_fields_it_must_not_write(
 def test_finish_of_an_unknown_trial_is_not_found(store: Store) -> None:
     with pytest.raises(NotFound):
         finish(store, "000000000000-0000000000000000", 1, "complete")
+
+
+def test_fail_undelivered_ends_only_queued_trials_once(store: Store) -> None:
+    sweep_id, points = make_sweep(store)
+    queued, running, done = trial_ids(sweep_id, points)[:3]
+    run(store, running)
+    run(store, done)
+    assert finish(store, done, 1, "complete") is True
+    ids = [queued, running, done, f"{sweep_id}-unknown"]
+    assert store.admin.fail_undelivered(ids, "dropped by the broker") == [queued]
+    assert store.admin.fail_undelivered(ids, "dropped by the broker") == []
+    trial = store.reads.get_trial(queued)
+    assert trial["state"] == "failed" and trial["error"] == "dropped by the broker"
+    assert store.reads.get_trial(running)["state"] == "running"
+    assert store.reads.get_trial(done)["state"] == "complete"
+    counts = store.reads.counts(sweep_id)
+    assert counts["failed"] == 1 and counts["running"] == 1 and counts["complete"] == 1
