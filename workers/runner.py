@@ -20,6 +20,10 @@ value at that epoch (what Optuna is told of a pruned trial). A request that come
 the last epoch leaves the trial ``complete``; a cancel wins over a prune (``cancelled``);
 a lost claim records nothing.
 
+**Scale-down.** A worker sent SIGTERM stops its trial at the next epoch end, after a
+checkpoint, and puts it back in the queue (``handed_back``, `workers.shutdown`): the task
+then requeues its message and another worker resumes it.
+
 **Trainers.** A trial's kind (`core.spec.kinds.kind_of`) names its trainer, and
 `TRAINERS` maps the name to the code: the built-in network's (`workers.training.train`), a
 Caffe net's with its solver (`workers.training.caffe.loop`), or a user's installed training
@@ -58,6 +62,7 @@ from core.spec.objectives import COST_METRICS
 from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
 from core.store.roles import Artifacts, EpochRow, Finish, TrialLifecycle
+from workers import shutdown
 from workers.checkpointing import TrialCheckpoints, sweep_policy
 from workers.claims import (
     EpochRows,
@@ -292,6 +297,19 @@ TRAINERS: dict[str, Callable[[dict[str, Any], Training], TrainResult]] = {
 }
 
 
+#: The outcome of a trial whose worker shut down and put it back in the queue.
+HANDED_BACK = "handed_back"
+
+
+def handing_back(beats: HeartbeatSender, trial_id: str) -> bool:
+    """Whether a trial that stopped early did so to be handed back (`workers.shutdown`):
+    its worker shuts down, and nothing else (a stop, a prune request, a lost claim) stopped
+    it."""
+    return shutdown.requested() and not (
+        beats.stopping(trial_id) or beats.pruning(trial_id) or beats.lost(trial_id)
+    )
+
+
 def execute_trial(
     lifecycle: TrialLifecycle,
     trial_id: str,
@@ -314,7 +332,8 @@ def execute_trial(
     None: nowhere, and no resume).
     Outcomes: ``skipped``
     (finished already, or held by a live attempt), ``complete``, ``failed``,
-    ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over).
+    ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over),
+    ``handed_back`` (the worker shuts down: the trial is queued again, `workers.shutdown`).
     """
     budget = options.store_retry_seconds
     stale = options.stale_after_seconds
@@ -387,7 +406,7 @@ def execute_trial(
         trial_id=trial_id,
         attempt=attempt,
         on_epoch=on_epoch,
-        should_stop=lambda: beats.should_stop(trial_id),
+        should_stop=lambda: beats.should_stop(trial_id) or shutdown.stop_training(checkpoints),
         data_dir=options.data_dir,
         objective=objective,
         extra=extra,
@@ -397,6 +416,14 @@ def execute_trial(
     try:
         try:
             outcome = TRAINERS[kind.trainer](doc["config"], run)
+            if outcome.stopped_early and handing_back(beats, trial_id):
+                write_rows(rows.take())
+                if checkpoints is not None:
+                    checkpoints.wait()
+                if with_retry(lifecycle.hand_back, trial_id, attempt, shutdown.REASON,
+                              budget=budget):  # fmt: skip
+                    return HANDED_BACK
+                return "lost"
             extra["macs"] = kind.macs(doc["config"], outcome.dataset or {})
             state, result, error = settle(
                 outcome,

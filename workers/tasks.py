@@ -9,6 +9,8 @@ for a prune request after each (`workers.runner`). A trial that ends ``lost`` be
 claim vanished from the store (it is ``queued`` again, with no message anywhere) has its
 message sent again (`_vanished`), so it is never stranded. A group message that says ``sequential:
 true`` is a chunk of cheap trials (`scheduler.chunks`): trained one by one, never fused.
+A trial handed back as the worker shuts down (`workers.shutdown`) has its message rejected
+with requeue, so that another worker takes it at once.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ import logging
 from typing import Any
 
 from celery import Celery, Task
+from celery.exceptions import Reject
 
 from core.broker import GROUP_TASK_NAME, TASK_NAME
 from core.errors import NotFound, StoreUnavailable
 from workers.claims import decide_at_of
 from workers.context import WorkerContext
 from workers.group_runner import execute_group
-from workers.runner import RunnerOptions, execute_trial, worker_identity
+from workers.runner import HANDED_BACK, RunnerOptions, execute_trial, worker_identity
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,8 @@ def register(app: Celery, context: WorkerContext) -> None:
                 decide_at=decide_at_of(decide_at),
                 artifacts=context.store.artifacts,
             )
+            if outcome == HANDED_BACK:
+                raise Reject(f"trial {trial_id} handed back: the worker shuts down", requeue=True)
             if outcome == "lost" and _vanished(context, [trial_id]):
                 log.warning("trial %s: its claim vanished and it is queued; sending it again",
                             trial_id)  # fmt: skip
@@ -171,6 +176,9 @@ def register(app: Celery, context: WorkerContext) -> None:
                 delay,
             )
             raise self.retry(exc=exc, countdown=delay) from exc
+        if HANDED_BACK in outcomes.values():
+            # The whole message again: its finished trials are skipped at the claim.
+            raise Reject("group handed back: the worker shuts down", requeue=True)
         lost = [t for t, outcome in outcomes.items() if outcome == "lost"]
         if lost and (gone := _vanished(context, lost)):
             # The whole message again: its finished trials are skipped at the claim.
