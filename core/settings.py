@@ -194,6 +194,9 @@ class Settings:
     # (`workers.shutdown`); compose's stop_grace_period and Kubernetes'
     # terminationGracePeriodSeconds must be longer.
     shutdown_grace_seconds: float = 30.0
+    # The address other hosts reach this worker's data-parallel ranks at (workers.gang);
+    # unset: this host's address on the route to the broker.
+    rendezvous_host: str | None = None
     # A trial whose worker died this many times (lost attempts) ends failed: a poison trial.
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     log_level: str = "INFO"

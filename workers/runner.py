@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from core.errors import AttemptLost, InvalidQuery, NotFound, TrainingError
+from core.errors import AttemptLost, InvalidQuery, NotFound, RanksNotGathered, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.config import TrialConfig
 from core.spec.kinds import kind_of
@@ -75,6 +75,7 @@ from workers.claims import (
 from workers.pruning import TrialReports, sweep_pruner
 
 if TYPE_CHECKING:
+    from workers.gang import Gang
     from workers.training import TrainResult
 
 log = logging.getLogger(__name__)
@@ -244,6 +245,8 @@ class Training:
     objective: dict[str, str]
     extra: dict[str, Any]
     checkpoints: TrialCheckpoints | None = None
+    #: Where a data-parallel trial's ranks on other hosts come from (`workers.gang`).
+    hosts: Any = None
 
 
 def _train_builtin(config: dict[str, Any], run: Training) -> TrainResult:
@@ -257,6 +260,7 @@ def _train_builtin(config: dict[str, Any], run: Training) -> TrainResult:
         should_stop=run.should_stop,
         data_dir=run.data_dir,
         checkpoints=run.checkpoints,
+        hosts=run.hosts,
     )
 
 
@@ -301,6 +305,18 @@ TRAINERS: dict[str, Callable[[dict[str, Any], Training], TrainResult]] = {
 HANDED_BACK = "handed_back"
 
 
+#: The outcome of a trial whose ranks on other hosts were not gathered in time: queued again.
+NOT_GATHERED = "not_gathered"
+
+
+def _hosts(gang: Gang | None, trial_id: str, attempt: int, config: dict[str, Any]) -> Any:
+    """The `workers.training.parallel.Hosts` of a trial whose ranks spread over hosts."""
+    parallel = (config.get("execution") or {}).get("parallel") or {}
+    if gang is None or not isinstance(parallel, dict) or parallel.get("hosts", 1) == 1:
+        return None
+    return gang.hosts_for(trial_id, attempt, config)
+
+
 def handing_back(beats: HeartbeatSender, trial_id: str) -> bool:
     """Whether a trial that stopped early did so to be handed back (`workers.shutdown`):
     its worker shuts down, and nothing else (a stop, a prune request, a lost claim) stopped
@@ -321,6 +337,7 @@ def execute_trial(
     watch: bool = False,
     decide_at: frozenset[int] | str | None = None,
     artifacts: Artifacts | None = None,
+    gang: Gang | None = None,
 ) -> str:
     """Run the trial if this worker can claim it; return what happened.
 
@@ -329,11 +346,13 @@ def execute_trial(
     (`workers.claims.decide_at_of`; every epoch without it) write the rows at once, wait
     for the pruner's decision and check for a prune request (module docstring).
     `artifacts`: where the trial's checkpoints and kept model go (`workers.checkpointing`;
-    None: nowhere, and no resume).
+    None: nowhere, and no resume). `gang`: how a data-parallel trial gathers its ranks on
+    other hosts (`workers.gang`).
     Outcomes: ``skipped``
     (finished already, or held by a live attempt), ``complete``, ``failed``,
     ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over),
-    ``handed_back`` (the worker shuts down: the trial is queued again, `workers.shutdown`).
+    ``handed_back`` (the worker shuts down: the trial is queued again, `workers.shutdown`),
+    ``not_gathered`` (its ranks on other hosts did not come: queued again, `workers.gang`).
     """
     budget = options.store_retry_seconds
     stale = options.stale_after_seconds
@@ -411,6 +430,7 @@ def execute_trial(
         objective=objective,
         extra=extra,
         checkpoints=checkpoints,
+        hosts=_hosts(gang, trial_id, attempt, doc["config"]),
     )
     recorded = False
     try:
@@ -433,6 +453,14 @@ def execute_trial(
                 pruning=beats.pruning(trial_id),
                 counts_parameters=kind.counts_parameters,
             )
+        except RanksNotGathered as exc:
+            # Not enough free workers: back to the queue, freeing this one (`workers.gang`).
+            log.warning("trial %s: %s; handing it back", trial_id, exc.reason)
+            if with_retry(lifecycle.hand_back, trial_id, attempt,
+                          f"its ranks on other hosts were not gathered: {exc.reason}",
+                          budget=budget):  # fmt: skip
+                return NOT_GATHERED
+            return "lost"
         except AttemptLost as exc:
             # Not the trial's result: leave the attempt running and silent, as a dead
             # worker's is, so that the stale requeue retakes it (counting the loss).
