@@ -7,6 +7,11 @@ epoch it was in and put back in the queue, completes on the other worker, resume
 checkpoint: no epoch lost or written twice, no attempt counted lost, and its metrics equal an
 uninterrupted run's to 1e-6. No scheduler runs here, so no stale-heartbeat scan can be what
 requeued it. About 25 s.
+
+A task that never stops (a training function that never asks ``should_stop``) is ended at
+80% of the grace (Celery's cold shutdown): the worker still exits within the grace, the
+message goes back to the queue and the other worker on this host takes the trial over at
+once (its holder's process is gone). About 35 s.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import pytest
 import torch
 
 from core.spec.config import TrialConfig
+from tests import trainables
 from tests.integration.stack import Stack, Worker, wait_for
 from workers.training import train
 
@@ -38,6 +44,8 @@ def _training(stack: Stack, sweep_id: str, epoch: int) -> dict:
     """The sweep's running trial once it has reported `epoch`."""
 
     def there() -> dict | None:
+        counts = stack.store.reads.counts(sweep_id)
+        assert not any(counts.get(s) for s in ("complete", "failed")), stack.logs()
         running, _ = stack.store.reads.trials(sweep_id, state="running")
         for doc in running:
             if int((doc.get("progress") or {}).get("epoch", 0)) >= epoch:
@@ -105,3 +113,33 @@ def test_an_idle_worker_exits_at_once_on_sigterm(stack: Stack) -> None:
     worker.proc.wait(GRACE + 20)
     assert time.monotonic() - signalled_at < GRACE * 0.5, worker.log_path.read_text()
     assert worker.proc.returncode == 0
+
+
+def test_a_trial_that_never_stops_is_ended_within_the_grace(stack: Stack) -> None:
+    site = trainables.install(stack.tmp / "site")
+    stack.env["PYTHONPATH"] = os.pathsep.join([stack.env["PYTHONPATH"], str(site)])
+    stack.env["SWEEPSTACK_SHUTDOWN_GRACE_SECONDS"] = str(GRACE)
+    workers = [stack.start_worker(), stack.start_worker()]
+    sweep_id, _ = stack.submit(
+        f"name: never-stops-{uuid.uuid4().hex[:6]}\ntrainable: test_ignores_stop\n"
+        "execution: {device: cpu, time_limit: 15}\n"
+        "objective: {metric: val_loss, direction: min}\n"
+    )
+    doc = _training(stack, sweep_id, 2)
+    (leaving,) = [w for w in workers if w.proc.pid == _parent(doc["worker"]["pid"])]
+    (staying,) = [w for w in workers if w is not leaving]
+    signalled_at = time.monotonic()
+    leaving.proc.send_signal(signal.SIGTERM)
+    leaving.proc.wait(GRACE + 20)
+    took = time.monotonic() - signalled_at
+    assert took <= GRACE, f"exited {took:.1f} s after SIGTERM\n{leaving.log_path.read_text()}"
+    assert "ending them" in leaving.log_path.read_text()
+
+    counts = stack.wait_finished(sweep_id, timeout=60)  # attempt 2 ends at its time limit
+    assert counts["failed"] == 1, stack.logs()
+    (trial,) = stack.all_trials(sweep_id)
+    full = stack.store.reads.get_trial(trial["_id"])
+    assert [h["state"] for h in full["history"]] == ["lost", "failed"], full["history"]
+    assert "its process is gone" in full["history"][0]["error"]
+    assert "time limit" in full["error"]
+    assert _parent(full["worker"]["pid"]) == staying.proc.pid
