@@ -16,9 +16,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.hosts import Host
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -56,36 +60,40 @@ def reachable(url: str, timeout: float = 2.0) -> bool:
 
 
 class SecantusProcess:
-    """A SecantusDB server in its own process, on a free port, with its own data folder."""
+    """A SecantusDB server in its own process, on a free port, with its own data folder;
+    on `host` (a `tests.hosts.Host`) when given, listening on the host's address."""
 
-    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, port: int | None = None, host: Host | None = None) -> None:
         self.port = port or free_port()
         self.data_dir = data_dir
+        self.address = host.address if host is not None else "127.0.0.1"
         self.log = open(data_dir.parent / f"secantus-{self.port}.log", "w")  # noqa: SIM115
+        argv = [
+            str(VENV_BIN / "secantusd-py"),
+            "--host",
+            self.address,
+            "--port",
+            str(self.port),
+            "--storage-path",
+            str(data_dir),
+            "--log-level",
+            "WARNING",
+            # As `sweepstack run`'s store (cli.embedded_store): no oplog, and the journal
+            # synced before a write is acknowledged.
+            "--standalone",
+            "--sync-on-commit",
+        ]
         self.proc = subprocess.Popen(
-            [
-                str(VENV_BIN / "secantusd-py"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--storage-path",
-                str(data_dir),
-                "--log-level",
-                "WARNING",
-                # As `sweepstack run`'s store (cli.embedded_store): no oplog, and the journal
-                # synced before a write is acknowledged.
-                "--standalone",
-                "--sync-on-commit",
-            ],
+            host.command(argv) if host is not None else argv,
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            start_new_session=host is not None,
         )
-        wait_listening("127.0.0.1", self.port, 30, self.proc)
+        wait_listening(self.address, self.port, 30, self.proc)
 
     @property
     def url(self) -> str:
-        return f"mongodb://127.0.0.1:{self.port}/?retryWrites=false"
+        return f"mongodb://{self.address}:{self.port}/?retryWrites=false"
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -174,60 +182,88 @@ class RabbitNode:
     """A RabbitMQ node of its own (a second node beside the system's, on free ports, with
     its own data, logs and Erlang cookie under `folder`), which a test may stop and start:
     the shared broker stays up for everyone else. Started as `rabbitmq-server` in the
-    foreground of its own process group; `close` shuts it down."""
+    foreground of its own process group; `close` shuts it down.
 
-    def __init__(self, folder: Path) -> None:
+    On `host` (a `tests.hosts.Host`), the node is ``rabbit@HOST`` on the host's address
+    with RabbitMQ's own ports (5672, and 25672 between nodes: the namespace has ports of
+    its own) and an epmd of the host's. `cookie` (the same for every node of a cluster)
+    and `cluster` (the node names of a cluster to form, ``rabbit@HOST`` each: RabbitMQ's
+    classic peer discovery joins the first that runs) are for clusters of such nodes."""
+
+    def __init__(
+        self,
+        folder: Path,
+        host: Host | None = None,
+        cookie: str | None = None,
+        cluster: list[str] | None = None,
+    ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         self.folder = folder
-        self.port = free_port()
-        self.name = f"sweepstack-{os.getpid()}-{self.port}@localhost"
+        self.host = host
+        self.address = host.address if host is not None else "127.0.0.1"
+        self.port = free_port() if host is None else 5672
+        self.name = (
+            f"sweepstack-{os.getpid()}-{self.port}@localhost"
+            if host is None
+            else f"rabbit@{host.name}"
+        )
         home = folder / "home"
         home.mkdir(exist_ok=True)
-        cookie = home / ".erlang.cookie"
-        if not cookie.exists():
-            cookie.write_text(os.urandom(16).hex().upper())
-            cookie.chmod(0o400)
+        cookie_file = home / ".erlang.cookie"
+        if not cookie_file.exists():
+            cookie_file.write_text(cookie or os.urandom(16).hex().upper())
+            cookie_file.chmod(0o400)
         config = folder / "rabbitmq.conf"
-        config.write_text(f"listeners.tcp.1 = 127.0.0.1:{self.port}\nloopback_users = none\n")
+        lines = [f"listeners.tcp.1 = {self.address}:{self.port}", "loopback_users = none"]
+        if cluster:
+            lines.append("cluster_formation.peer_discovery_backend = classic_config")
+            lines += [f"cluster_formation.classic_config.nodes.{i} = {node}"
+                      for i, node in enumerate(cluster, 1)]  # fmt: skip
+        config.write_text("\n".join(lines) + "\n")
         (folder / "rabbitmq-env.conf").write_text("")
         self.env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))},
             "HOME": str(home),
             "RABBITMQ_NODENAME": self.name,
-            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_IP_ADDRESS": self.address,
             "RABBITMQ_NODE_PORT": str(self.port),
-            "RABBITMQ_DIST_PORT": str(free_port()),
+            "RABBITMQ_DIST_PORT": str(free_port() if host is None else 25672),
             "RABBITMQ_CONFIG_FILE": str(config),
             "RABBITMQ_CONF_ENV_FILE": str(folder / "rabbitmq-env.conf"),
             "RABBITMQ_MNESIA_BASE": str(folder / "mnesia"),
             "RABBITMQ_LOG_BASE": str(folder / "log"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(folder / "enabled_plugins"),
             "RABBITMQ_PID_FILE": str(folder / "rabbitmq.pid"),
-            "ERL_EPMD_ADDRESS": "127.0.0.1",
         }
+        if host is None:
+            self.env["ERL_EPMD_ADDRESS"] = "127.0.0.1"
         self.log = open(folder / "rabbitmq-server.log", "a")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [str(RABBITMQ_BIN / "rabbitmq-server")],
-            env=self.env,
-            cwd=folder,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.proc = self._popen([str(RABBITMQ_BIN / "rabbitmq-server")])
         try:
             self._await_startup(90)
         except BaseException:
             self.close()
             raise
 
+    def _popen(self, argv: list[str]) -> subprocess.Popen:
+        return subprocess.Popen(
+            self.host.command(argv) if self.host is not None else argv,
+            env=self.env,
+            cwd=self.folder,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
     @property
     def url(self) -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+        return f"amqp://guest:guest@{self.address}:{self.port}//"
 
     def ctl(self, *args: str, timeout: float = 60) -> str:
         """`rabbitmqctl -n NODE ARGS`; its output, or `RuntimeError` with it."""
+        argv = [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.name, *args]
         done = subprocess.run(
-            [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.name, *args],
+            self.host.command(argv) if self.host is not None else argv,
             env=self.env,
             capture_output=True,
             text=True,
@@ -251,7 +287,7 @@ class RabbitNode:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(1)
-        wait_listening("127.0.0.1", self.port, 30)
+        wait_listening(self.address, self.port, 30)
 
     def stop_app(self) -> None:
         """Stop the broker (the Erlang node stays): every connection drops."""
