@@ -8,6 +8,10 @@ checkpoint: no epoch lost or written twice, no attempt counted lost, and its met
 uninterrupted run's to 1e-6. No scheduler runs here, so no stale-heartbeat scan can be what
 requeued it. About 25 s.
 
+A fused group stopped so hands back each unfinished member; the group's message goes back
+to the queue and the other worker trains them on from their checkpoints, each ending once
+with its curve whole. About 30 s.
+
 A task that never stops (a training function that never asks ``should_stop``) is ended at
 80% of the grace (Celery's cold shutdown): the worker still exits within the grace, the
 message goes back to the queue and the other worker on this host takes the trial over at
@@ -143,3 +147,41 @@ def test_a_trial_that_never_stops_is_ended_within_the_grace(stack: Stack) -> Non
     assert "its process is gone" in full["history"][0]["error"]
     assert "time limit" in full["error"]
     assert _parent(full["worker"]["pid"]) == staying.proc.pid
+
+
+def test_sigterm_mid_group_hands_back_every_unfinished_member(stack: Stack) -> None:
+    stack.env["SWEEPSTACK_SHUTDOWN_GRACE_SECONDS"] = str(GRACE)
+    first = stack.start_worker()
+    epochs = 40
+    sweep_id, count = stack.submit(
+        f"name: scale-down-group-{uuid.uuid4().hex[:6]}\n"
+        "dataset: {name: synthetic_regression, samples: 3000, features: 10}\n"
+        "execution: {device: cpu, fuse: 64}\n"
+        "objective: {metric: val_rmse, direction: min}\n"
+        "model: {hidden_units: [64, 96]}\n"
+        f"training: {{optimizer: sgd, lr: [0.01, 0.02], epochs: {epochs}, batch_size: 16,"
+        " seed: 7}\n"
+        "artifacts: {keep: best, checkpoint_seconds: 3600}\n"
+    )
+    assert count == 4 and stack.queue_depth() == 1  # one group message
+    _training(stack, sweep_id, 2)
+    second = stack.start_worker()
+    first.proc.send_signal(signal.SIGTERM)
+    first.proc.wait(GRACE + 20)
+    assert first.proc.returncode == 0, first.log_path.read_text()[-3000:]
+
+    counts = stack.wait_finished(sweep_id, timeout=180)
+    assert counts["complete"] == 4, stack.logs()
+    for trial in stack.all_trials(sweep_id):
+        full = stack.store.reads.get_trial(trial["_id"])
+        states = [h["state"] for h in full["history"]]
+        assert states == ["handed_back", "complete"], states
+        assert full.get("lost_attempts", 0) == 0
+        assert _parent(full["worker"]["pid"]) == second.proc.pid
+        (resumed,) = full["resumed"]
+        assert resumed["from_attempt"] == 1 and resumed["epoch"] >= 2
+        rows = sorted(
+            (row["attempt"], row["epoch"])
+            for row in stack.store.db["metrics"].find({"trial_id": trial["_id"]})
+        )
+        assert rows == [(2, epoch) for epoch in range(1, epochs + 1)]
