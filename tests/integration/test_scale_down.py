@@ -151,23 +151,27 @@ def test_a_trial_that_never_stops_is_ended_within_the_grace(stack: Stack) -> Non
 
 def test_sigterm_mid_group_hands_back_every_unfinished_member(stack: Stack) -> None:
     stack.env["SWEEPSTACK_SHUTDOWN_GRACE_SECONDS"] = str(GRACE)
-    first = stack.start_worker()
-    epochs = 40
+    workers = [stack.start_worker(), stack.start_worker()]
+    epochs = 100
     sweep_id, count = stack.submit(
         f"name: scale-down-group-{uuid.uuid4().hex[:6]}\n"
-        "dataset: {name: synthetic_regression, samples: 3000, features: 10}\n"
+        "dataset: {name: synthetic_regression, samples: 6000, features: 10}\n"
         "execution: {device: cpu, fuse: 64}\n"
         "objective: {metric: val_rmse, direction: min}\n"
-        "model: {hidden_units: [64, 96]}\n"
-        f"training: {{optimizer: sgd, lr: [0.01, 0.02], epochs: {epochs}, batch_size: 16,"
+        "model: {hidden_units: 64}\n"
+        f"training: {{optimizer: sgd, lr: [0.01, 0.02, 0.03, 0.04], epochs: {epochs},"
+        " batch_size: 16,"
         " seed: 7}\n"
         "artifacts: {keep: best, checkpoint_seconds: 3600}\n"
     )
-    assert count == 4 and stack.queue_depth() == 1  # one group message
-    _training(stack, sweep_id, 2)
-    second = stack.start_worker()
+    assert count == 4
+    doc = _training(stack, sweep_id, 2)
+    (first,) = [w for w in workers if w.proc.pid == _parent(doc["worker"]["pid"])]
+    (second,) = [w for w in workers if w is not first]
+    signalled_at = time.monotonic()
     first.proc.send_signal(signal.SIGTERM)
     first.proc.wait(GRACE + 20)
+    assert time.monotonic() - signalled_at <= GRACE, first.log_path.read_text()[-3000:]
     assert first.proc.returncode == 0, first.log_path.read_text()[-3000:]
 
     counts = stack.wait_finished(sweep_id, timeout=180)
@@ -176,7 +180,7 @@ def test_sigterm_mid_group_hands_back_every_unfinished_member(stack: Stack) -> N
         full = stack.store.reads.get_trial(trial["_id"])
         states = [h["state"] for h in full["history"]]
         assert states == ["handed_back", "complete"], states
-        assert full.get("lost_attempts", 0) == 0
+        assert full["group_size"] == 4 and full.get("lost_attempts", 0) == 0  # one group
         assert _parent(full["worker"]["pid"]) == second.proc.pid
         (resumed,) = full["resumed"]
         assert resumed["from_attempt"] == 1 and resumed["epoch"] >= 2
