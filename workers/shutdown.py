@@ -21,7 +21,8 @@ the stale-heartbeat limit before another worker took it. A worker here has
    at once, which claims the trial and resumes from the checkpoint
    (`TrialLifecycle.resume`): no epoch lost past the checkpoint, none written twice.
 4. The pool is then idle and the warm shutdown ends. Should a task still run at
-   `ESCALATE_SHARE` of the grace (a training function that never asks ``should_stop``), the
+   `escalate_after` (80% of the grace, at least 5 s before its end: a training function
+   that never asks ``should_stop``), the
    timer sends the main process SIGQUIT, Celery's cold shutdown: it requeues the messages of
    the tasks still running and ends the pool, and their trials are retaken as a killed
    worker's are (at once by a worker on the same host, after the stale-heartbeat limit by
@@ -44,8 +45,11 @@ log = logging.getLogger(__name__)
 HAND_BACK_SIGNAL = signal.SIGUSR2
 #: The share of the grace period a trial may train on, waiting for its epoch to end.
 TRAIN_SHARE = 0.5
-#: The share of the grace period after which the main process ends its tasks (cold shutdown).
+#: The share of the grace period after which the main process ends its tasks (cold
+#: shutdown), and the least time it leaves that shutdown (ending the pool takes seconds on a
+#: loaded host) before the grace is over: `escalate_after`.
 ESCALATE_SHARE = 0.8
+ESCALATE_MARGIN_SECONDS = 5.0
 #: Why a trial's attempt went back to the queue (its ``history`` entry).
 REASON = "its worker shut down: SIGTERM, a scale-down or a stop"
 
@@ -101,6 +105,13 @@ def stop_training(checkpoints: _Saver | None) -> bool:
     return time.monotonic() - asked >= _STATE.grace * TRAIN_SHARE
 
 
+def escalate_after(grace: float) -> float:
+    """Seconds after SIGTERM at which the tasks still running are ended: `ESCALATE_SHARE`
+    of the grace, or `ESCALATE_MARGIN_SECONDS` before its end if that is sooner, never
+    before the trials' own `TRAIN_SHARE` is over (30 s: 24 s; 10 s: 5 s)."""
+    return max(grace * TRAIN_SHARE, min(grace * ESCALATE_SHARE, grace - ESCALATE_MARGIN_SECONDS))
+
+
 def pool_processes() -> list[int]:
     """The pids of this (main) process's pool processes."""
     from billiard.process import active_children
@@ -110,7 +121,7 @@ def pool_processes() -> list[int]:
 
 def install_main(grace: float) -> None:
     """In a worker's main process: on SIGTERM, ask the pool processes to hand their trials
-    back, and end the tasks still running at `ESCALATE_SHARE` of `grace` (module docstring)."""
+    back, and end the tasks still running at `escalate_after` (module docstring)."""
     from celery.signals import worker_shutting_down
 
     configure(grace)
@@ -128,7 +139,7 @@ def install_main(grace: float) -> None:
                 os.kill(pid, HAND_BACK_SIGNAL)
             except ProcessLookupError:
                 continue
-        timer = threading.Timer(grace * ESCALATE_SHARE, _escalate)
+        timer = threading.Timer(escalate_after(grace), _escalate)
         timer.daemon = True
         timer.start()
         log.warning("shutting down: %d pool process(es) hand their trials back within %g s",
