@@ -46,6 +46,9 @@ from core.shares import MAX_MESSAGE_PRIORITY
 TASK_NAME = "workers.run_trial"
 # A fused group (`scheduler.grouping`): one message, one argument, the list of its trial ids.
 GROUP_TASK_NAME = "workers.run_group"
+# A share of a data-parallel trial's ranks that the worker holding the trial asks another
+# worker (on another host) to run (`workers.gang`).
+RANKS_TASK_NAME = "workers.run_ranks"
 # Hard limit = soft limit + this grace, so a trial's own handler can record the failure.
 HARD_LIMIT_GRACE_SECONDS = 60.0
 
@@ -178,7 +181,9 @@ def celery_config(settings: Settings, broker_url: str | None = None) -> dict[str
         "task_queues": (queue,),
         "task_create_missing_queues": False,
         "task_default_delivery_mode": "persistent",
-        "task_routes": {name: {"queue": queue.name} for name in (TASK_NAME, GROUP_TASK_NAME)},
+        "task_routes": {
+            name: {"queue": queue.name} for name in (TASK_NAME, GROUP_TASK_NAME, RANKS_TASK_NAME)
+        },
         # Off unless SWEEPSTACK_TASK_EVENTS says so (`Settings.task_events`); Flower can
         # still turn them on in running workers (`celery control enable_events`).
         "worker_send_task_events": settings.task_events,

@@ -72,6 +72,13 @@ class AttemptLost(SweepstackError):
         super().__init__(reason)
 
 
+class RanksNotGathered(AttemptLost):
+    """A data-parallel trial over several hosts (`execution.parallel.hosts`) whose ranks on
+    the other hosts did not all join within ``execution.parallel.gather_timeout``: not enough
+    workers were free. Not the trial's result, nor a lost attempt: the worker puts the trial
+    back in the queue and frees itself, so that two such trials never wait on each other."""
+
+
 class TrainingError(SweepstackError):
     """Training could not go on (NaN loss, out of memory, an unbuildable shape).
 

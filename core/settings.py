@@ -168,6 +168,9 @@ _PATH_FIELDS = frozenset({"data_dir", "datasets_dir"})
 _SECURE_CHOICES = ("auto", "true", "false")
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 _BOOL_FIELDS = frozenset({"task_events"})
+_SECONDS_FIELDS = frozenset(
+    {"heartbeat_seconds", "stale_after_seconds", "api_timeout_seconds", "shutdown_grace_seconds"}
+)
 
 
 def _positive_int(name: str, raw: str) -> int:
@@ -195,6 +198,13 @@ class Settings:
     api_tokens: dict[str, str] = field(default_factory=dict)
     heartbeat_seconds: float = 10.0
     stale_after_seconds: float = 120.0
+    # Seconds a worker sent SIGTERM (a scale-down) has to hand its trials back and exit
+    # (`workers.shutdown`); compose's stop_grace_period and Kubernetes'
+    # terminationGracePeriodSeconds must be longer.
+    shutdown_grace_seconds: float = 30.0
+    # The address other hosts reach this worker's data-parallel ranks at (workers.gang);
+    # unset: this host's address on the route to the broker.
+    rendezvous_host: str | None = None
     # A trial whose worker died this many times (lost attempts) ends failed: a poison trial.
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     log_level: str = "INFO"
@@ -329,7 +339,7 @@ class Settings:
                 values[f.name] = Path(raw).expanduser()
             elif f.name in _INT_FIELDS or f.name in _CEILING_FIELDS:
                 values[f.name] = _positive_int(f.name, raw)
-            elif f.name in ("heartbeat_seconds", "stale_after_seconds", "api_timeout_seconds"):
+            elif f.name in _SECONDS_FIELDS:
                 try:
                     values[f.name] = float(raw)
                 except ValueError as exc:

@@ -126,7 +126,7 @@ SOURCE_PATH = re.compile(
     r"^(?:%s)/[\w./-]*?(?:\.\w+|/)(?:::(\w+))?$" % "|".join(TOP_FOLDERS)  # noqa: UP031
 )
 #: Celery task names: dotted like modules, but names of tasks (DESIGN.md).
-TASK_NAMES = {"workers.run_trial", "workers.run_group"}
+TASK_NAMES = {"workers.run_trial", "workers.run_group", "workers.run_ranks"}
 DOTTED = re.compile(r"^((?:%s)(?:\.\w+)+)$" % "|".join(PACKAGES))  # noqa: UP031
 
 

@@ -4,7 +4,8 @@
 registers `workers.run_trial` and `workers.run_group` (`workers.tasks`) bound to a
 `workers.context.WorkerContext`, loads torch and the training code before the pool forks,
 gives each pool process `torch_threads` threads, and answers only the remote-control
-commands that change nothing of the work (`restrict_remote_control`). `workers.main` is
+commands that change nothing of the work (`restrict_remote_control`), and on SIGTERM hands
+its trials back within the shutdown grace (`workers.shutdown`). `workers.main` is
 the entry point that reads the settings.
 """
 
@@ -20,6 +21,7 @@ from celery.signals import worker_process_init
 from core.broker import celery_config
 from core.settings import Settings
 from workers.context import WorkerContext
+from workers.shutdown import install_main
 from workers.tasks import register
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,7 @@ def create_worker_app(settings: Settings) -> Celery:
     context = WorkerContext(settings)
     register(app, context)
     restrict_remote_control()
+    install_main(settings.shutdown_grace_seconds)
     # OpenMP reads this when torch loads, which is here, in the parent, before the fork.
     threads = settings.torch_threads or 1
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))

@@ -14,7 +14,9 @@
   thread (a copy of its tensors) and written to the store by one background thread per
   process, so training goes on while it uploads; a checkpoint not yet written when the next
   is due is waited for first (at most one is in flight). Only a trial's last checkpoint is
-  kept (`Artifacts.put` replaces it whole), and it goes when the trial ends.
+  kept (`Artifacts.put` replaces it whole), and it goes when the trial ends. A worker that
+  shuts down saves one at the trial's next epoch end, whatever the policy's interval, for
+  the attempt that takes the trial over (`workers.shutdown`).
 - **Weights.** After each epoch the trainer offers its weights (`epoch_model`); a copy is
   held when the epoch is the best yet by the sweep's objective (and carried in the
   checkpoints, so a resumed trial still knows it). A trial that trained every epoch hands
@@ -42,6 +44,7 @@ from core.errors import InvalidQuery, NotFound, StoreUnavailable
 from core.spec.artifacts import Artifacts, sweep_artifacts
 from core.store.roles import Artifacts as ArtifactStore
 from core.store.roles import TrialLifecycle
+from workers import shutdown
 from workers.claims import with_retry
 
 if TYPE_CHECKING:
@@ -111,6 +114,7 @@ class TrialCheckpoints:
         self.pending: Future[Any] | None = None
         self.model: tuple[Any, dict[str, Any]] | None = None
         self.saved_any = False
+        self.saved_for_hand_back = False
         self._found: dict[str, Any] | None = None
         self._usable = self.attempt > 1
         self.objective = objective
@@ -162,9 +166,13 @@ class TrialCheckpoints:
     # -- save ------------------------------------------------------------------------------
 
     def after_epoch(self, epoch: int, capture: Capture) -> None:
-        if self.policy.due(epoch, time.monotonic() - self.last_saved):
+        handing_back = shutdown.requested() and self.policy.checkpoints
+        if handing_back or self.policy.due(epoch, time.monotonic() - self.last_saved):
             state, meta = capture()
             self.save(epoch, state, meta)
+            # The worker shuts down: this checkpoint is the one the next attempt resumes
+            # from, and the trial stops now (`workers.shutdown.stop_training`).
+            self.saved_for_hand_back = handing_back
 
     def save(self, epoch: int, state: Any, meta: dict[str, Any]) -> None:
         """Save a checkpoint of `state` after `epoch` now (`meta` says what it holds: at

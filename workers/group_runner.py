@@ -36,6 +36,10 @@ single-trial runner (`workers.runner`) keeps:
   may split them into chunks that fit in memory). One terminal record per attempt: each
   claimed trial is finished at most once, and the store refuses a second finish of an
   attempt.
+- **Scale-down.** A worker sent SIGTERM stops the group at its members' next epoch end,
+  after their checkpoints, and puts each unfinished member back in the queue
+  (``handed_back``, `workers.shutdown`); the task requeues the message, and the worker that
+  takes it trains those members on from their checkpoints.
 - **Failures.** A training error fails its own trial. An error of the whole run (time
   limit, a bug) fails every trial of the group not yet finished, with the reason. Only an
   unreachable store escapes, as `StoreUnavailable`, so that the task is retried.
@@ -66,6 +70,7 @@ from core.spec.kinds import kind_of
 from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
 from core.store.roles import Artifacts, EpochRow, Finish, TrialLifecycle
+from workers import shutdown
 from workers.checkpointing import TrialCheckpoints, sweep_policy
 from workers.claims import (
     EpochRows,
@@ -77,8 +82,10 @@ from workers.claims import (
 )
 from workers.pruning import SweepPruner, TrialReports, sweep_pruner
 from workers.runner import (
+    HANDED_BACK,
     RunnerOptions,
     failure_reason,
+    handing_back,
     settle,
     sweep_objective,
     versions,
@@ -293,6 +300,25 @@ class _Run:
             if (saver := self.saving.get(finish.trial_id)) is not None:
                 saver.ended(recorded)
 
+    def should_stop(self, trial_id: str) -> bool:
+        """Whether a member's training should end now: lost, stopping, pruning, or to be
+        handed back (`workers.shutdown`)."""
+        return self.beats.should_stop(trial_id) or shutdown.stop_training(self.saving.get(trial_id))
+
+    def _hand_back(self, doc: dict[str, Any]) -> None:
+        """Put a member back in the queue once its checkpoint is written (`workers.shutdown`)."""
+        trial_id = doc["_id"]
+        saver = self.saving.get(trial_id)
+        if saver is not None:
+            saver.wait()
+        handed = with_retry(self.lifecycle.hand_back, trial_id, doc["attempt"],
+                            shutdown.REASON, budget=self.budget)  # fmt: skip
+        self.beats.release(trial_id)
+        if not handed:
+            self.outcomes[trial_id] = "lost"
+        if saver is not None:
+            saver.ended(False)
+
     def finish(self, doc: dict[str, Any], outcome: Any, dtype: str | None = None) -> None:
         """Record how one trial ended (a `TrainResult`, or an error or reason); at most once.
 
@@ -319,6 +345,15 @@ class _Run:
         if dtype is not None:
             extra["dtype"] = dtype
         state, result, error = TrialState.FAILED, None, None
+        if (
+            isinstance(outcome, TrainResult)
+            and outcome.stopped_early
+            and handing_back(self.beats, trial_id)
+        ):
+            self.outcomes[trial_id] = HANDED_BACK
+            self.writer.submit(self._write_rows, self.rows.take())
+            self.writer.submit(self._hand_back, doc)
+            return
         if isinstance(outcome, TrainResult):
             extra["macs"] = kind_of(doc["config"]).macs(doc["config"], outcome.dataset or {})
             state, result, error = settle(
@@ -418,7 +453,7 @@ def execute_group(
     of `decide_at` (module docstring); `sequential`: a chunk of
     cheap trials (`scheduler.chunks`), trained one by one and never fused. Outcomes as
     `execute_trial`'s: ``skipped``, ``complete``, ``failed``, ``cancelled``, ``pruned``,
-    ``lost``, and ``unknown`` for an id the store does not have.
+    ``lost``, ``handed_back``, and ``unknown`` for an id the store does not have.
     """
     budget = options.store_retry_seconds
     beats = HeartbeatSender.of_process(lifecycle, options.heartbeat_seconds)
@@ -472,7 +507,7 @@ def execute_group(
                 configs,
                 fused,
                 on_epoch=lambda k, epoch, row: run.report(members[k][0], epoch, row),
-                should_stop=lambda k: beats.should_stop(members[k][0]["_id"]),
+                should_stop=lambda k: run.should_stop(members[k][0]["_id"]),
                 on_done=done,
                 data_dir=options.data_dir,
                 on_epoch_end=run.epoch_end,

@@ -20,6 +20,10 @@ value at that epoch (what Optuna is told of a pruned trial). A request that come
 the last epoch leaves the trial ``complete``; a cancel wins over a prune (``cancelled``);
 a lost claim records nothing.
 
+**Scale-down.** A worker sent SIGTERM stops its trial at the next epoch end, after a
+checkpoint, and puts it back in the queue (``handed_back``, `workers.shutdown`): the task
+then requeues its message and another worker resumes it.
+
 **Trainers.** A trial's kind (`core.spec.kinds.kind_of`) names its trainer, and
 `TRAINERS` maps the name to the code: the built-in network's (`workers.training.train`), a
 Caffe net's with its solver (`workers.training.caffe.loop`), or a user's installed training
@@ -50,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from core.errors import AttemptLost, InvalidQuery, NotFound, TrainingError
+from core.errors import AttemptLost, InvalidQuery, NotFound, RanksNotGathered, TrainingError
 from core.settings import DEFAULT_MAX_ATTEMPTS
 from core.spec.config import TrialConfig
 from core.spec.kinds import kind_of
@@ -58,6 +62,7 @@ from core.spec.objectives import COST_METRICS
 from core.spec.search import IN_WORKER, decides
 from core.states import TrialState
 from core.store.roles import Artifacts, EpochRow, Finish, TrialLifecycle
+from workers import shutdown
 from workers.checkpointing import TrialCheckpoints, sweep_policy
 from workers.claims import (
     EpochRows,
@@ -70,6 +75,7 @@ from workers.claims import (
 from workers.pruning import TrialReports, sweep_pruner
 
 if TYPE_CHECKING:
+    from workers.gang import Gang
     from workers.training import TrainResult
 
 log = logging.getLogger(__name__)
@@ -239,6 +245,8 @@ class Training:
     objective: dict[str, str]
     extra: dict[str, Any]
     checkpoints: TrialCheckpoints | None = None
+    #: Where a data-parallel trial's ranks on other hosts come from (`workers.gang`).
+    hosts: Any = None
 
 
 def _train_builtin(config: dict[str, Any], run: Training) -> TrainResult:
@@ -252,6 +260,7 @@ def _train_builtin(config: dict[str, Any], run: Training) -> TrainResult:
         should_stop=run.should_stop,
         data_dir=run.data_dir,
         checkpoints=run.checkpoints,
+        hosts=run.hosts,
     )
 
 
@@ -292,6 +301,31 @@ TRAINERS: dict[str, Callable[[dict[str, Any], Training], TrainResult]] = {
 }
 
 
+#: The outcome of a trial whose worker shut down and put it back in the queue.
+HANDED_BACK = "handed_back"
+
+
+#: The outcome of a trial whose ranks on other hosts were not gathered in time: queued again.
+NOT_GATHERED = "not_gathered"
+
+
+def _hosts(gang: Gang | None, trial_id: str, attempt: int, config: dict[str, Any]) -> Any:
+    """The `workers.training.parallel.Hosts` of a trial whose ranks spread over hosts."""
+    parallel = (config.get("execution") or {}).get("parallel") or {}
+    if gang is None or not isinstance(parallel, dict) or parallel.get("hosts", 1) == 1:
+        return None
+    return gang.hosts_for(trial_id, attempt, config)
+
+
+def handing_back(beats: HeartbeatSender, trial_id: str) -> bool:
+    """Whether a trial that stopped early did so to be handed back (`workers.shutdown`):
+    its worker shuts down, and nothing else (a stop, a prune request, a lost claim) stopped
+    it."""
+    return shutdown.requested() and not (
+        beats.stopping(trial_id) or beats.pruning(trial_id) or beats.lost(trial_id)
+    )
+
+
 def execute_trial(
     lifecycle: TrialLifecycle,
     trial_id: str,
@@ -303,6 +337,7 @@ def execute_trial(
     watch: bool = False,
     decide_at: frozenset[int] | str | None = None,
     artifacts: Artifacts | None = None,
+    gang: Gang | None = None,
 ) -> str:
     """Run the trial if this worker can claim it; return what happened.
 
@@ -311,10 +346,13 @@ def execute_trial(
     (`workers.claims.decide_at_of`; every epoch without it) write the rows at once, wait
     for the pruner's decision and check for a prune request (module docstring).
     `artifacts`: where the trial's checkpoints and kept model go (`workers.checkpointing`;
-    None: nowhere, and no resume).
+    None: nowhere, and no resume). `gang`: how a data-parallel trial gathers its ranks on
+    other hosts (`workers.gang`).
     Outcomes: ``skipped``
     (finished already, or held by a live attempt), ``complete``, ``failed``,
-    ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over).
+    ``cancelled``, ``pruned``, ``lost`` (another attempt took the claim over),
+    ``handed_back`` (the worker shuts down: the trial is queued again, `workers.shutdown`),
+    ``not_gathered`` (its ranks on other hosts did not come: queued again, `workers.gang`).
     """
     budget = options.store_retry_seconds
     stale = options.stale_after_seconds
@@ -387,16 +425,25 @@ def execute_trial(
         trial_id=trial_id,
         attempt=attempt,
         on_epoch=on_epoch,
-        should_stop=lambda: beats.should_stop(trial_id),
+        should_stop=lambda: beats.should_stop(trial_id) or shutdown.stop_training(checkpoints),
         data_dir=options.data_dir,
         objective=objective,
         extra=extra,
         checkpoints=checkpoints,
+        hosts=_hosts(gang, trial_id, attempt, doc["config"]),
     )
     recorded = False
     try:
         try:
             outcome = TRAINERS[kind.trainer](doc["config"], run)
+            if outcome.stopped_early and handing_back(beats, trial_id):
+                write_rows(rows.take())
+                if checkpoints is not None:
+                    checkpoints.wait()
+                if with_retry(lifecycle.hand_back, trial_id, attempt, shutdown.REASON,
+                              budget=budget):  # fmt: skip
+                    return HANDED_BACK
+                return "lost"
             extra["macs"] = kind.macs(doc["config"], outcome.dataset or {})
             state, result, error = settle(
                 outcome,
@@ -406,6 +453,14 @@ def execute_trial(
                 pruning=beats.pruning(trial_id),
                 counts_parameters=kind.counts_parameters,
             )
+        except RanksNotGathered as exc:
+            # Not enough free workers: back to the queue, freeing this one (`workers.gang`).
+            log.warning("trial %s: %s; handing it back", trial_id, exc.reason)
+            if with_retry(lifecycle.hand_back, trial_id, attempt,
+                          f"its ranks on other hosts were not gathered: {exc.reason}",
+                          budget=budget):  # fmt: skip
+                return NOT_GATHERED
+            return "lost"
         except AttemptLost as exc:
             # Not the trial's result: leave the attempt running and silent, as a dead
             # worker's is, so that the stale requeue retakes it (counting the loss).

@@ -9,21 +9,34 @@ for a prune request after each (`workers.runner`). A trial that ends ``lost`` be
 claim vanished from the store (it is ``queued`` again, with no message anywhere) has its
 message sent again (`_vanished`), so it is never stranded. A group message that says ``sequential:
 true`` is a chunk of cheap trials (`scheduler.chunks`): trained one by one, never fused.
+`workers.run_ranks` runs a share of the ranks of another worker's data-parallel trial over
+several hosts (`workers.gang`); a trial whose shares were not gathered in time is sent again
+after a random delay. A trial handed back as the worker shuts down (`workers.shutdown`) has
+its message rejected with requeue, so that another worker takes it at once.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 from typing import Any
 
 from celery import Celery, Task
+from celery.exceptions import Reject
 
-from core.broker import GROUP_TASK_NAME, TASK_NAME
+from core.broker import GROUP_TASK_NAME, RANKS_TASK_NAME, TASK_NAME
 from core.errors import NotFound, StoreUnavailable
 from workers.claims import decide_at_of
 from workers.context import WorkerContext
+from workers.gang import GATHER_RETRY_SECONDS, Gang
 from workers.group_runner import execute_group
-from workers.runner import RunnerOptions, execute_trial, worker_identity
+from workers.runner import (
+    HANDED_BACK,
+    NOT_GATHERED,
+    RunnerOptions,
+    execute_trial,
+    worker_identity,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +122,12 @@ def register(app: Celery, context: WorkerContext) -> None:
                 watch=watch is True,
                 decide_at=decide_at_of(decide_at),
                 artifacts=context.store.artifacts,
+                gang=_gang(self.app),
             )
+            if outcome == NOT_GATHERED:
+                raise self.retry(countdown=_gather_retry(config))
+            if outcome == HANDED_BACK:
+                raise Reject(f"trial {trial_id} handed back: the worker shuts down", requeue=True)
             if outcome == "lost" and _vanished(context, [trial_id]):
                 log.warning("trial %s: its claim vanished and it is queued; sending it again",
                             trial_id)  # fmt: skip
@@ -122,6 +140,42 @@ def register(app: Celery, context: WorkerContext) -> None:
             delay = _retry_delay(self.request.retries)
             log.warning("store unavailable for %s (%s); retrying in %d s", trial_id, exc, delay)
             raise self.retry(exc=exc, countdown=delay) from exc
+
+    def _gang(sender: Celery) -> Gang:
+        return Gang(
+            sender,
+            context.store.lifecycle,
+            context.store.artifacts,
+            context.settings.broker_url,
+            context.settings.rendezvous_host,
+            context.settings.datasets_dir,
+        )
+
+    @app.task(name=RANKS_TASK_NAME, **TASK_OPTIONS)
+    def run_ranks(
+        self: Task,
+        trial_id: str,
+        attempt: int,
+        master: str,
+        ranks: list[int],
+        config: dict,
+        deadline: float,
+        resume_epoch: int | None = None,
+    ) -> str:
+        if not (
+            isinstance(trial_id, str) and isinstance(attempt, int) and isinstance(master, str)
+            and isinstance(ranks, list) and all(isinstance(r, int) for r in ranks)
+            and isinstance(config, dict) and isinstance(deadline, int | float)
+        ):  # fmt: skip
+            log.error("refusing a malformed ranks message for %r", trial_id)
+            return "refused"
+        try:
+            return _gang(self.app).execute_share(
+                trial_id, attempt, master, ranks, config, float(deadline), resume_epoch
+            )
+        except StoreUnavailable as exc:  # the leader gives up at its deadline meanwhile
+            log.warning("store unavailable for ranks of %s (%s); dropping them", trial_id, exc)
+            return "failed"
 
     @app.task(name=GROUP_TASK_NAME, **TASK_OPTIONS)
     def run_group(
@@ -171,6 +225,9 @@ def register(app: Celery, context: WorkerContext) -> None:
                 delay,
             )
             raise self.retry(exc=exc, countdown=delay) from exc
+        if HANDED_BACK in outcomes.values():
+            # The whole message again: its finished trials are skipped at the claim.
+            raise Reject("group handed back: the worker shuts down", requeue=True)
         lost = [t for t, outcome in outcomes.items() if outcome == "lost"]
         if lost and (gone := _vanished(context, lost)):
             # The whole message again: its finished trials are skipped at the claim.
@@ -181,6 +238,17 @@ def register(app: Celery, context: WorkerContext) -> None:
         for outcome in outcomes.values():
             counts[outcome] = counts.get(outcome, 0) + 1
         return ", ".join(f"{state} {n}" for state, n in sorted(counts.items()))
+
+
+def _gather_retry(config: Any) -> float:
+    """Seconds before a trial whose ranks on other hosts were not gathered is tried again:
+    random (so that two such trials stop meeting), up to twice its ``gather_timeout``, at
+    most `GATHER_RETRY_SECONDS` (`workers.gang`)."""
+    try:
+        window = 2 * float(config["execution"]["parallel"]["gather_timeout"])
+    except (KeyError, TypeError, ValueError):
+        window = GATHER_RETRY_SECONDS
+    return random.uniform(1.0, max(1.0, min(window, GATHER_RETRY_SECONDS)))
 
 
 def _retry_delay(retries: int) -> int:

@@ -222,6 +222,7 @@ class ParallelConfig(_Section):
     `alpha` and the centre toward the ranks; `asynchronous` exchanges with a centre held by
     rank 0 without a global barrier. `alpha` defaults to 0.9 / world_size (EASGD's beta 0.9).
     `timeout` bounds every collective, so a dead rank fails the trial instead of hanging it.
+    `hosts` spreads the ranks over that many workers' hosts, gathered through the queue.
     """
 
     world_size: Annotated[int, Field(ge=1, le=WORLD_SIZE_MAX)] = 1
@@ -231,9 +232,23 @@ class ParallelConfig(_Section):
     asynchronous: bool = False
     backend: Literal[BACKENDS] = "auto"  # type: ignore[valid-type]
     timeout: Annotated[float, Field(gt=0, le=24 * 3600)] = 300.0
+    #: Hosts the ranks spread over, `world_size / hosts` each: the worker that claims the
+    #: trial runs the first share and gathers a worker for each other share through the
+    #: queue (`workers.gang`), waiting at most `gather_timeout` seconds for them.
+    hosts: Annotated[int, Field(ge=1, le=WORLD_SIZE_MAX)] = 1
+    gather_timeout: Annotated[float, Field(gt=0, le=3600)] = 120.0
 
     @model_validator(mode="after")
     def _rules(self) -> ParallelConfig:
+        if self.world_size % self.hosts:
+            raise ValueError(
+                f"hosts must divide world_size (each host runs world_size / hosts ranks), "
+                f"got world_size={self.world_size}, hosts={self.hosts}"
+            )
+        if self.hosts > 1 and self.asynchronous:
+            raise ValueError(
+                "asynchronous easgd runs its ranks on one host; set hosts: 1 or asynchronous: false"
+            )
         if self.asynchronous and self.strategy != "easgd":
             raise ValueError(
                 "asynchronous is only for strategy easgd, but strategy is "

@@ -51,6 +51,7 @@ from core.store.query import (
 )
 from core.store.records import (
     JUDGED_FIELDS,
+    REQUEUED_FIELDS,
     RESERVED_TRIAL_FIELDS,
     Verdict,
     finite_number,
@@ -61,7 +62,7 @@ from core.store.records import (
 from core.store.roles import CompleteCurves, EpochRow, Finish, TrialLifecycle
 from core.store.state import StoreState, available
 
-__all__ = ["PRUNE_ATTEMPT", "MongoTrialLifecycle", "not_pruned", "poison_reason"]
+__all__ = ["HANDED_BACK", "PRUNE_ATTEMPT", "MongoTrialLifecycle", "not_pruned", "poison_reason"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ _STATES = frozenset(s.value for s in TrialState)
 # What a finish accepts: a finish state, or cancelled after a stop request.
 _FINISHES = frozenset(s.value for s in FINISH_STATES) | {_CANCELLED}
 _DUPLICATE_KEY = 11000
+#: The ``history`` state of an attempt whose worker shut down and gave the trial back.
+HANDED_BACK = "handed_back"
 #: The path of the attempt a prune request names (`core.store.admin`'s `request_prune`).
 PRUNE_ATTEMPT = "prune_requested.attempt"
 
@@ -421,6 +424,33 @@ class MongoTrialLifecycle(TrialLifecycle):
             others = [e for e in exc.details.get("writeErrors", []) if e["code"] != _DUPLICATE_KEY]
             if others:
                 raise
+
+    @available
+    def hand_back(self, trial_id: str, attempt: int, reason: str) -> bool:
+        check_id("trial_id", trial_id)
+        check_attempt(attempt)
+        if not isinstance(reason, str):
+            raise InvalidQuery("reason", f"must be a string, got {type(reason).__name__}")
+        doc = self._s.trials.find_one(
+            {"_id": trial_id, "state": _RUNNING, "attempt": attempt},
+            {"sweep_id": 1, "attempt": 1, "worker": 1, "started_at": 1},
+        )
+        if doc is None:
+            return False
+        now = self._s.clock()
+        entry = history_entry(doc, HANDED_BACK, now, reason[:1000])
+        moved = self._s.trials.update_one(
+            {"_id": trial_id, "state": _RUNNING, "attempt": attempt},
+            {
+                "$set": {**REQUEUED_FIELDS, "queued_at": now, "updated_at": now},
+                "$push": {"history": entry},
+            },
+        )
+        if not moved.modified_count:
+            return False
+        self._s.bump(doc["sweep_id"], {_RUNNING: -1, _QUEUED: 1}, now)
+        log.info("trial %s: attempt %d handed back (%s)", trial_id, attempt, reason)
+        return True
 
     @available
     def resume(self, trial_id: str, attempt: int, from_attempt: int, epoch: int) -> bool:

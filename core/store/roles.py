@@ -211,6 +211,15 @@ class TrialLifecycle(Protocol):
         """
 
     @abstractmethod
+    def hand_back(self, trial_id: str, attempt: int, reason: str) -> bool:
+        """Put running `attempt` back in the queue, as its worker shuts down (a scale-down,
+        `workers.shutdown`): the trial is ``queued`` again at the same attempt number, the
+        attempt goes into ``history`` as ``handed_back`` with `reason`, and it does not
+        count in ``lost_attempts`` (a worker that stops in order is no poison). Its rows
+        and checkpoint stay: the next attempt resumes from the checkpoint (`resume`).
+        False, changing nothing, when the attempt no longer holds the trial."""
+
+    @abstractmethod
     def resume(self, trial_id: str, attempt: int, from_attempt: int, epoch: int) -> bool:
         """Let running `attempt` go on from a checkpoint that attempt `from_attempt` saved
         after `epoch`: that attempt's rows up to `epoch` become this attempt's (so the

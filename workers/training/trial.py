@@ -14,7 +14,7 @@ from core.spec.config import TrialConfig
 from workers.training.checkpoints import CheckpointError
 from workers.training.epochs import Checkpointing, failures_as_results
 from workers.training.loop import Trainer
-from workers.training.parallel import train_parallel
+from workers.training.parallel import Hosts, train_parallel
 from workers.training.result import TrainResult
 
 
@@ -25,19 +25,22 @@ def train(
     should_stop: Callable[[], bool] | None = None,
     data_dir: Path | None = None,
     checkpoints: Checkpointing | None = None,
+    hosts: Hosts | None = None,
 ) -> TrainResult:
     """Train the trial `config` describes and return its metrics.
 
     Raises `TrainingError` for failures that are the trial's result: non-finite loss, out of
     memory, a model that cannot be built, an unavailable device, bad data. A trial with
-    `execution.parallel.world_size` above 1 trains on that many processes of this host.
+    `execution.parallel.world_size` above 1 trains on that many processes of this host (or
+    of several hosts, `execution.parallel.hosts`, which `hosts` gathers).
     With `checkpoints`, the trial goes on from its last checkpoint (for a one-process trial,
     one that does not fit is noted, `Checkpointing.unusable`, and it starts from epoch 1; a
     data-parallel trial's ranks all take up rank 0's state).
     """
     if config.execution.parallel.enabled:
         return train_parallel(config, on_epoch=on_epoch, should_stop=should_stop,
-                              data_dir=data_dir, checkpoints=checkpoints)  # fmt: skip
+                              data_dir=data_dir, checkpoints=checkpoints,
+                              hosts=hosts)  # fmt: skip
 
     def run() -> TrainResult:
         try:

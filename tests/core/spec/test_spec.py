@@ -144,12 +144,13 @@ def test_negative_width_and_unknown_activation_name_both_paths() -> None:
         (
             "execution:\n  parallel:\n    foo: 1\n",
             "execution.parallel.foo: unknown key (known: world_size, strategy, tau, alpha, "
-            "asynchronous, backend, timeout)",
+            "asynchronous, backend, timeout, hosts, gather_timeout)",
         ),
         (
             "execution:\n  parallel: [1, 2]\n",
             "execution.parallel: is a section: give its keys (world_size, strategy, tau, "
-            "alpha, asynchronous, backend, timeout) as a mapping, got [1, 2]",
+            "alpha, asynchronous, backend, timeout, hosts, gather_timeout) as a mapping, "
+            "got [1, 2]",
         ),
         (
             "execution:\n  parallel: {choice: [{world_size: 2}]}\n",

@@ -110,6 +110,54 @@ def test_two_resumes_from_one_checkpoint_each_take_its_rows(store: Store) -> Non
     assert [e for a, e in _epochs(store, tid) if a == 3] == [1, 2, 3, 4, 5]
 
 
+def test_hand_back_queues_the_attempt_again_without_counting_a_loss(
+    store: Store, clock: FakeClock
+) -> None:
+    # A worker shutting down (SIGTERM) hands its trial back after a checkpoint of epoch 3:
+    # the trial is queued at attempt 1, the next claim is attempt 2 and resumes from it.
+    sweep_id, points = make_sweep(store)
+    tid = trial_ids(sweep_id, points)[0]
+    run(store, tid)
+    for epoch in (1, 2, 3):
+        report(store, tid, 1, epoch, {"loss": 1.0 / epoch})
+    clock.advance(5)
+    assert store.lifecycle.hand_back(tid, 1, "its worker shut down")
+    doc = store.lifecycle.trial(tid)
+    assert (doc["state"], doc["attempt"], doc.get("lost_attempts", 0)) == ("queued", 1, 0)
+    assert doc["worker"] is None and doc["heartbeat_at"] is None
+    (entry,) = doc["history"]
+    assert (entry["state"], entry["attempt"], entry["error"]) == (
+        "handed_back",
+        1,
+        "its worker shut down",
+    )
+    assert entry["worker"] == WORKER and entry["finished_at"] == clock.now
+    counts = store.reads.counts(sweep_id)
+    assert (counts["running"], counts["queued"]) == (0, 36)
+    # Twice, or by an attempt that no longer holds the trial: nothing changes.
+    assert not store.lifecycle.hand_back(tid, 1, "again")
+    assert store.reads.counts(sweep_id)["queued"] == 36
+    taken = store.lifecycle.claim(tid, WORKER, stale_after=60)
+    assert taken is not None and taken["attempt"] == 2
+    assert not store.lifecycle.hand_back(tid, 1, "a stale attempt")
+    assert store.lifecycle.resume(tid, 2, 1, 3)
+    assert _epochs(store, tid) == [(2, 1), (2, 2), (2, 3)]
+    assert store.lifecycle.heartbeat_many({tid: 2})[tid] == Heartbeat.OK
+
+
+@pytest.mark.parametrize(
+    ("field", "args"), [("trial_id", ({"$ne": ""}, 1, "x")), ("attempt", (None, 0, "x")),
+                        ("reason", (None, 1, 5))],
+)  # fmt: skip
+def test_hand_back_refuses_bad_input(store: Store, field: str, args: tuple[Any, ...]) -> None:
+    sweep_id, points = make_sweep(store)
+    tid = trial_ids(sweep_id, points)[0]
+    run(store, tid)
+    with pytest.raises(InvalidQuery, match=field):
+        store.lifecycle.hand_back(args[0] or tid, *args[1:])
+    assert store.lifecycle.trial(tid)["state"] == "running"
+
+
 def test_a_trial_whose_worker_dies_max_attempts_times_ends_failed(
     store: Store, clock: FakeClock
 ) -> None:

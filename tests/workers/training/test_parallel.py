@@ -280,6 +280,15 @@ def test_parallel_config_rules() -> None:
         lambda: _config({"world_size": 2}, execution={"device": "cuda:1"}),
         "one GPU per rank",
     )
+    _check(lambda: _config({"world_size": 4, "hosts": 3}), "hosts must divide world_size")
+    _check(
+        lambda: _config({"world_size": 2, "hosts": 2, "strategy": "easgd", "asynchronous": True}),
+        "asynchronous easgd runs its ranks on one host",
+    )
+    _check(lambda: _config({"world_size": 2, "hosts": 0}), "greater than or equal to 1")
+    _check(lambda: _config({"world_size": 2, "gather_timeout": 0}), "greater than 0")
+    with pytest.raises(TrainingError, match="needs a worker that gathers"):
+        train(_config({"world_size": 2, "hosts": 2}))  # no worker to gather the other host
     _check(lambda: _config({"world_size": 0}), "greater than or equal to 1")
     _check(lambda: _config({"tau": 0}), "greater than or equal to 1")
     config = _config({"world_size": 3, "strategy": "easgd"})

@@ -14,11 +14,13 @@ Three strategies from the papers Sweepstack descends from (`execution.parallel.s
 
 `launch.train_parallel` is what the worker calls: it starts `world_size` rank processes on
 its host (`rank.py`), relays rank 0's epochs, and ends every rank when one fails or the
-trial stops. Ranks on several hosts rendezvous at a c10d TCP store; see `rank.py`.
+trial stops. Ranks on several hosts rendezvous at a c10d TCP store; see `rank.py`. With
+`execution.parallel.hosts` the worker runs the first share and gathers a worker for each
+other host's share through the queue (`workers.gang`), which runs it with `run_share`.
 """
 
 from __future__ import annotations
 
-from workers.training.parallel.launch import train_parallel
+from workers.training.parallel.launch import Hosts, run_share, train_parallel
 
-__all__ = ["train_parallel"]
+__all__ = ["Hosts", "run_share", "train_parallel"]

@@ -1,5 +1,9 @@
 """Start a data-parallel trial's ranks on this host and follow them to one outcome.
 
+A trial whose ranks spread over hosts (`execution.parallel.hosts`) starts the first share
+here (`train_parallel` with `Hosts`), and a worker on each other host runs its share
+(`run_share`); `workers.gang` gathers them through the queue.
+
 The worker that claimed the trial calls `train_parallel` in place of the one-process loop:
 it starts `world_size` processes of `rank.py` (gloo on the CPU; one GPU each with NCCL),
 relays rank 0's epochs to `on_epoch`, and returns rank 0's result. Whatever happens, no
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -32,7 +37,7 @@ from typing import Any
 
 import torch
 
-from core.errors import AttemptLost, TrainingError
+from core.errors import AttemptLost, RanksNotGathered, TrainingError
 from core.procs import die_with_parent, free_port
 from core.spec.config import TrialConfig
 from workers.training.checkpoints import pack, read_model_file, unpack
@@ -101,53 +106,54 @@ def _describe_exit(code: int) -> str:
     return f"exited with status {code}"
 
 
-def train_parallel(
-    config: TrialConfig,
-    *,
-    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    data_dir: Path | None = None,
-    checkpoints: Checkpointing | None = None,
-) -> TrainResult:
-    """Train `config` on `execution.parallel.world_size` local processes; rank 0's result.
+@dataclass(frozen=True)
+class Hosts:
+    """How a trial whose ranks spread over hosts (`execution.parallel.hosts`) reaches them:
+    the address the other hosts reach this one at (where rank 0 opens the rendezvous), its
+    network interface (gloo's), and `gather(master, shares, resume_epoch)`, which asks a
+    worker for each other host's share of the ranks (`workers.gang`)."""
 
-    With `checkpoints`, every rank goes on from the trial's last checkpoint (rank 0's state,
-    handed to each), and rank 0's checkpoints and trained model are stored as it reports
-    them (`rank.RankCheckpoints`). Raises `TrainingError` naming the rank and the cause when
-    any rank fails.
-    """
-    parallel = config.execution.parallel
-    size = parallel.world_size
-    gpus = _gpu_ids(size) if _on_cuda(config) else None
-    folder = Path(tempfile.mkdtemp(prefix="sweepstack-ranks-"))
-    config_path = folder / "trial.json"
-    config_path.write_text(config.model_dump_json())
-    saving: list[str] = []
-    resumed: list[dict[str, float]] = []
-    if checkpoints is not None:
-        saving = ["--checkpoint-dir", str(folder),
-                  "--checkpoint-policy", checkpoints.policy.model_dump_json()]  # fmt: skip
-        found = checkpoints.resumed()
-        if found is not None:
-            state, meta = found
-            (folder / "resume").write_bytes(pack(state, meta))
-            saving += ["--resume", str(folder / "resume")]
-            resumed = list(meta["metrics"])
-            checkpoints.resuming(meta)
-    master = f"127.0.0.1:{free_port()}"
+    address: str
+    interface: str | None
+    gather: Callable[[str, list[list[int]], int | None], None]
+
+
+def rank_shares(world_size: int, hosts: int) -> list[list[int]]:
+    """Each host's ranks, the first host's first: ``world_size / hosts`` consecutive ones."""
+    each = world_size // hosts
+    return [list(range(h * each, (h + 1) * each)) for h in range(hosts)]
+
+
+#: What a rank's error says when a peer rank went away (its host lost, its process killed):
+#: gloo's closed or reset connections, and a collective that timed out waiting for it.
+PEER_LOST = re.compile(
+    r"connection (closed|reset) by peer|broken pipe|connection refused|timed out|timeout",
+    re.IGNORECASE,
+)
+
+
+def _start(
+    config_path: Path,
+    indices: list[int],
+    master: str,
+    extra: list[str],
+    data_dir: Path | None,
+    gpus: list[str] | None,
+    interface: str,
+) -> list[_Rank]:
+    """Start the ranks `indices` of a trial, each reporting on a pipe of its own."""
     # The worker's share of the cores, split among its ranks.
-    threads = max(1, torch.get_num_threads() // size)
+    threads = max(1, torch.get_num_threads() // len(indices))
     ranks: list[_Rank] = []
-    started = time.perf_counter()
     try:
-        for index in range(size):
+        for local, index in enumerate(indices):
             read_fd, write_fd = os.pipe()
             env = dict(os.environ)
-            env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-            env.setdefault("TP_SOCKET_IFNAME", "lo")
+            env.setdefault("GLOO_SOCKET_IFNAME", interface)
+            env.setdefault("TP_SOCKET_IFNAME", interface)
             env["OMP_NUM_THREADS"] = str(threads)
             if gpus is not None:
-                env["CUDA_VISIBLE_DEVICES"] = gpus[index]
+                env["CUDA_VISIBLE_DEVICES"] = gpus[local]
             argv = [
                 sys.executable, "-m", "workers.training.parallel.rank",
                 "--config", str(config_path), "--rank", str(index), "--master", master,
@@ -155,7 +161,7 @@ def train_parallel(
             ]  # fmt: skip
             if data_dir is not None:
                 argv += ["--data-dir", str(data_dir)]
-            argv += saving
+            argv += extra
             proc = subprocess.Popen(
                 argv,
                 env=env,
@@ -165,8 +171,73 @@ def train_parallel(
             )
             os.close(write_fd)
             ranks.append(_Rank(index, proc, read_fd))
-        log.info("trial started %d ranks (%s, master %s)", size, parallel.strategy, master)
-        follow = _follow(ranks, on_epoch, should_stop, _Saving(config, checkpoints), resumed)
+    except BaseException:
+        _end(ranks)
+        raise
+    return ranks
+
+
+def train_parallel(
+    config: TrialConfig,
+    *,
+    on_epoch: Callable[[int, dict[str, float]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    data_dir: Path | None = None,
+    checkpoints: Checkpointing | None = None,
+    hosts: Hosts | None = None,
+) -> TrainResult:
+    """Train `config` on `execution.parallel.world_size` processes; rank 0's result.
+
+    They are all on this host, unless `execution.parallel.hosts` spreads them: this host
+    then runs the first share, and `hosts` gathers the others (`Hosts`, `workers.gang`).
+    With `checkpoints`, every rank goes on from the trial's last checkpoint (rank 0's state,
+    handed to each), and rank 0's checkpoints and trained model are stored as it reports
+    them (`rank.RankCheckpoints`). Raises `TrainingError` naming the rank and the cause when
+    any rank fails; `AttemptLost` when a rank was killed or a host's ranks went away;
+    `RanksNotGathered` when another host's share did not join in time.
+    """
+    parallel = config.execution.parallel
+    spread = parallel.hosts > 1
+    if spread and hosts is None:
+        raise TrainingError(
+            f"execution.parallel.hosts {parallel.hosts} needs a worker that gathers the other "
+            "hosts' ranks through the queue (sweepstack worker); train it with hosts: 1 here"
+        )
+    shares = rank_shares(parallel.world_size, parallel.hosts)
+    local = shares[0]
+    gpus = _gpu_ids(len(local)) if _on_cuda(config) else None
+    folder = Path(tempfile.mkdtemp(prefix="sweepstack-ranks-"))
+    config_path = folder / "trial.json"
+    config_path.write_text(config.model_dump_json())
+    extra: list[str] = []
+    resumed: list[dict[str, float]] = []
+    resume_epoch: int | None = None
+    if checkpoints is not None:
+        extra = ["--checkpoint-dir", str(folder),
+                 "--checkpoint-policy", checkpoints.policy.model_dump_json()]  # fmt: skip
+        found = checkpoints.resumed()
+        if found is not None:
+            state, meta = found
+            (folder / "resume").write_bytes(pack(state, meta))
+            extra += ["--resume", str(folder / "resume")]
+            resumed = list(meta["metrics"])
+            resume_epoch = int(meta["epoch"])
+            checkpoints.resuming(meta)
+    address, interface = "127.0.0.1", "lo"
+    if hosts is not None and spread:
+        address, interface = hosts.address, hosts.interface or ""
+        extra += ["--join-timeout", str(parallel.gather_timeout)]
+    master = f"{address}:{free_port(address)}"
+    ranks: list[_Rank] = []
+    started = time.perf_counter()
+    try:
+        if hosts is not None and spread:
+            hosts.gather(master, shares[1:], resume_epoch)
+        ranks = _start(config_path, local, master, extra, data_dir, gpus, interface)
+        log.info("trial started %d of %d ranks (%s, master %s)", len(local),
+                 parallel.world_size, parallel.strategy, master)  # fmt: skip
+        follow = _follow(ranks, on_epoch, should_stop, _Saving(config, checkpoints), resumed,
+                         spread=spread)  # fmt: skip
     finally:
         _end(ranks)
         shutil.rmtree(folder, ignore_errors=True)
@@ -201,14 +272,53 @@ class _Saving:
         self.checkpoints.trained(model, meta)
 
 
+def run_share(
+    config: TrialConfig,
+    indices: list[int],
+    master: str,
+    *,
+    interface: str | None,
+    data_dir: Path | None = None,
+    resume: bytes | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> None:
+    """Run ranks `indices` of a trial whose rank 0 runs on another host (at `master`), for
+    the worker that holds the trial (`workers.gang`), until they end. `resume`: the
+    checkpoint that rank 0 goes on from. Raises as `train_parallel` does when they fail."""
+    gpus = _gpu_ids(len(indices)) if _on_cuda(config) else None
+    folder = Path(tempfile.mkdtemp(prefix="sweepstack-ranks-"))
+    config_path = folder / "trial.json"
+    config_path.write_text(config.model_dump_json())
+    extra = ["--join-timeout", str(config.execution.parallel.gather_timeout)]
+    if resume is not None:
+        (folder / "resume").write_bytes(resume)
+        extra += ["--resume", str(folder / "resume"), "--checkpoint-dir", str(folder),
+                  "--checkpoint-policy", '{"keep": "none"}']  # fmt: skip
+    ranks: list[_Rank] = []
+    try:
+        ranks = _start(config_path, indices, master, extra, data_dir, gpus, interface or "")
+        log.info("started ranks %s of a trial whose rank 0 is at %s", indices, master)
+        _follow(ranks, None, should_stop, None, None, spread=True)
+    finally:
+        _end(ranks)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _follow(
     ranks: list[_Rank],
     on_epoch: Callable[[int, dict[str, float]], None] | None,
     should_stop: Callable[[], bool] | None,
     saving: _Saving | None = None,
     resumed: list[dict[str, float]] | None = None,
+    *,
+    spread: bool = False,
 ) -> _Follow:
+    """Read the ranks' events until they end, or a stop is asked, or one fails. With ranks
+    on several hosts (`spread`), a failure before rank 0 said ``ready`` (every rank joined;
+    a rank 0 elsewhere says nothing here: until its ranks exit) is `RanksNotGathered`, and
+    one that reads as a peer gone (`PEER_LOST`) is `AttemptLost`."""
     follow = _Follow(stop=should_stop, saving=saving, metrics=list(resumed or []))
+    leads = any(r.index == 0 for r in ranks)
     while True:
         _read(ranks, follow, on_epoch, POLL_SECONDS)
         if follow.stopped:
@@ -220,12 +330,16 @@ def _follow(
             while time.monotonic() < deadline and any(r.proc.poll() is None for r in ranks):
                 _read(ranks, follow, on_epoch, 0.05)
             reason = _failure(ranks, follow)
+            if spread and leads and not follow.ready:
+                raise RanksNotGathered(f"not every host's ranks joined: {reason}")
             if _signalled(ranks):  # killed from outside: the attempt is lost, not the trial
                 raise AttemptLost(reason)
+            if spread and PEER_LOST.search(reason):
+                raise AttemptLost(f"a rank on another host went away: {reason}")
             raise TrainingError(reason)
         if all(r.proc.poll() == 0 for r in ranks):
             _read(ranks, follow, on_epoch, 0)  # whatever is left in the pipes
-            if follow.stopped:
+            if follow.stopped or not leads:
                 return follow
             if follow.result is None:
                 raise TrainingError("rank 0 exited without reporting a result")

@@ -166,11 +166,35 @@ class RankTrainer(Trainer):
         return row
 
 
-def _connect(config: TrialConfig, trainer: RankTrainer, master: str) -> str:
-    """Join the other ranks: a gloo/NCCL process group, or RPC for asynchronous easgd."""
+def _connect(
+    config: TrialConfig, trainer: RankTrainer, master: str, join_timeout: float | None = None
+) -> str:
+    """Join the other ranks: a gloo/NCCL process group, or RPC for asynchronous easgd.
+
+    With `join_timeout` (ranks on several hosts) the rendezvous at rank 0's TCP store waits
+    that long for every rank to join, and the collectives then have the trial's timeout."""
     parallel = config.execution.parallel
     backend = backend_for(config, trainer.device)
     init = f"tcp://{master}"
+    if join_timeout is not None and not uses_rpc(parallel):
+        host, _, port = master.rpartition(":")
+        store = dist.TCPStore(
+            host.strip("[]"),
+            int(port),
+            parallel.world_size,
+            trainer.rank == 0,
+            timeout=timedelta(seconds=join_timeout),
+        )
+        dist.init_process_group(
+            backend,
+            store=store,
+            rank=trainer.rank,
+            world_size=parallel.world_size,
+            timeout=timedelta(seconds=parallel.timeout),
+        )
+        # Every rank is in: from here on a failure is a lost rank, not one that never came.
+        dist.barrier()
+        return backend
     if uses_rpc(parallel):
         if trainer.rank == 0:
             ElasticAsync.make_centre(trainer.model, parallel.elastic_alpha)
@@ -257,11 +281,12 @@ def run_rank(
     report: Report,
     data_dir: Path | None = None,
     checkpoints: RankCheckpoints | None = None,
+    join_timeout: float | None = None,
 ) -> None:
     """Train this rank's share of the trial; rank 0 reports its epochs and result (and,
     with `checkpoints`, its checkpoints and trained model)."""
     trainer = RankTrainer(config, data_dir, rank)
-    transport = _connect(config, trainer, master)
+    transport = _connect(config, trainer, master, join_timeout)
     strategy = build_strategy(config.execution.parallel, rank, trainer.model, trainer.device)
     trainer.attach(strategy)
     try:
@@ -363,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="where rank 0 writes its checkpoints and trained model")
     parser.add_argument("--checkpoint-policy", default=None,
                         help="the sweep's artifacts policy, as JSON (when checkpoints are due)")
+    parser.add_argument("--join-timeout", type=float, default=None,
+                        help="seconds every rank has to join (ranks on several hosts)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     warnings.filterwarnings("ignore", category=UserWarning, module="torch.distributed")
@@ -378,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
             policy = Artifacts.model_validate_json(args.checkpoint_policy or "{}")
             checkpoints = RankCheckpoints(args.rank, report, args.checkpoint_dir, policy,
                                           args.resume)  # fmt: skip
-        run_rank(config, args.rank, args.master, report, args.data_dir, checkpoints)
+        run_rank(config, args.rank, args.master, report, args.data_dir, checkpoints,
+                 args.join_timeout)  # fmt: skip
     except Exception as exc:  # every failure is reported as an event, then exit 1
         report({"event": "error", "rank": args.rank, "reason": failure_reason(exc, args.rank)})
         return 1
