@@ -38,7 +38,7 @@ single-trial runner (`workers.runner`) keeps:
   attempt.
 - **Scale-down.** A worker sent SIGTERM stops the group at its members' next epoch end,
   after their checkpoints, and puts each unfinished member back in the queue
-  (``handed_back``, `workers.shutdown`); the task requeues the message, and the worker that
+  (``handed_back``, `workers.shutdown`); the task sends the message again, and the worker that
   takes it trains those members on from their checkpoints.
 - **Failures.** A training error fails its own trial. An error of the whole run (time
   limit, a bug) fails every trial of the group not yet finished, with the reason. Only an

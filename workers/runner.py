@@ -22,7 +22,7 @@ a lost claim records nothing.
 
 **Scale-down.** A worker sent SIGTERM stops its trial at the next epoch end, after a
 checkpoint, and puts it back in the queue (``handed_back``, `workers.shutdown`): the task
-then requeues its message and another worker resumes it.
+then sends it again in a new message and another worker resumes it.
 
 **Trainers.** A trial's kind (`core.spec.kinds.kind_of`) names its trainer, and
 `TRAINERS` maps the name to the code: the built-in network's (`workers.training.train`), a

@@ -16,9 +16,9 @@ the stale-heartbeat limit before another worker took it. A worker here has
    whose epoch does not end within `TRAIN_SHARE` of the grace stops part-way: the next
    attempt resumes from its last checkpoint, or from epoch 1.
 3. The runner writes its rows, waits for the checkpoint, and hands the trial back
-   (`TrialLifecycle.hand_back`: ``queued`` again, not a lost attempt); the task rejects its
-   message with requeue (`celery.exceptions.Reject`), so RabbitMQ gives it to another worker
-   at once, which claims the trial and resumes from the checkpoint
+   (`TrialLifecycle.hand_back`: ``queued`` again, not a lost attempt); the task sends it
+   again in a new message (Celery's retry, `workers.tasks`), so another worker takes it at
+   once, which claims the trial and resumes from the checkpoint
    (`TrialLifecycle.resume`): no epoch lost past the checkpoint, none written twice.
 4. The pool is then idle and the warm shutdown ends. Should a task still run at
    `escalate_after` (80% of the grace, at least 5 s before its end: a training function

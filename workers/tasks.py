@@ -11,8 +11,11 @@ message sent again (`_vanished`), so it is never stranded. A group message that 
 true`` is a chunk of cheap trials (`scheduler.chunks`): trained one by one, never fused.
 `workers.run_ranks` runs a share of the ranks of another worker's data-parallel trial over
 several hosts (`workers.gang`); a trial whose shares were not gathered in time is sent again
-after a random delay. A trial handed back as the worker shuts down (`workers.shutdown`) has
-its message rejected with requeue, so that another worker takes it at once.
+after a random delay. A trial handed back as the worker shuts down (`workers.shutdown`) is
+sent again in a new message (Celery's retry: the new one is published, then the old one
+acked), so that another worker takes it at once. Not a reject with requeue: on a quorum
+queue every requeue counts toward the delivery limit that backs the poison rule
+(`core.broker`), and a trial handed back at a few scale-downs is no poison.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ import random
 from typing import Any
 
 from celery import Celery, Task
-from celery.exceptions import Reject
 
 from core.broker import GROUP_TASK_NAME, RANKS_TASK_NAME, TASK_NAME
 from core.errors import NotFound, StoreUnavailable
@@ -127,7 +129,8 @@ def register(app: Celery, context: WorkerContext) -> None:
             if outcome == NOT_GATHERED:
                 raise self.retry(countdown=_gather_retry(config))
             if outcome == HANDED_BACK:
-                raise Reject(f"trial {trial_id} handed back: the worker shuts down", requeue=True)
+                log.info("trial %s handed back: the worker shuts down; sending it again", trial_id)
+                raise self.retry(countdown=0)
             if outcome == "lost" and _vanished(context, [trial_id]):
                 log.warning("trial %s: its claim vanished and it is queued; sending it again",
                             trial_id)  # fmt: skip
@@ -227,7 +230,8 @@ def register(app: Celery, context: WorkerContext) -> None:
             raise self.retry(exc=exc, countdown=delay) from exc
         if HANDED_BACK in outcomes.values():
             # The whole message again: its finished trials are skipped at the claim.
-            raise Reject("group handed back: the worker shuts down", requeue=True)
+            log.info("group handed back: the worker shuts down; sending it again")
+            raise self.retry(countdown=0)
         lost = [t for t, outcome in outcomes.items() if outcome == "lost"]
         if lost and (gone := _vanished(context, lost)):
             # The whole message again: its finished trials are skipped at the claim.
