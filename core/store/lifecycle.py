@@ -405,8 +405,9 @@ class MongoTrialLifecycle(TrialLifecycle):
             ],
             ordered=False,
         )
+        late: set[tuple[str, int]] = set()
         if shown.matched_count < len(latest):
-            self._check_attempts({t: a for t, a in latest})
+            late = self._superseded(list(latest))
         inserts = [
             {
                 "trial_id": row.trial_id,
@@ -417,7 +418,10 @@ class MongoTrialLifecycle(TrialLifecycle):
                 "reported_at": now,
             }
             for row in rows
+            if (row.trial_id, row.attempt) not in late
         ]
+        if not inserts:
+            return
         try:
             self._s.metrics.insert_many(inserts, ordered=False)
         except BulkWriteError as exc:
@@ -504,10 +508,26 @@ class MongoTrialLifecycle(TrialLifecycle):
         )
         return bool(held.matched_count)
 
-    def _check_attempts(self, attempts: Mapping[str, int]) -> None:
+    def _superseded(self, reported: Collection[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Which (trial, attempt) pairs of a report came late: the attempt was taken over
+        (the trial is at a later attempt) or requeued (queued again, as the stale-heartbeat
+        scan leaves it). Their rows are refused by attempt, as their finish will be (a
+        worker cut off beyond the stale limit sends them once its link is back); an attempt
+        that is still the trial's, ended or not (cancelled), keeps its rows. Raises what
+        `_check_attempts` raises."""
+        attempts = dict(reported)
+        docs = self._check_attempts(attempts)
+        return {
+            (trial_id, attempt)
+            for trial_id, attempt in reported
+            if docs[trial_id]["attempt"] > attempt or docs[trial_id].get("state") == _QUEUED
+        }
+
+    def _check_attempts(self, attempts: Mapping[str, int]) -> dict[str, dict[str, Any]]:
         """`NotFound` for a trial the store does not have, `InvalidQuery` for an attempt it
-        has not had: why a progress write matched fewer trials than it named."""
-        docs = self._s.docs(attempts, {"attempt": 1})
+        has not had: why a progress write matched fewer trials than it named. The trials'
+        attempts and states, by id."""
+        docs = self._s.docs(attempts, {"attempt": 1, "state": 1})
         for trial_id, attempt in attempts.items():
             if trial_id not in docs:
                 raise NotFound("trial", trial_id)
@@ -516,6 +536,7 @@ class MongoTrialLifecycle(TrialLifecycle):
                     "attempt",
                     f"trial {trial_id} has had {docs[trial_id]['attempt']} attempts, got {attempt}",
                 )
+        return docs
 
     # -- finishes ------------------------------------------------------------------------
 

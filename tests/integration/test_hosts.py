@@ -111,13 +111,17 @@ def test_a_host_cut_off_beyond_the_stale_limit_loses_its_attempt_and_its_late_wr
     assert int(doc.get("lost_attempts") or 0) >= 1
     assert any(h.get("state") == "lost" for h in doc.get("history", [])), doc.get("history")
     # The final attempt (host-b's) has every epoch once and the trial's result and holder
-    # are its own; the cut-off attempt's rows, those that came in late included, stay its
-    # own (a row is keyed by attempt: none of them counts for the final attempt).
+    # are its own; the cut-off attempt keeps the rows it wrote before it was taken over,
+    # under its own attempt, and none that came in late (refused by attempt).
     assert doc["worker"]["host"] == "host-b", doc["worker"]
     rows = list(stack.store.db["metrics"].find({"trial_id": held["_id"]}, {"metrics": 0}))
     final = sorted(r["epoch"] for r in rows if r["attempt"] == doc["attempt"])
     assert final == list(range(1, EPOCHS_LONG + 1)), rows
     assert {r["attempt"] for r in rows} <= {held["attempt"], doc["attempt"]}, rows
+    lost_at = next(h["finished_at"] for h in doc["history"]
+                   if h.get("state") == "lost" and h["attempt"] == held["attempt"])  # fmt: skip
+    late = [r for r in rows if r["attempt"] == held["attempt"] and r["reported_at"] > lost_at]
+    assert not late, late
     # host-a, its link back, heard that its attempt was lost and recorded no finish: the
     # store refused it by attempt (the trial's one finish is host-b's, checked above).
     wait_for(

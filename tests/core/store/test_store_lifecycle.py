@@ -265,15 +265,34 @@ def test_report_keeps_one_row_per_attempt_and_epoch(store: Store, clock: FakeClo
     clock.advance(120)
     assert store.lifecycle.claim(tid, WORKER, stale_after=60) is not None  # attempt 2
     report(store, tid, 2, 0, {"val_loss": 0.8})
-    report(store, tid, 1, 2, {"val_loss": 0.7})  # the lost attempt still reports; kept apart
+    report(store, tid, 1, 2, {"val_loss": 0.7})  # the lost attempt reports late: refused
     rows = store.reads.get_trial(tid)["metrics"]
     assert [(r["attempt"], r["epoch"], r["metrics"]["val_loss"]) for r in rows] == [
         (1, 0, 1.0),
         (1, 1, 0.9),
-        (1, 2, 0.7),
         (2, 0, 0.8),
     ]
-    assert store.db["metrics"].count_documents({"trial_id": tid}) == 4
+    assert store.db["metrics"].count_documents({"trial_id": tid}) == 3
+
+
+def test_a_requeued_attempts_late_rows_are_refused_and_a_cancelled_ones_kept(
+    store: Store, clock: FakeClock
+) -> None:
+    """A worker cut off beyond the stale limit sends its rows once its link is back: the
+    scan requeued its attempt, so they are refused by attempt, as its finish is (#33). An
+    attempt that is still the trial's keeps its rows, the trial ended (cancelled) or not."""
+    sweep_id, points = make_sweep(store)
+    tid, other = trial_ids(sweep_id, points)[:2]
+    run(store, tid)
+    report(store, tid, 1, 1, {"val_loss": 0.9})
+    clock.advance(120)
+    assert store.admin.requeue_stale(60, sweep_id) == [tid]
+    report(store, tid, 1, 2, {"val_loss": 0.7})
+    assert [r["epoch"] for r in store.reads.get_trial(tid)["metrics"]] == [1]
+    run(store, other)
+    store.admin.cancel_sweep(sweep_id)
+    report(store, other, 1, 1, {"val_loss": 0.5})
+    assert [r["epoch"] for r in store.reads.get_trial(other)["metrics"]] == [1]
 
 
 @pytest.mark.parametrize(
