@@ -176,7 +176,11 @@ def trial_run(doc: Mapping[str, Any], rows: Mapping[int, Mapping[str, Any]]) -> 
     """One trial as a run: `doc` its record, `rows` its final attempt's metrics by epoch
     (`Reads.epoch_rows`)."""
     params = {k: v for k, v in flatten_params(doc.get("params")).items() if v is not None}
-    curve = [(int(epoch), numbers(rows[epoch])) for epoch in sorted(rows)]
+    # The record's own figures are its final metrics, not curves: an epoch row's
+    # ``train_seconds`` (the seconds trained so far, for a Pareto-rank pruner) would put a
+    # second value at the last step beside the trial's.
+    curve = [(int(epoch), {k: v for k, v in numbers(rows[epoch]).items()
+                           if k not in RECORD_METRICS}) for epoch in sorted(rows)]  # fmt: skip
     result = doc.get("result") or {}
     final = numbers(result.get("final"))
     for name in RECORD_METRICS:

@@ -43,6 +43,7 @@ from tensorboard.plugins.hparams import (
 from cli.main import main
 from core.spec.values import value_text
 from core.store.records import flatten_params
+from core.store.trackers import RECORD_METRICS
 from tests.integration.stack import ROOT
 from tests.integration.test_run import SWEEPSTACK, clean_env
 from tests.services import SecantusProcess, free_port
@@ -157,7 +158,11 @@ def read_store(data: Path) -> tuple[dict[str, Any], dict[str, dict], dict[str, d
         curves: dict[str, dict[int, dict]] = {tid: {} for tid in trials}
         for row in db["metrics"].find({"sweep_id": sweep["_id"]}):
             if row["attempt"] == trials[row["trial_id"]]["attempt"]:
-                curves[row["trial_id"]][row["epoch"]] = row["metrics"]
+                # The record's figures (train_seconds: the trial's) are final metrics, not
+                # curves, though each epoch row carries the seconds trained so far.
+                curves[row["trial_id"]][row["epoch"]] = {
+                    k: v for k, v in row["metrics"].items() if k not in RECORD_METRICS
+                }
         client.close()
         return sweep, trials, curves
     finally:

@@ -13,9 +13,10 @@ to the queue and the other worker trains them on from their checkpoints, each en
 with its curve whole. About 30 s.
 
 A task that never stops (a training function that never asks ``should_stop``) is ended at
-5 s of the 10 s grace (Celery's cold shutdown, `workers.shutdown.escalate_after`): the worker still exits within the grace, the
-message goes back to the queue and the other worker on this host takes the trial over at
-once (its holder's process is gone). About 35 s.
+5 s of the 10 s grace (Celery's cold shutdown, `workers.shutdown.escalate_after`): the
+worker still exits within the grace, the message goes back to the queue and the other
+worker on this host takes the trial over at once (its holder's process is gone). About
+35 s.
 """
 
 from __future__ import annotations
