@@ -11,22 +11,21 @@ hosts of `tests/hosts.py` are not used here yet).
   starts meanwhile lets it complete. About 25 s.
 - Two such trials competing for three workers (one share free at a time): neither waits on
   the other for ever; both complete. About 40 s.
-- The worker running the other share killed (-9, with its ranks: a host lost) mid-trial:
-  only that attempt is lost; the scheduler's stale-heartbeat requeue retakes it, and it
-  completes with another worker, its curve whole. About 40 s.
+
+A host lost mid-trial (its worker and ranks killed) is tested on namespace hosts, in
+`tests/integration/test_parallel_netns.py`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import uuid
 
 import pytest
 import torch
 
 from core.spec.config import TrialConfig
-from tests.integration.stack import Scheduler, Stack, Worker, wait_for
+from tests.integration.stack import Stack, wait_for
 from workers.training import train
 
 pytestmark = pytest.mark.integration
@@ -113,46 +112,3 @@ def test_two_trials_competing_for_workers_both_complete(stack: Stack) -> None:
     for trial in stack.all_trials(sweep_id):
         full = _equal_to_one_process(stack, trial["_id"])
         assert full.get("lost_attempts", 0) == 0
-
-
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as stat:
-        return int(stat.read().rsplit(")", 1)[1].split()[1])
-
-
-def test_a_host_lost_mid_trial_loses_only_that_attempt(stack: Stack) -> None:
-    stack.env["SWEEPSTACK_STALE_AFTER_SECONDS"] = "5"
-    scheduler = Scheduler(stack.env, stack.tmp / "scheduler.log")
-    try:
-        workers = [stack.start_worker(), stack.start_worker()]
-        sweep_id, _ = stack.submit(
-            _spec("{world_size: 4, hosts: 2, strategy: allreduce, gather_timeout: 60}", epochs=60)
-        )
-
-        def training() -> dict | None:
-            running, _ = stack.store.reads.trials(sweep_id, state="running")
-            return next(
-                (d for d in running if int((d.get("progress") or {}).get("epoch", 0)) >= 2), None
-            )
-
-        doc = wait_for(training, 90, "the trial at epoch 2", every=0.05)
-        leader = _parent(doc["worker"]["pid"])
-        (other,) = [w for w in workers if w.proc.pid != leader]
-        other.kill_all()  # the other host: its worker and its ranks at once
-        stack.start_worker()  # a worker that the retaken attempt can gather
-        counts = stack.wait_finished(sweep_id, timeout=180)
-        assert counts["complete"] == 1, stack.logs()
-        full = _equal_to_one_process(stack, doc["_id"])
-        assert [h["state"] for h in full["history"]] == ["lost", "complete"], full["history"]
-        assert full["lost_attempts"] == 1 and full["attempt"] == 2
-        rows = sorted(
-            (row["attempt"], row["epoch"])
-            for row in stack.store.db["metrics"].find({"trial_id": doc["_id"]})
-        )
-        assert len(rows) == len(set(rows))  # no epoch row twice
-        assert [e for a, e in rows if a == 2] == list(range(1, 61))
-        leader_worker: Worker = next(w for w in workers if w.proc.pid == leader)
-        assert leader_worker.proc.poll() is None  # the leader's worker went on
-        assert os.path.exists(f"/proc/{leader}")
-    finally:
-        scheduler.stop()
