@@ -12,17 +12,13 @@ sweep's first window of a `Feeder` and sends it; the `sweepstack scheduler` loop
 Sources, and why two:
 
 - grid and random without pruning take the points `scheduler.expand` lists (the same ids,
-  order and seeds as `sweepstack generate`), the whole list ordered longest-first up front
-  (costs are known), in windows of `big_window` (no Optuna is imported: fast start-up);
-  the list is planned in blocks the size of the first window, each as the messages a
-  first window of its points would go in (`scheduler.messages.batches`: fused groups,
-  chunks), and a pass sends whole messages of its block (at most one message past its
-  room), so the trials fed after the first window are grouped and chunked as the first
-  (an adaptive search's units are the same idea, `scheduler.units`). Where resolving the
-  trials' configs would take longer than `RESOLVE_SECONDS` for the whole sweep (its kind's
-  `config_seconds`: a grid of deep Caffe nets), the points keep the expansion's order and
-  each pass resolves one block of that many seconds at most, so a submit, and each step of
-  the scheduler, stays short;
+  order and seeds as `sweepstack generate`), ordered longest-first up front (costs are
+  known), in windows of `big_window` (no Optuna is imported: fast start-up), planned into
+  the messages of a first window a block at a time (`scheduler.point_list.PointList`, which
+  also resolves the configs a block at a time where resolving the whole sweep would take
+  longer than `RESOLVE_SECONDS`); a pass sends whole messages of its block (at most one
+  message past its room), so the trials fed after the first window are grouped and chunked
+  as the first (an adaptive search's units are the same idea, `scheduler.units`);
 - every other sweep has a `SearchSession` (Optuna): adaptive algorithms ask it; grid and
   random with pruning add their expanded points to it, so the pruner sees every trial,
   and go in `scheduler.units.rung_order` (the cheapest fifth first).
@@ -57,7 +53,7 @@ starts no trial of a paused sweep). A changed spec (its ``spec_rev`` moved) stop
 (`respecified`); the one opened next rebuilds from the stored trials on the new spec, as
 after a restart, and sets the planned trials to exactly those of the new spec not created
 yet (`Feeding.replan`; a grid's new points get indexes after the stored ones:
-`_renumber`), so no point is asked twice and an adaptive search keeps all it learned.
+`PointList.renumber`), so no point is asked twice and an adaptive search keeps all it learned.
 
 Decisions at the rung: a watched trial's message says at which epochs its worker waits for
 the pruner (``decide_at``, `core.spec.search.decision_epochs`: successive halving's rungs,
@@ -86,14 +82,12 @@ the sweep still looks unfinished.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
 import socket
 import time
 import uuid
-from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -110,13 +104,13 @@ from core.store.records import flatten_params
 from core.store.roles import Awaiting
 from core.store.store import Store
 from scheduler.enqueue import Outgoing, enqueue
-from scheduler.expand import TrialPoint, expand
+from scheduler.expand import TrialPoint
 from scheduler.grouping import shared_dimensions
-from scheduler.messages import Batch, batches, messages, unit_messages
-from scheduler.order import trial_cost
+from scheduler.messages import Batch, messages, unit_messages
+from scheduler.point_list import PointList
 from scheduler.prune_decision import decide, pruned_value
 from scheduler.rank_judge import RankJudge
-from scheduler.units import ADAPTIVE_GROUP_CAP, ask_unit, by_unit, rung_order, unit_keys
+from scheduler.units import ADAPTIVE_GROUP_CAP, ask_unit, by_unit, unit_keys
 
 log = logging.getLogger(__name__)
 
@@ -140,12 +134,6 @@ RENEW_SHARE = 0.25
 #: The longest a step goes without reading its trials in flight (`Feeder._tell_and_prune`)
 #: while the sweep's counts say none ended: counts that drifted are caught this soon.
 TELL_SECONDS = 1.0
-#: The seconds of resolving trials' configs (and pricing them) a feeder spends on a grid or
-#: random sweep up front, and then on each block: where its kind says one trial takes long
-#: (`core.spec.kind.TrialKind.config_seconds`: a Caffe net's texts rendered and built) and
-#: the whole sweep would take longer than this, its points go in the order of the expansion,
-#: resolved a block at a time, so that a submit answers in seconds whatever the sweep.
-RESOLVE_SECONDS = 2.0
 #: How often a step reads the rows of every running trial for the pruner (`judge` decides
 #: at once where workers wait for it): for a trial that waited in vain once and no longer
 #: waits.
@@ -215,18 +203,10 @@ class Feeder:
         #: The sweep's window under the fair share of workers (`core.shares`), set by the
         #: scheduler each pass (`scheduler.feeders`); None: `window` alone.
         self.share_window: int | None = None
-        #: Trials per message of a grid's or random sweep's plan (`_plan_block`): its share
-        #: of workers counts messages, its window trials.
-        self.per_message = 1.0
         self.session: Any = None
-        self._points: list[TrialPoint] | None = None  # grid/random: the expansion, by cost
-        self._next = 0  # position in `_points`
-        self._by_id: dict[str, TrialPoint] = {}  # grid/random: point id -> point
-        self._plan: deque[Batch] = deque()  # grid/random: the block's messages not asked yet
+        #: A grid's or random sweep's points (`scheduler.point_list`); None: adaptive.
+        self.listed: PointList | None = None
         self._batch_of: dict[str, Batch] = {}  # point id -> its batch, until it is sent
-        # Points resolved a block at a time (`RESOLVE_SECONDS`): the block's size, else None.
-        self._block: int | None = None
-        self._base: dict[str, Any] = {}
         self._created: set[str] = set()  # point ids stored
         # Points asked but not stored when the store failed: the next `ask` gives them first.
         self._pending: tuple[list[TrialPoint], dict[str, dict[str, Any]]] | None = None
@@ -261,21 +241,8 @@ class Feeder:
 
     def _source(self) -> None:
         if self.spec.search.algorithm in ("grid", "random"):
-            points = expand(self.spec)
-            seconds = kind_of(self.spec).config_seconds(self.spec)
-            if seconds is not None and seconds * len(points) > RESOLVE_SECONDS:
-                # Resolved a block at a time (`_plan_block`), in the expansion's order.
-                self._block = max(1, min(self.window, int(RESOLVE_SECONDS / seconds)))
-                self._base = self.spec.base_config()
-                self._points = points
-            else:
-                points = expand(self.spec, with_config=True)
-                costs = {p.id: trial_cost(p.config) for p in points}
-                self._points = sorted(points, key=lambda p: -costs[p.id])  # stable: ties in order
-                if self.spec.pruning.enabled:
-                    self._points = rung_order(self._points)
-            self._by_id = {p.id: p for p in points}
-            self.total = len(points)
+            self.listed = PointList(self.spec, self.window, self.workers)
+            self.total = len(self.listed)
         else:
             self.total = int(self.spec.search.trials or 0)
         if needs_session(self.spec):
@@ -320,11 +287,11 @@ class Feeder:
 
         self._created = {d["key"] for d in docs}
         self._index = max((d["index"] for d in docs), default=-1) + 1
-        if self.rev and self._points is not None:
-            self._renumber()
+        if self.rev and self.listed is not None:
+            self.listed.renumber(self._created, self._index)
         created = len(docs)
-        if self.spec.search.algorithm == "grid" and self._points is not None:
-            created = len(self._created & set(self._by_id))  # a narrowed grid's own points
+        if self.spec.search.algorithm == "grid" and self.listed is not None:
+            created = self.listed.created_count(self._created)  # a narrowed grid's own points
         if changed:
             # The spec changed (`core.spec.changes`): exactly its trials not created yet.
             self.store.feeding.replan(self.sweep_id, self.rev, max(self.total - created, 0))
@@ -367,18 +334,6 @@ class Feeder:
                      len(unsent))  # fmt: skip
             units = {d["key"]: (d.get("optuna") or {}).get("unit") for d in unsent}
             self._send([self._point_of(d) for d in unsent], units)
-
-    def _renumber(self) -> None:
-        """Give a changed grid's or random sweep's points not created yet indexes after the
-        stored trials', in the expansion's order: the new expansion's own indexes may be
-        those of stored trials (a value added to the first dimension moves every later
-        point), and a trial's index is unique in its sweep."""
-        assert self._points is not None
-        position = {p.id: i for i, p in enumerate(sorted(self._by_id.values(), key=_index_of))}
-        for i, point in enumerate(self._points):
-            if point.id not in self._created:
-                moved = dataclasses.replace(point, index=self._index + position[point.id])
-                self._points[i] = self._by_id[point.id] = moved
 
     def _stored_epochs(self, docs: list[dict[str, Any]]) -> dict[str, dict[int, float]]:
         if not self.spec.pruning.enabled:
@@ -484,11 +439,14 @@ class Feeder:
         for an adaptive search in how many units at most (module docstring): a unit of
         up to `scheduler.units.ADAPTIVE_GROUP_CAP` points per free place."""
         window = self.window
-        if self.share_window is not None and (self._points is not None or self.session is None):
-            window = min(window, math.ceil(self.share_window * self.per_message))
+        listed = self.listed
+        if self.share_window is not None and (listed is not None or self.session is None):
+            # A message (a fused group, a chunk) takes one worker: the share counts them.
+            per_message = listed.per_message if listed is not None else 1.0
+            window = min(window, math.ceil(self.share_window * per_message))
         elif self.share_window is not None:
             window = min(window, self.share_window)  # an adaptive search's window counts units
-        if self._points is not None or self.session is None:
+        if listed is not None or self.session is None:
             return window - in_flight, None
         free = window - len({self._units.get(t, t) for t in self._numbers})
         return max(0, free) * ADAPTIVE_GROUP_CAP, max(0, free)
@@ -548,8 +506,8 @@ class Feeder:
     def ran_out(self) -> bool:
         """Whether the source has no point left to ask: a grid's or random sweep's list is
         all asked, or an adaptive search's space gave no new point (`used_up`)."""
-        if self._points is not None:
-            return not self._plan and self._next >= len(self._points)
+        if self.listed is not None:
+            return self.listed.ran_out
         return self.used_up
 
     def ask(
@@ -566,17 +524,11 @@ class Feeder:
             return pending
         extras: dict[str, dict[str, Any]] = {}
         points: list[TrialPoint] = []
-        if self._points is not None:
-            planned = False  # one block a call at most, where blocks are resolved as planned
-            while len(points) < n:
-                if not self._plan:
-                    if (planned and self._block is not None) or not self._plan_block():
-                        break
-                    planned = True
-                batch = self._plan.popleft()
+        if self.listed is not None:
+            for batch in self.listed.next_batches(n, self._created):
                 for key in batch.keys:
                     self._batch_of[key] = batch
-                    points.append(self._by_id[key])
+                    points.append(self.listed.by_id[key])
             if self.session is not None:
                 for point in points:
                     asked = self.session.add_point(point.params)
@@ -605,40 +557,12 @@ class Feeder:
         if self._rank is not None and config:
             self._rank.set_costs(trial_id, kind_of(config).costs_before_training(config))
 
-    def _plan_block(self) -> bool:
-        """Plan the next block of a grid's or random sweep's points, as many as its first
-        window, as the messages they go in (`scheduler.messages.batches`): the block's
-        fused groups and chunks are those of a first window of the same points, however few
-        trials each later pass has room for. Whether there was a point left to plan."""
-        assert self._points is not None
-        block: list[TrialPoint] = []
-        while len(block) < (self._block or self.window) and self._next < len(self._points):
-            point = self._points[self._next]
-            self._next += 1
-            if point.id not in self._created:
-                block.append(point)
-        if self._block is not None:
-            block = [self._resolved(point) for point in block]
-        planned = batches(block, self.workers)
-        if planned:
-            # A message (a fused group, a chunk) takes one worker: the fair share counts them.
-            self.per_message = len(block) / len(planned)
-        self._plan.extend(planned)
-        return bool(block)
-
-    def _resolved(self, point: TrialPoint) -> TrialPoint:
-        """`point` with its config (`expand`'s, for a sweep resolved a block at a time)."""
-        config = self.spec.seeded_config(point.params, point.seed, self._base)
-        resolved = dataclasses.replace(point, config=config)
-        self._by_id[point.id] = resolved
-        return resolved
-
     def outgoing(
         self, sweep_id: str, points: Sequence[TrialPoint], units: Mapping[str, Any] | None
     ) -> list[Outgoing]:
         """The messages these asked points go in: an adaptive search's units each as its
         own (`units`, `scheduler.units.unit_keys`), a grid's or random sweep's batches as
-        planned (`_plan_block`); points asked without a batch (a rebuilt feeder's unsent
+        planned (`PointList.next_batches`); points asked without a batch (a rebuilt feeder's unsent
         trials) are grouped among themselves."""
         watch, decide_at = self.watch, self.decide_at
         if units is not None:
@@ -844,10 +768,6 @@ def judge_until(feeders: Sequence[Feeder], deadline: float) -> None:
             return
         every = JUDGE_SECONDS if found else min(every * 1.5, JUDGE_MAX_SECONDS)
         time.sleep(min(every, max(0.0, deadline - time.monotonic())))
-
-
-def _index_of(point: TrialPoint) -> int:
-    return point.index
 
 
 def _optuna(number: int, system_attrs: dict[str, Any], **more: Any) -> dict[str, Any]:

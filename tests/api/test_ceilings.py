@@ -144,7 +144,8 @@ def test_a_net_of_1000_layers_over_a_500_value_grid_is_stored_within_10_seconds(
 ) -> None:
     """At the layer ceiling, a grid of 500 distinct 1,000-layer nets (each ~0.3 s to render
     and price): the submit resolves a first block of trials and plans the rest, which the
-    scheduler resolves a block at a time (`scheduler.feed.RESOLVE_SECONDS`); it took ~195 s."""
+    scheduler resolves a block at a time (`scheduler.point_list.RESOLVE_SECONDS`); it took
+    ~195 s."""
     served = dataclasses.replace(settings, api_max_body_bytes=1 << 20, api_max_trials=500)
     client = create_app(served, store=store, sender=sender_app(served)).test_client()
     net = deep_net(997)  # 1,000 layers with the data, the inner product and the loss

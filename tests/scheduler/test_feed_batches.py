@@ -1,5 +1,5 @@
 """The windows a grid's feeder sends after the first go in fused groups and chunks as the
-first does (`scheduler.feed.Feeder._plan_block`): pure logic on the feeder's source, then
+first does (`scheduler.point_list.PointList`): pure logic on the feeder's source, then
 the messages on the real store and RabbitMQ with a stand-in worker."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_later_windows_go_as_the_first_window_of_their_points_would(text: str) -
     feeder.sent(first)
     # Each later pass has room for one trial: its block is still grouped as a first window.
     second = fed_one_at_a_time(feeder, 40)
-    block = feeder._points[40:80]  # type: ignore[index]
+    block = feeder.listed.points[40:80]  # type: ignore[union-attr]
     assert sorted(map(str, second)) == sorted(map(str, messages("s", block, 2)))
     assert len(second) < 40, "later trials went alone"
     assert any(n > 1 for n, _ in shape(second))
@@ -82,7 +82,7 @@ def test_a_fused_and_chunked_block_is_sent_whole_before_the_next_is_planned() ->
             break
         ids += [p.id for p in points]
         feeder.sent(points)
-    assert sorted(ids) == sorted(p.id for p in feeder._points)  # type: ignore[union-attr]
+    assert sorted(ids) == sorted(p.id for p in feeder.listed.points)  # type: ignore[union-attr]
     assert len(ids) == len(set(ids)) == feeder.total == 120
 
 
@@ -116,12 +116,12 @@ def test_a_sweep_of_costly_configs_is_resolved_a_block_at_a_time() -> None:
     most `RESOLVE_SECONDS` of them a call, in the expansion's order, each config as
     `expand` gives it, and never mistakes a block's end for the end of the sweep."""
     from scheduler.expand import expand
-    from scheduler.feed import RESOLVE_SECONDS
+    from scheduler.point_list import RESOLVE_SECONDS
     from tests.api.test_ceilings import caffe, deep_net
 
     spec = load_spec(caffe(deep_net(300), layers={"ip": {"num_output": list(range(10, 40))}}))
     feeder = Feeder(None, None, "", spec, owner="t", workers=2)  # type: ignore[arg-type]
-    block = feeder._block
+    block = feeder.listed.block  # type: ignore[union-attr]
     assert block is not None and 1 <= block < 30
     assert block * kind_of(spec).config_seconds(spec) <= RESOLVE_SECONDS  # type: ignore[operator]
     expected = {p.id: p.config for p in expand(spec, with_config=True)}

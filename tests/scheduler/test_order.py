@@ -122,10 +122,10 @@ def test_a_pruning_grid_feeds_its_cheapest_fifth_first_then_the_rest_longest_fir
 
     spec = load_spec_file(CONFIGS / "mcleod-asha.yaml")
     feeder = Feeder(None, None, "", spec, owner="test")  # type: ignore[arg-type]
-    asked = feeder.ask(len(feeder._points or []))[0]
+    asked = feeder.ask(len(feeder.listed.points if feeder.listed else []))[0]
     assert sorted(p.id for p in asked) == sorted(p.id for p in expand(spec))  # each once
     # The feeding order; each window's messages then go most expensive first.
-    points = feeder._points or []
+    points = feeder.listed.points if feeder.listed else []
     costs = [trial_cost(p.config) for p in points]
     head = round(RUNG_WARM_UP * len(points))
     assert head == 24
@@ -135,5 +135,5 @@ def test_a_pruning_grid_feeds_its_cheapest_fifth_first_then_the_rest_longest_fir
     # Without pruning the same grid goes longest first from the start.
     plain = load_spec({**spec.document, "pruning": {"algorithm": "none"}})
     unpruned = Feeder(None, None, "", plain, owner="test")  # type: ignore[arg-type]
-    costs = [trial_cost(p.config) for p in unpruned._points or []]
+    costs = [trial_cost(p.config) for p in (unpruned.listed.points if unpruned.listed else [])]
     assert costs == sorted(costs, reverse=True)
