@@ -25,17 +25,23 @@ def pause_sweep(
     store: Store, sweep_id: str, *, owner: str | None, by: str | None
 ) -> dict[str, Any]:
     """Pause the sweep: nothing new starts; running trials finish."""
-    store.reads.get_sweep(sweep_id, owner=owner)
-    changed = store.admin.pause_sweep(sweep_id, by=by)
-    return {"changed": changed, "sweep": store.reads.get_sweep(sweep_id)}
+    return _switch(store, store.admin.pause_sweep, sweep_id, owner, by)
 
 
 def resume_sweep(
     store: Store, sweep_id: str, *, owner: str | None, by: str | None
 ) -> dict[str, Any]:
     """Resume a paused sweep: its feeder sends the trials held meanwhile, then new ones."""
+    return _switch(store, store.admin.resume_sweep, sweep_id, owner, by)
+
+
+def _switch(
+    store: Store, switch: Callable[..., bool], sweep_id: str, owner: str | None, by: str | None
+) -> dict[str, Any]:
+    """`switch` (pause or resume) on `owner`'s sweep (`NotFound` for another's): whether it
+    changed anything, and the sweep after it."""
     store.reads.get_sweep(sweep_id, owner=owner)
-    changed = store.admin.resume_sweep(sweep_id, by=by)
+    changed = switch(sweep_id, by=by)
     return {"changed": changed, "sweep": store.reads.get_sweep(sweep_id)}
 
 

@@ -13,21 +13,13 @@ import pytest
 
 from core.errors import TrainingError
 from core.spec.config import TrialConfig
+from tests.workers.training.test_loop import CLASSIFICATION_KEYS
 from workers.training import TrainResult, fused_plan, train
 from workers.training import fused as fused_module
 from workers.training.fused import FusedEpoch, check_compatible, train_fused
 from workers.training.fused_optim import KINDS
 
 TOLERANCE = 1e-5
-CLASSIFICATION_KEYS = {
-    "epoch",
-    "train_loss",
-    "val_loss",
-    "val_accuracy",
-    "lr",
-    "epoch_seconds",
-    "train_seconds",
-}
 REGRESSION = {"name": "synthetic_regression", "samples": 300, "features": 8}
 
 
